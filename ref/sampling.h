@@ -1,0 +1,36 @@
+/* sampling.h — choosing the next token from logits.
+ *
+ * Spec: M3-SAMPLE-1 (greedy = lowest index among the maxima), M3-SAMPLE-2
+ * (temperature, then top-k, then top-p over the sorted distribution, then a
+ * draw from a seeded xoshiro256** stream), M3-SAMPLE-3 (defaults from
+ * generation_config.json, else temperature 1.0, top_p 0.95, top_k 40).
+ */
+#ifndef M3_SAMPLING_H
+#define M3_SAMPLING_H
+
+#include <stdint.h>
+
+typedef struct m3_sampler {
+    int greedy;
+    float temperature; /* > 0 */
+    int top_k;         /* 0 = off */
+    float top_p;       /* 1.0 = off */
+    uint64_t s[4];     /* xoshiro256** state */
+    float *probs;      /* [V] scratch, owned */
+    int32_t *order;    /* [V] scratch, owned */
+    int vocab;
+} m3_sampler;
+
+/* Set up a sampler for a vocabulary of V; returns -1 on allocation failure. */
+int m3_sampler_init(m3_sampler *sp, int V, int greedy, float temperature, int top_k,
+                    float top_p, uint64_t seed);
+/* Free the sampler's scratch. */
+void m3_sampler_free(m3_sampler *sp);
+/* The next token id for logits [V]. */
+int32_t m3_sample(m3_sampler *sp, const float *logits);
+/* Index of the largest logit, lowest index on ties. */
+int32_t m3_argmax(const float *logits, int V);
+/* A uniform double in [0, 1) from the sampler's stream. */
+double m3_sampler_uniform(m3_sampler *sp);
+
+#endif
