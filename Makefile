@@ -12,7 +12,7 @@
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_DEFAULT_SOURCE -D_FILE_OFFSET_BITS=64 -Iref -I/usr/include/cjson
+CFLAGS  += -std=c11 -ffp-contract=off -Wall -Wextra -Werror -D_DEFAULT_SOURCE -D_FILE_OFFSET_BITS=64 -Iref -I/usr/include/cjson
 LDLIBS  += -lcjson -lpng -ljpeg -lm
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
@@ -27,7 +27,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 LIB       := $(BUILD)/libm3.a
 
-.PHONY: all deps run test unit-test bench vectors coverage gpu clean
+.PHONY: all deps run test unit-test cli-test bench vectors coverage gpu clean
 .DEFAULT_GOAL := all
 
 all: deps bin/m3-ref $(if $(CONF_SRC),bin/m3-conform)
@@ -83,15 +83,23 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(LIB)
 unit-test: $(TEST_BIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t; done
 
-test: all unit-test
+# CLI end to end on tiny fixtures (tests/cli_helper.c writes them)
+cli-test: bin/m3-ref $(BUILD)/tests/cli_helper
+	sh tests/cli_test.sh bin/m3-ref $(BUILD)/tests/cli_helper
+
+test: all unit-test cli-test
 	@echo "m3: all tests passed"
 
 # ---- run, bench, vectors ---------------------------------------------------
 run: all
 	bin/m3-ref generate --model models/tiny --tokens 1,2,3,4 --max-new-tokens 16 --greedy
 
-bench: all
-	@echo "(benchmarks are added with their components)"
+$(BUILD)/bench/bench: bench/bench.c tests/fixture.h $(wildcard ref/*.h) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDLIBS)
+
+bench: all $(BUILD)/bench/bench
+	$(BUILD)/bench/bench
 
 vectors: deps
 	$(PYTHON) tools/gen_vectors.py --out vectors

@@ -76,11 +76,16 @@ typedef struct m3_config {
     int image_token_id;       /* 200025 */
     int video_token_id;       /* 200026 */
     int num_mtp_modules;      /* informational; no weights */
+    /* Lenient parsing only: unknown keys that were ignored (the library never
+     * prints; a CLI shows these). warnings holds their dotted paths separated
+     * by "; ", truncated to fit; n_warnings counts all of them. */
+    int n_warnings;
+    char warnings[512];
 } m3_config;
 
 /* Options for parsing. */
 typedef struct m3_config_opts {
-    int lenient; /* 1: unknown keys are reported on stderr instead of rejected */
+    int lenient; /* 1: unknown keys are collected in c->warnings instead of rejected */
 } m3_config_opts;
 
 /* Parse config.json at path into *c (fully overwritten). opts may be NULL. */

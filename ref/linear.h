@@ -1,9 +1,9 @@
 /* linear.h — y = W x for a bf16/f16/f32 weight matrix, fp32 accumulation.
  *
- * Spec: M3-NUM-MODE-1 (weights widened to fp32, fp32 accumulation),
+ * Spec: M3-NUM-MODE-1 (weights widened to fp32, fp32 accumulation in a fixed order),
  * M3-NUM-BF16-2 (linear outputs are a bf16 rounding point; the caller
  * rounds, so this file has one job).
- * The sum over c runs in ascending c order in a single fp32 accumulator, so
+ * The sum over c uses 8 partial sums (c mod 8) combined pairwise: a fixed order, so
  * results are the same whichever caller (prefill, decode, batch) asks.
  */
 #ifndef M3_LINEAR_H

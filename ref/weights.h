@@ -70,6 +70,7 @@ typedef struct m3_weights {
     m3_mat lm_head;            /* (V, H) */
     m3_vec final_norm;         /* (H) */
     m3_layer_weights *layers;  /* [num_layers] */
+    int num_layers;            /* length of layers (set by m3_weights_bind) */
     int has_vision;
     m3_vision_weights vision;
     int layout;                /* 0 public checkpoint layout, 1 HF v5 fused layout */

@@ -1,0 +1,318 @@
+/* conform.h — the m3 conformance kit (bin/m3-conform): shared types.
+ *
+ * Spec: M3-VEC-* (case directories, manifest), M3-TOL-* (tolerance profiles),
+ * M3-DUMP-* (activation names compared), M3-MSA-SELECT-* and
+ * M3-MOE-ROUTER-2 (discrete outputs compared as sets with a tie tolerance).
+ *
+ * The kit owns all comparison: a port (or the reference) produces a dump of
+ * named tensors, the kit loads it into a cf_tset, judges every tensor against
+ * the golden set with the first matching tolerance rule, orders the records
+ * in forward order and names the first divergence. Like the library, these
+ * functions never print (report.c and main.c do) and return 0 / -1 with an
+ * m3_err message.
+ */
+#ifndef M3_CONFORM_H
+#define M3_CONFORM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cJSON.h>
+
+#include "err.h"
+#include "model.h"
+#include "numerics.h"
+#include "safetensors.h"
+
+#define CF_PROTOCOL_VERSION "1"
+
+/* ---- result codes (append-only, Khronos CTS style) ----------------------- */
+typedef enum cf_result {
+    CF_PASS = 0,
+    CF_FAIL,
+    CF_WARNING,        /* QualityWarning: within tolerance, above tolerance/10 */
+    CF_NOT_SUPPORTED,  /* missing tensor of a capability the port declared absent */
+    CF_INTERNAL_ERROR, /* bad vector or runner problem, not the port's fault */
+    CF_RESULT_LAST
+} cf_result;
+
+/* "Pass", "Fail", "QualityWarning", "NotSupported", "InternalError". */
+const char *cf_result_name(cf_result r);
+/* Severity rank for combining results: Pass < NotSupported < Warning < Fail < InternalError. */
+int cf_result_rank(cf_result r);
+/* The worse of a and b by cf_result_rank. */
+cf_result cf_result_worst(cf_result a, cf_result b);
+/* 1 when r satisfies the pass rule (Pass, Warning, NotSupported). */
+int cf_result_conforms(cf_result r);
+
+/* ---- in-memory tensor sets (tensors.c) ------------------------------------ */
+typedef struct cf_tensor {
+    char *name;
+    int is_int;                 /* 1: integer data in i, else float data in f */
+    int ndim;
+    int64_t shape[M3_MAX_DIMS];
+    size_t n;                   /* number of elements */
+    float *f;                   /* [n] when !is_int */
+    int32_t *i;                 /* [n] when is_int */
+} cf_tensor;
+
+typedef struct cf_tset {
+    cf_tensor *t;
+    int n, cap;
+} cf_tset;
+
+/* Load every tensor of a safetensors file (floats widened to fp32, integers
+ * to int32; int64 values outside int32 are an error). */
+int cf_tset_load(cf_tset *s, const char *path, m3_err *e);
+/* Copy every tensor of an open store into s. */
+int cf_tset_from_store(cf_tset *s, const m3_store *st, m3_err *e);
+/* Save a writer to a private temporary file, load it into s, remove the file. */
+int cf_tset_from_writer(cf_tset *s, const m3_st_writer *w, m3_err *e);
+/* Add a copy of float data (replaces a tensor of the same name). */
+int cf_tset_add_f(cf_tset *s, const char *name, int ndim, const int64_t *shape, const float *data,
+                  m3_err *e);
+/* Add a copy of int32 data (replaces a tensor of the same name). */
+int cf_tset_add_i(cf_tset *s, const char *name, int ndim, const int64_t *shape,
+                  const int32_t *data, m3_err *e);
+/* Tensor by exact name, NULL if absent. */
+const cf_tensor *cf_tset_get(const cf_tset *s, const char *name);
+/* Append the tensors of src to dst along the row axis (axis 0; axis 1 for
+ * names ending in "block_indices"/"block_scores"), creating them when absent. */
+int cf_tset_append_rows(cf_tset *dst, const cf_tset *src, m3_err *e);
+/* Free all tensors; s is left empty and reusable. */
+void cf_tset_free(cf_tset *s);
+/* Copy the string value of `key` in a safetensors file's __metadata__ into
+ * out (empty when absent); -1 only when the header cannot be read. */
+int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err *e);
+
+/* ---- metrics and set comparison (compare.c) ------------------------------- */
+typedef struct cf_metrics {
+    double nmse;       /* sum (out-ref)^2 / sum ref^2 over finite pairs (0/0 = 0) */
+    double max_abs;    /* max |out - ref| */
+    double max_rel;    /* max |out - ref| / max(|ref|, 1e-3 * max|ref|) */
+    double cos;        /* cosine similarity (1 when both are all zero) */
+    size_t n_nan;      /* NaN elements in out */
+    size_t n_inf_bad;  /* Inf in out not matched (position and sign) by ref */
+    size_t n_ref_nan;  /* NaN in the golden tensor (a bad vector) */
+    long first_bad;    /* first index of a NaN / unmatched Inf, or of the max-abs error; -1 none */
+    long worst[4];     /* up to 4 indices with the largest |out - ref| (-1 unused) */
+} cf_metrics;
+
+/* Compute the metrics of out against ref, both [n]. */
+void cf_metrics_compute(cf_metrics *m, const float *out, const float *ref, size_t n);
+
+typedef struct cf_setstat {
+    long rows;         /* rows compared */
+    long rows_equal;   /* identical sets */
+    long rows_tie;     /* differing, accepted because the swapped candidates tie */
+    long rows_bad;     /* differing beyond the tie tolerance, duplicates, bad ids */
+    long first_bad;    /* first bad row, -1 none */
+    char why[256];     /* description of the first bad row */
+} cf_setstat;
+
+/* Compare rows of k ids as sets (-1 entries are padding and ignored).
+ * scores: NULL, or [rows, ns] golden scores of every candidate (+inf for
+ * forced candidates); a row whose sets differ is accepted only if every
+ * candidate the golden chose and out dropped scores within
+ * tie_tol * max|finite score of the row| of every candidate out chose instead.
+ * Ids outside [0, ns) (when scores given), duplicates, a different count of
+ * valid ids, or -inf candidates make the row bad. */
+void cf_compare_sets(cf_setstat *st, const int32_t *out, const int32_t *ref, long rows, int k,
+                     const float *scores, int ns, double tie_tol);
+
+/* ---- tolerance profiles (tolerances.c) ------------------------------------ */
+typedef struct cf_rule {
+    char *match;       /* glob over "<component>/<tensor>": '*' any run, '?' one char */
+    double nmse, max_abs, max_rel, cos_min; /* < 0 (max_rel, cos_min) or NAN: unchecked */
+    char *why;
+} cf_rule;
+
+typedef struct cf_profile {
+    char *name;
+    double tie_tolerance;
+    cf_rule *rules;
+    int nrules;
+} cf_profile;
+
+typedef struct cf_tolerances {
+    cf_profile *p;
+    int np;
+    char path[1024];
+} cf_tolerances;
+
+/* Shell-glob match: '*' matches any run of characters (dots and '/' too),
+ * '?' any one character, '\\' escapes; returns 1 on match. */
+int cf_glob(const char *pattern, const char *s);
+/* Load spec/tolerances.json (format in spec/); every rule needs match + nmse + max_abs. */
+int cf_tol_load(cf_tolerances *t, const char *path, m3_err *e);
+/* Parse tolerances from a JSON text; name is used in messages. */
+int cf_tol_parse(cf_tolerances *t, const char *json, size_t len, const char *name, m3_err *e);
+/* Free everything cf_tol_load allocated. */
+void cf_tol_free(cf_tolerances *t);
+/* The profile called name, NULL if none. */
+const cf_profile *cf_tol_profile(const cf_tolerances *t, const char *name);
+/* The first rule of p whose glob matches key, NULL if none. */
+const cf_rule *cf_tol_match(const cf_profile *p, const char *key);
+
+/* ---- cases, manifests, mutants (case.c) ----------------------------------- */
+#define CF_MAX_CHUNKS 256
+
+typedef struct cf_case {
+    char dir[2048];
+    char id[256];
+    char description[512];
+    char component[64];   /* rmsnorm rope attention msa_select msa_attention router swiglu mlp moe model */
+    m3_mode mode;
+    char profile[64];     /* tolerance profile name (case.json "profile") */
+    cJSON *root;          /* owned parse of case.json */
+    const cJSON *params;  /* object inside root (never NULL after load) */
+    int chunks[CF_MAX_CHUNKS];
+    int nchunks;
+    int max_new_tokens;
+} cf_case;
+
+/* Load and validate dir/case.json; verify_hashes: check files{} sha256 sums. */
+int cf_case_load(cf_case *c, const char *dir, int verify_hashes, m3_err *e);
+/* Parse a case.json text (validation only; dir is used for paths and messages). */
+int cf_case_parse(cf_case *c, const char *json, size_t len, const char *dir, m3_err *e);
+/* Free the parse tree. */
+void cf_case_free(cf_case *c);
+/* Numeric param `key` (a JSON number or a string strtod accepts, e.g. a hex
+ * float); returns 0 and sets *v, or -1 naming the case and key. */
+int cf_case_num(const cf_case *c, const char *key, double *v, m3_err *e);
+/* As cf_case_num with a default when the key is absent. */
+int cf_case_num_or(const cf_case *c, const char *key, double dflt, double *v, m3_err *e);
+/* Lower-case hex sha256 of a file into hex[65]. */
+int cf_sha256_file(const char *path, char hex[65], m3_err *e);
+
+typedef struct cf_manifest {
+    char path[2048];
+    char root[2048];     /* directory holding the manifest */
+    char suite[128];
+    char version[64];
+    char **cases;        /* absolute-ish dirs: root/<entry> */
+    int ncases;
+    char **mutants;      /* mutant dirs (manifest "mutants" or root/mutants/<*>) */
+    int nmutants;
+} cf_manifest;
+
+/* Load a manifest; entries must be relative, without "..", and exist. */
+int cf_manifest_load(cf_manifest *m, const char *path, m3_err *e);
+/* Free a manifest. */
+void cf_manifest_free(cf_manifest *m);
+
+typedef struct cf_mutant {
+    char dir[2048];
+    char id[256];
+    char description[512];
+    char case_dir[2048];    /* the case whose golden the dump is judged against */
+    char dump[2048];        /* the mutant's dump file */
+    char profile[64];       /* profile to judge with ("" = the case's) */
+    int expect_pass;        /* 1: must conform (faithful bf16); 0: must fail */
+    int expect_layer;       /* first divergent layer, -1 = none / not a layer tensor */
+    char expect_tensor[128];    /* first divergent tensor name ("" = unchecked) */
+    char expect_component[64];  /* first divergent component ("" = unchecked) */
+} cf_mutant;
+
+/* Load dir/mutant.json; paths in it are relative to suite_root (the manifest dir). */
+int cf_mutant_load(cf_mutant *mu, const char *dir, const char *suite_root, m3_err *e);
+
+/* ---- running the reference (runner_ref.c) --------------------------------- */
+/* Compute the expected outputs of a component case (names of the component
+ * contract) from dir/inputs.safetensors into out. */
+int cf_ref_component(const cf_case *c, cf_tset *out, m3_err *e);
+/* Run a model case: prefill of input_ids (in params.chunks pieces when
+ * chunked != 0 and chunks are given), the dump of every activation, then
+ * params.max_new_tokens greedy tokens as "greedy_tokens". */
+int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inputs, int chunked,
+                 cf_tset *out, m3_err *e);
+/* Teacher-forced: layer `layer` alone from x [T, H] (the residual entering
+ * it) on a fresh state; its activations go into out. */
+int cf_ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int T, cf_tset *out,
+                 m3_err *e);
+/* Final norm and logits from the last layer's output x [T, H] into out. */
+int cf_ref_head(const m3_model *m, m3_mode mode, const float *x, int T, cf_tset *out, m3_err *e);
+/* Teacher-forced run of every layer: layer i starts from feed's
+ * "layers.{i}.input"; then the head from feed's last "layers.{L-1}.output".
+ * The per-layer activations, final_norm and logits go into out. */
+int cf_ref_teacher_forced(const m3_model *m, m3_mode mode, const cf_tset *feed, cf_tset *out,
+                          m3_err *e);
+/* Golden block scores [G, T, NB] of a sparse layer from its attn_norm [T, H]
+ * (index projections, norms, RoPE, scores; raw, before forcing). */
+int cf_ref_block_scores(const m3_model *m, m3_mode mode, int layer, const float *attn_norm, int T,
+                        float **bs_out, int *nb_out, m3_err *e);
+
+/* ---- judging and localisation (judge.c, localise.c) ----------------------- */
+typedef struct cf_record {
+    char tensor[160];
+    char key[224];          /* "<component>/<tensor>" used for rule matching */
+    char component[48];     /* localisation component (norm, attention, msa-select, ...) */
+    int layer;              /* -1 when not a layer tensor */
+    int order;              /* forward-order rank */
+    int kind;               /* 0 float metrics, 1 set, 2 exact */
+    cf_result result;
+    int downstream;         /* after the first failure in forward order */
+    int have_metrics;
+    cf_metrics m;
+    const cf_rule *rule;    /* matched rule, NULL for discrete tensors */
+    cf_setstat set;
+    char msg[320];
+} cf_record;
+
+typedef struct cf_report {
+    char id[300];
+    char component[64];
+    char profile[64];
+    char target[64];        /* "ref", "dump", "mutant" */
+    cf_record *rec;
+    int nrec, cap;
+    cf_result result;
+    int first_fail;         /* index into rec of the first divergence, -1 none */
+    char error[1024];       /* set for InternalError / bad input of the whole case */
+    double seconds;
+    int teacher_forced;
+} cf_report;
+
+/* Everything judging needs besides the two tensor sets. */
+typedef struct cf_judge_ctx {
+    const cf_case *c;
+    const cf_profile *profile;
+    const m3_model *model;     /* model cases: for block scores and router bias; may be NULL */
+    const cf_tset *aux;        /* extra golden data (ref outputs: block_scores, scores, bias); may be NULL */
+    const char *unsupported;   /* comma-separated capabilities the port declared absent */
+    int teacher_forced;
+} cf_judge_ctx;
+
+/* Judge every golden tensor against out, appending records to r (then
+ * call cf_localise). Returns -1 only for allocation failure. */
+int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf_tset *golden,
+             m3_err *e);
+/* The capability a tensor belongs to (eagle3, block_indices, router, greedy,
+ * vision) or NULL if it is core. */
+const char *cf_capability_of(const char *tensor);
+/* Component label, layer and forward-order rank of a dump tensor name. */
+void cf_classify(const char *tensor, const char *case_component, int is_moe_layer,
+                 char *component, size_t cap, int *layer, int *order);
+/* Sort records in forward order, find the first failure, mark the rest downstream, set r->result. */
+void cf_localise(cf_report *r);
+/* Append an empty record to r; returns NULL on allocation failure. */
+cf_record *cf_report_add(cf_report *r);
+/* Free the records of r. */
+void cf_report_free(cf_report *r);
+
+/* ---- output (report.c) ---------------------------------------------------- */
+/* Print the per-tensor table and the verdict line for one case. verbose 0
+ * prints only failing/warning rows and the verdict. */
+void cf_print_report(FILE *f, const cf_report *r, int verbose, int color);
+/* One JSON object per record, plus one case summary line. */
+void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite);
+/* JUnit XML with one <testcase> per case report. */
+int cf_write_junit(const char *path, const char *suite, const cf_report *reps, int n, m3_err *e);
+/* PNG heat-map of log10 error per layer (columns) per tensor type (rows),
+ * one panel per report. */
+int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e);
+/* Progress bar on f (a tty): done/total and a label. */
+void cf_progress(FILE *f, int done, int total, const char *label);
+
+#endif

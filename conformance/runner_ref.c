@@ -1,0 +1,790 @@
+/* runner_ref.c — runs the reference library on a case to get its outputs.
+ *
+ * Component cases call the ref/ component functions on the case's inputs
+ * with the case's params and mode (contracts in M3-VEC-*); model cases run
+ * m3_forward with a dump writer (M3-DUMP-*), optionally in params.chunks
+ * pieces (M3-CACHE-*: chunked prefill must equal one prefill), then greedy
+ * decoding (M3-SAMPLE-1). Teacher-forced runs use m3_layer_forward one layer
+ * at a time from a given residual stream.
+ */
+#include "conform.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "linear.h"
+#include "mlp.h"
+#include "moe.h"
+#include "msa.h"
+#include "norm.h"
+#include "rope.h"
+#include "sampling.h"
+
+/* ---- input access ------------------------------------------------------------ */
+typedef struct inputs {
+    m3_store *st;
+    const cf_case *c;
+    char path[2300];
+} inputs;
+
+/* Tensor `name` of rank ndim; dims[d] > 0 must match, dims[d] == 0 is
+ * filled from the file (so later tensors can be checked against it). */
+static const m3_tensor *need(inputs *in, const char *name, int ndim, int64_t *dims, m3_err *e)
+{
+    const m3_tensor *t = m3_store_get(in->st, name);
+    if (!t) {
+        m3_fail(e, "%s: tensor \"%s\" is missing (component %s)", in->path, name, in->c->component);
+        return NULL;
+    }
+    if (t->ndim != ndim) {
+        m3_fail(e, "%s: tensor \"%s\" has %d dimensions, the %s contract says %d", in->path, name,
+                t->ndim, in->c->component, ndim);
+        return NULL;
+    }
+    for (int d = 0; d < ndim; d++) {
+        if (t->shape[d] <= 0 || t->shape[d] > (1 << 28)) {
+            m3_fail(e, "%s: tensor \"%s\" dimension %d = %lld is out of range", in->path, name, d,
+                    (long long)t->shape[d]);
+            return NULL;
+        }
+        if (dims[d] == 0)
+            dims[d] = t->shape[d];
+        else if (dims[d] != t->shape[d]) {
+            m3_fail(e, "%s: tensor \"%s\" dimension %d is %lld, expected %lld", in->path, name, d,
+                    (long long)t->shape[d], (long long)dims[d]);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+static int is_float(m3_dtype dt)
+{
+    return dt == M3_F32 || dt == M3_F16 || dt == M3_BF16 || dt == M3_F64;
+}
+
+/* A malloc'd fp32 copy of a float tensor. */
+static float *widen(const m3_tensor *t, const char *path, m3_err *e)
+{
+    if (!is_float(t->dtype)) {
+        m3_fail(e, "%s: tensor \"%s\" must be a float tensor, not %s", path, t->name,
+                m3_dtype_name(t->dtype));
+        return NULL;
+    }
+    size_t n = (size_t)m3_tensor_numel(t);
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    if (!f) {
+        m3_fail(e, "%s: out of memory for \"%s\"", path, t->name);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        f[i] = m3_load_f32(t->data, t->dtype, i);
+    return f;
+}
+
+static int as_mat(m3_mat *m, const m3_tensor *t, size_t offset_elems, int rows, int cols,
+                  const char *path, m3_err *e)
+{
+    if (!is_float(t->dtype))
+        return m3_fail(e, "%s: weight \"%s\" must be F32/BF16/F16, not %s", path, t->name,
+                       m3_dtype_name(t->dtype));
+    m->data = (const char *)t->data + offset_elems * m3_dtype_size(t->dtype);
+    m->dtype = t->dtype;
+    m->rows = rows;
+    m->cols = cols;
+    return 0;
+}
+
+static int as_vec(m3_vec *v, const m3_tensor *t, const char *path, m3_err *e)
+{
+    if (!is_float(t->dtype))
+        return m3_fail(e, "%s: weight \"%s\" must be F32/BF16/F16, not %s", path, t->name,
+                       m3_dtype_name(t->dtype));
+    v->data = t->data;
+    v->dtype = t->dtype;
+    v->n = (int)m3_tensor_numel(t);
+    return 0;
+}
+
+static int param_int(const cf_case *c, const char *key, int lo, int hi, int *v, m3_err *e)
+{
+    double d;
+    if (cf_case_num(c, key, &d, e))
+        return -1;
+    if (!(d >= lo && d <= hi) || d != (double)(int)d)
+        return m3_fail(e, "%s/case.json: params.%s = %g must be an integer in [%d, %d]", c->dir,
+                       key, d, lo, hi);
+    *v = (int)d;
+    return 0;
+}
+
+/* ---- components ------------------------------------------------------------ */
+static int run_rmsnorm(inputs *in, cf_tset *out, m3_err *e)
+{
+    int64_t xd[2] = {0, 0}, wd[1] = {0};
+    const m3_tensor *x = need(in, "x", 2, xd, e);
+    if (!x)
+        return -1;
+    wd[0] = xd[1];
+    const m3_tensor *w = need(in, "w", 1, wd, e);
+    double eps;
+    if (!w || cf_case_num_or(in->c, "eps", 1e-6, &eps, e))
+        return -1;
+    m3_vec wv;
+    if (as_vec(&wv, w, in->path, e))
+        return -1;
+    float *xf = widen(x, in->path, e);
+    if (!xf)
+        return -1;
+    int T = (int)xd[0], n = (int)xd[1];
+    for (int t = 0; t < T; t++)
+        m3_rmsnorm(xf + (size_t)t * n, xf + (size_t)t * n, &wv, n, (float)eps, in->c->mode);
+    int rc = cf_tset_add_f(out, "y", 2, xd, xf, e);
+    free(xf);
+    return rc;
+}
+
+static int run_rope(inputs *in, cf_tset *out, m3_err *e)
+{
+    int64_t xd[3] = {0, 0, 0}, pd[1];
+    const m3_tensor *x = need(in, "x", 3, xd, e);
+    if (!x)
+        return -1;
+    pd[0] = xd[0];
+    const m3_tensor *p = need(in, "positions", 1, pd, e);
+    if (!p)
+        return -1;
+    if (p->dtype != M3_I32 && p->dtype != M3_I64)
+        return m3_fail(e, "%s: \"positions\" must be I32 or I64", in->path);
+    int rd;
+    double theta;
+    if (param_int(in->c, "rotary_dim", 2, (int)xd[2], &rd, e) || cf_case_num(in->c, "theta", &theta, e))
+        return -1;
+    if (rd % 2)
+        return m3_fail(e, "%s/case.json: params.rotary_dim = %d must be even", in->c->dir, rd);
+    if (!(theta > 1))
+        return m3_fail(e, "%s/case.json: params.theta = %g must be > 1", in->c->dir, theta);
+    int T = (int)xd[0], nh = (int)xd[1], hd = (int)xd[2], h2 = rd / 2;
+    float *xf = widen(x, in->path, e);
+    float *cs = malloc((size_t)T * h2 * sizeof *cs), *sn = malloc((size_t)T * h2 * sizeof *sn);
+    int rc = -1;
+    if (!xf || !cs || !sn) {
+        if (xf)
+            m3_fail(e, "out of memory");
+        goto done;
+    }
+    for (int t = 0; t < T; t++) {
+        int64_t pos = p->dtype == M3_I32 ? ((const int32_t *)p->data)[t] : ((const int64_t *)p->data)[t];
+        if (pos < 0 || pos > ((int64_t)1 << 40)) {
+            m3_fail(e, "%s: positions[%d] = %lld is out of range", in->path, t, (long long)pos);
+            goto done;
+        }
+        m3_rope_table(cs + (size_t)t * h2, sn + (size_t)t * h2, pos, rd, theta, in->c->mode);
+        m3_rope_apply(xf + (size_t)t * nh * hd, nh, hd, rd, cs + (size_t)t * h2,
+                      sn + (size_t)t * h2, in->c->mode);
+    }
+    int64_t td[2] = {T, h2};
+    rc = cf_tset_add_f(out, "y", 3, xd, xf, e) || cf_tset_add_f(out, "cos", 2, td, cs, e) ||
+                 cf_tset_add_f(out, "sin", 2, td, sn, e)
+             ? -1
+             : 0;
+done:
+    free(xf);
+    free(cs);
+    free(sn);
+    return rc;
+}
+
+/* Dense or block-sparse attention over positions 0..T-1. */
+static int run_attention(inputs *in, int sparse, cf_tset *out, m3_err *e)
+{
+    int64_t qd[3] = {0, 0, 0}, kd[3] = {0, 0, 0}, vd[3] = {0, 0, 0};
+    const m3_tensor *q = need(in, "q", 3, qd, e);
+    if (!q)
+        return -1;
+    kd[0] = qd[0];
+    kd[2] = qd[2];
+    const m3_tensor *k = need(in, "k", 3, kd, e);
+    if (!k)
+        return -1;
+    memcpy(vd, kd, sizeof vd);
+    const m3_tensor *v = need(in, "v", 3, vd, e);
+    if (!v)
+        return -1;
+    int T = (int)qd[0], nh = (int)qd[1], nkv = (int)kd[1], hd = (int)qd[2];
+    if (nh % nkv)
+        return m3_fail(e, "%s: q has %d heads, not a multiple of k's %d heads", in->path, nh, nkv);
+    int topk = 0, bsz = 0;
+    const m3_tensor *bi = NULL;
+    if (sparse) {
+        int64_t bd[3] = {nkv, T, 0};
+        bi = need(in, "block_indices", 3, bd, e);
+        if (!bi)
+            return -1;
+        if (bi->dtype != M3_I32)
+            return m3_fail(e, "%s: \"block_indices\" must be I32", in->path);
+        topk = (int)bd[2];
+        if (param_int(in->c, "block_size", 1, 1 << 20, &bsz, e))
+            return -1;
+    }
+    float *qf = widen(q, in->path, e), *kf = qf ? widen(k, in->path, e) : NULL;
+    float *vf = kf ? widen(v, in->path, e) : NULL;
+    float *o = malloc((size_t)T * nh * hd * sizeof *o), *scr = malloc((size_t)(T + 1) * sizeof *scr);
+    int32_t *blk = sparse ? malloc((size_t)nkv * topk * sizeof *blk) : NULL;
+    int rc = -1;
+    if (!vf || !o || !scr || (sparse && !blk)) {
+        if (vf)
+            m3_fail(e, "out of memory");
+        goto done;
+    }
+    for (int t = 0; t < T; t++) {
+        if (sparse) {
+            const int32_t *b = bi->data;
+            for (int g = 0; g < nkv; g++)
+                for (int j = 0; j < topk; j++) {
+                    int32_t id = b[((size_t)g * T + t) * topk + j];
+                    if (id < -1 || id > t / bsz) {
+                        m3_fail(e, "%s: block_indices[%d, %d, %d] = %d is not a visible block", in->path,
+                                g, t, j, (int)id);
+                        goto done;
+                    }
+                    blk[g * topk + j] = id;
+                }
+        }
+        m3_attention_row(o + (size_t)t * nh * hd, qf + (size_t)t * nh * hd, kf, vf, t, nh, nkv, hd,
+                         sparse ? blk : NULL, topk, bsz, scr, in->c->mode);
+    }
+    rc = cf_tset_add_f(out, "out", 3, qd, o, e);
+done:
+    free(qf);
+    free(kf);
+    free(vf);
+    free(o);
+    free(scr);
+    free(blk);
+    return rc;
+}
+
+static int run_msa_select(inputs *in, cf_tset *out, m3_err *e)
+{
+    int64_t qd[3] = {0, 0, 0}, kd[2] = {0, 0};
+    const m3_tensor *iq = need(in, "iq", 3, qd, e);
+    if (!iq)
+        return -1;
+    kd[0] = qd[0];
+    kd[1] = qd[2];
+    const m3_tensor *ik = need(in, "ik", 2, kd, e);
+    int B, topk, local, init;
+    if (!ik || param_int(in->c, "block_size", 1, 1 << 20, &B, e) ||
+        param_int(in->c, "topk", 1, 4096, &topk, e) ||
+        param_int(in->c, "local_blocks", 0, 4096, &local, e) ||
+        param_int(in->c, "init_blocks", 0, 4096, &init, e))
+        return -1;
+    int T = (int)qd[0], G = (int)qd[1], d = (int)qd[2];
+    int NB = m3_msa_num_blocks(T - 1, B);
+    float *qf = widen(iq, in->path, e), *kf = qf ? widen(ik, in->path, e) : NULL;
+    float *bs = malloc((size_t)G * NB * sizeof *bs), *all = malloc((size_t)G * T * NB * sizeof *all);
+    int32_t *sel = malloc((size_t)G * topk * sizeof *sel), *idx = malloc((size_t)G * T * topk * sizeof *idx);
+    int rc = -1;
+    if (!kf || !bs || !all || !sel || !idx) {
+        if (kf)
+            m3_fail(e, "out of memory");
+        goto done;
+    }
+    for (int t = 0; t < T; t++) {
+        int nb = m3_msa_num_blocks(t, B);
+        m3_msa_block_scores(bs, qf + (size_t)t * G * d, kf, t, G, d, B);
+        m3_msa_select(sel, bs, G, nb, t, B, topk, local, init);
+        for (int g = 0; g < G; g++) {
+            for (int b = 0; b < NB; b++)
+                all[((size_t)g * T + t) * NB + b] = b < nb ? bs[g * nb + b] : -INFINITY;
+            memcpy(idx + ((size_t)g * T + t) * topk, sel + g * topk, (size_t)topk * sizeof *idx);
+        }
+    }
+    int64_t id3[3] = {G, T, topk}, sd3[3] = {G, T, NB};
+    rc = cf_tset_add_i(out, "block_indices", 3, id3, idx, e) ||
+                 cf_tset_add_f(out, "block_scores", 3, sd3, all, e)
+             ? -1
+             : 0;
+done:
+    free(qf);
+    free(kf);
+    free(bs);
+    free(all);
+    free(sel);
+    free(idx);
+    return rc;
+}
+
+/* "aux.bias": the correction bias, kept for judging expert ties (not an output). */
+static int add_bias(cf_tset *out, const m3_tensor *b, const char *path, m3_err *e)
+{
+    float *f = widen(b, path, e);
+    if (!f)
+        return -1;
+    int64_t d[1] = {m3_tensor_numel(b)};
+    int rc = cf_tset_add_f(out, "aux.bias", 1, d, f, e);
+    free(f);
+    return rc;
+}
+
+static int run_router(inputs *in, cf_tset *out, m3_err *e)
+{
+    int64_t xd[2] = {0, 0}, wd[2] = {0, 0}, bd[1] = {0};
+    const m3_tensor *x = need(in, "x", 2, xd, e);
+    if (!x)
+        return -1;
+    wd[1] = xd[1];
+    const m3_tensor *w = need(in, "weight", 2, wd, e);
+    if (!w)
+        return -1;
+    bd[0] = wd[0];
+    const m3_tensor *b = need(in, "bias", 1, bd, e);
+    int k;
+    if (!b || param_int(in->c, "topk", 1, (int)wd[0], &k, e))
+        return -1;
+    m3_mat rm;
+    m3_vec bv;
+    if (as_mat(&rm, w, 0, (int)wd[0], (int)wd[1], in->path, e) || as_vec(&bv, b, in->path, e))
+        return -1;
+    int T = (int)xd[0], H = (int)xd[1], E = (int)wd[0];
+    float *xf = widen(x, in->path, e);
+    int32_t *idx = malloc((size_t)T * k * sizeof *idx);
+    float *wt = malloc((size_t)T * k * sizeof *wt), *sc = malloc((size_t)T * E * sizeof *sc);
+    int rc = -1;
+    if (!xf || !idx || !wt || !sc) {
+        if (xf)
+            m3_fail(e, "out of memory");
+        goto done;
+    }
+    for (int t = 0; t < T; t++)
+        m3_router(idx + (size_t)t * k, wt + (size_t)t * k, sc + (size_t)t * E, xf + (size_t)t * H, &rm,
+                  &bv, 1, k);
+    int64_t kd[2] = {T, k}, ed[2] = {T, E};
+    rc = cf_tset_add_i(out, "topk_index", 2, kd, idx, e) || cf_tset_add_f(out, "topk_weight", 2, kd, wt, e) ||
+                 cf_tset_add_f(out, "scores", 2, ed, sc, e) || add_bias(out, b, in->path, e)
+             ? -1
+             : 0;
+done:
+    free(xf);
+    free(idx);
+    free(wt);
+    free(sc);
+    return rc;
+}
+
+static int swiglu_params(const cf_case *c, m3_text_config *tc, m3_err *e)
+{
+    double a, l, b;
+    if (cf_case_num_or(c, "alpha", 1.702, &a, e) || cf_case_num_or(c, "limit", 7.0, &l, e) ||
+        cf_case_num_or(c, "beta", 1.0, &b, e))
+        return -1;
+    tc->swiglu_alpha = (float)a;
+    tc->swiglu_limit = (float)l;
+    tc->swiglu_beta = (float)b;
+    return 0;
+}
+
+static int run_swiglu(inputs *in, cf_tset *out, m3_err *e)
+{
+    int64_t gd[2] = {0, 0}, ud[2];
+    const m3_tensor *g = need(in, "gate", 2, gd, e);
+    if (!g)
+        return -1;
+    memcpy(ud, gd, sizeof ud);
+    const m3_tensor *u = need(in, "up", 2, ud, e);
+    m3_text_config tc;
+    memset(&tc, 0, sizeof tc);
+    if (!u || swiglu_params(in->c, &tc, e))
+        return -1;
+    float *gf = widen(g, in->path, e), *uf = gf ? widen(u, in->path, e) : NULL;
+    int rc = -1;
+    if (uf) {
+        size_t n = (size_t)gd[0] * gd[1];
+        for (size_t i = 0; i < n; i++)
+            gf[i] = m3_round1(m3_swiglu_oai(gf[i], uf[i], tc.swiglu_alpha, tc.swiglu_limit, tc.swiglu_beta),
+                              in->c->mode);
+        rc = cf_tset_add_f(out, "out", 2, gd, gf, e);
+    }
+    free(gf);
+    free(uf);
+    return rc;
+}
+
+static int run_mlp(inputs *in, cf_tset *out, m3_err *e)
+{
+    int64_t xd[2] = {0, 0}, gd[2] = {0, 0}, ud[2], dd[2];
+    const m3_tensor *x = need(in, "x", 2, xd, e);
+    if (!x)
+        return -1;
+    gd[1] = xd[1];
+    const m3_tensor *g = need(in, "gate", 2, gd, e);
+    if (!g)
+        return -1;
+    memcpy(ud, gd, sizeof ud);
+    dd[0] = xd[1];
+    dd[1] = gd[0];
+    const m3_tensor *u = need(in, "up", 2, ud, e), *d = u ? need(in, "down", 2, dd, e) : NULL;
+    m3_text_config tc;
+    memset(&tc, 0, sizeof tc);
+    if (!d || swiglu_params(in->c, &tc, e))
+        return -1;
+    int T = (int)xd[0], H = (int)xd[1], I = (int)gd[0];
+    tc.hidden_size = H;
+    tc.dense_intermediate_size = I;
+    tc.intermediate_size = I;
+    m3_mat gm, um, dm;
+    if (as_mat(&gm, g, 0, I, H, in->path, e) || as_mat(&um, u, 0, I, H, in->path, e) ||
+        as_mat(&dm, d, 0, H, I, in->path, e))
+        return -1;
+    float *xf = widen(x, in->path, e);
+    float *y = malloc((size_t)T * H * sizeof *y), *scr = malloc((size_t)2 * I * sizeof *scr);
+    int rc = -1;
+    if (xf && y && scr) {
+        for (int t = 0; t < T; t++)
+            m3_mlp(y + (size_t)t * H, xf + (size_t)t * H, &gm, &um, &dm, &tc, scr, in->c->mode);
+        rc = cf_tset_add_f(out, "y", 2, xd, y, e);
+    } else if (xf) {
+        m3_fail(e, "out of memory");
+    }
+    free(xf);
+    free(y);
+    free(scr);
+    return rc;
+}
+
+static int run_moe(inputs *in, cf_tset *out, m3_err *e)
+{
+    int64_t xd[2] = {0, 0}, rd[2] = {0, 0}, bd[1], w1d[3] = {0, 0, 0}, w3d[3], w2d[3];
+    int64_t sgd[2] = {0, 0}, sud[2], sdd[2];
+    const m3_tensor *x = need(in, "x", 2, xd, e);
+    if (!x)
+        return -1;
+    rd[1] = xd[1];
+    const m3_tensor *r = need(in, "router", 2, rd, e);
+    if (!r)
+        return -1;
+    bd[0] = rd[0];
+    w1d[0] = rd[0];
+    w1d[2] = xd[1];
+    const m3_tensor *b = need(in, "bias", 1, bd, e), *w1 = b ? need(in, "w1", 3, w1d, e) : NULL;
+    if (!w1)
+        return -1;
+    memcpy(w3d, w1d, sizeof w3d);
+    w2d[0] = w1d[0];
+    w2d[1] = xd[1];
+    w2d[2] = w1d[1];
+    const m3_tensor *w3 = need(in, "w3", 3, w3d, e), *w2 = w3 ? need(in, "w2", 3, w2d, e) : NULL;
+    if (!w2)
+        return -1;
+    sgd[1] = xd[1];
+    const m3_tensor *sg = need(in, "sh_gate", 2, sgd, e);
+    if (!sg)
+        return -1;
+    memcpy(sud, sgd, sizeof sud);
+    sdd[0] = xd[1];
+    sdd[1] = sgd[0];
+    const m3_tensor *su = need(in, "sh_up", 2, sud, e), *sd = su ? need(in, "sh_down", 2, sdd, e) : NULL;
+    m3_text_config tc;
+    memset(&tc, 0, sizeof tc);
+    int k;
+    double scale;
+    if (!sd || swiglu_params(in->c, &tc, e) || param_int(in->c, "topk", 1, (int)rd[0], &k, e) ||
+        cf_case_num_or(in->c, "routed_scaling_factor", 2.0, &scale, e))
+        return -1;
+    int T = (int)xd[0], H = (int)xd[1], E = (int)rd[0], I = (int)w1d[1], Is = (int)sgd[0];
+    tc.hidden_size = H;
+    tc.intermediate_size = I;
+    tc.shared_intermediate_size = Is;
+    tc.dense_intermediate_size = I;
+    tc.num_experts = E;
+    tc.num_experts_per_tok = k;
+    tc.n_shared_experts = 1;
+    tc.routed_scaling_factor = (float)scale;
+    tc.use_routing_bias = 1;
+    m3_layer_weights lw;
+    memset(&lw, 0, sizeof lw);
+    float *xf = NULL, *y = NULL, *scr = NULL, *wt = NULL, *sc = NULL;
+    int32_t *idx = NULL;
+    int rc = -1;
+    lw.exp_gate = calloc((size_t)E, sizeof(m3_mat));
+    lw.exp_up = calloc((size_t)E, sizeof(m3_mat));
+    lw.exp_down = calloc((size_t)E, sizeof(m3_mat));
+    if (!lw.exp_gate || !lw.exp_up || !lw.exp_down) {
+        m3_fail(e, "out of memory");
+        goto done;
+    }
+    if (as_mat(&lw.router, r, 0, E, H, in->path, e) || as_vec(&lw.router_bias, b, in->path, e) ||
+        as_mat(&lw.sh_gate, sg, 0, Is, H, in->path, e) || as_mat(&lw.sh_up, su, 0, Is, H, in->path, e) ||
+        as_mat(&lw.sh_down, sd, 0, H, Is, in->path, e))
+        goto done;
+    for (int x_ = 0; x_ < E; x_++)
+        if (as_mat(&lw.exp_gate[x_], w1, (size_t)x_ * I * H, I, H, in->path, e) ||
+            as_mat(&lw.exp_up[x_], w3, (size_t)x_ * I * H, I, H, in->path, e) ||
+            as_mat(&lw.exp_down[x_], w2, (size_t)x_ * H * I, H, I, in->path, e))
+            goto done;
+    xf = widen(x, in->path, e);
+    y = malloc((size_t)T * H * sizeof *y);
+    scr = malloc((size_t)(2 * I + 2 * Is + 2 * H) * sizeof *scr);
+    wt = malloc((size_t)T * k * sizeof *wt);
+    sc = malloc((size_t)T * E * sizeof *sc);
+    idx = malloc((size_t)T * k * sizeof *idx);
+    if (!xf || !y || !scr || !wt || !sc || !idx) {
+        if (xf)
+            m3_fail(e, "out of memory");
+        goto done;
+    }
+    for (int t = 0; t < T; t++)
+        m3_moe(y + (size_t)t * H, xf + (size_t)t * H, &lw, &tc, idx + (size_t)t * k, wt + (size_t)t * k,
+               sc + (size_t)t * E, scr, in->c->mode);
+    int64_t kd[2] = {T, k}, ed[2] = {T, E};
+    rc = cf_tset_add_f(out, "y", 2, xd, y, e) || cf_tset_add_i(out, "topk_index", 2, kd, idx, e) ||
+                 cf_tset_add_f(out, "topk_weight", 2, kd, wt, e) ||
+                 cf_tset_add_f(out, "aux.scores", 2, ed, sc, e) || add_bias(out, b, in->path, e)
+             ? -1
+             : 0;
+done:
+    free(lw.exp_gate);
+    free(lw.exp_up);
+    free(lw.exp_down);
+    free(xf);
+    free(y);
+    free(scr);
+    free(wt);
+    free(sc);
+    free(idx);
+    return rc;
+}
+
+int cf_ref_component(const cf_case *c, cf_tset *out, m3_err *e)
+{
+    inputs in;
+    memset(&in, 0, sizeof in);
+    in.c = c;
+    snprintf(in.path, sizeof in.path, "%s/inputs.safetensors", c->dir);
+    if (m3_store_open(&in.st, in.path, e))
+        return -1;
+    int rc;
+    const char *k = c->component;
+    if (strcmp(k, "rmsnorm") == 0)
+        rc = run_rmsnorm(&in, out, e);
+    else if (strcmp(k, "rope") == 0)
+        rc = run_rope(&in, out, e);
+    else if (strcmp(k, "attention") == 0)
+        rc = run_attention(&in, 0, out, e);
+    else if (strcmp(k, "msa_attention") == 0)
+        rc = run_attention(&in, 1, out, e);
+    else if (strcmp(k, "msa_select") == 0)
+        rc = run_msa_select(&in, out, e);
+    else if (strcmp(k, "router") == 0)
+        rc = run_router(&in, out, e);
+    else if (strcmp(k, "swiglu") == 0)
+        rc = run_swiglu(&in, out, e);
+    else if (strcmp(k, "mlp") == 0)
+        rc = run_mlp(&in, out, e);
+    else if (strcmp(k, "moe") == 0)
+        rc = run_moe(&in, out, e);
+    else
+        rc = m3_fail(e, "%s: component \"%s\" is not a component case", c->dir, k);
+    m3_store_close(in.st);
+    return rc;
+}
+
+/* ---- model cases --------------------------------------------------------------- */
+int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inp, int chunked, cf_tset *out,
+                 m3_err *e)
+{
+    const cf_tensor *ids = cf_tset_get(inp, "input_ids");
+    if (!ids || !ids->is_int || ids->ndim != 1 || ids->n == 0)
+        return m3_fail(e, "%s/inputs.safetensors: needs \"input_ids\", a non-empty integer vector [T]",
+                       c->dir);
+    int T = (int)ids->n, N = c->max_new_tokens, V = m->cfg.text.vocab_size;
+    int sizes[CF_MAX_CHUNKS], ns = 0;
+    if (chunked && c->nchunks > 0) {
+        long sum = 0;
+        for (int i = 0; i < c->nchunks; i++)
+            sum += c->chunks[i];
+        if (sum != T)
+            return m3_fail(e, "%s/case.json: params.chunks sum to %ld but input_ids has %d tokens",
+                           c->dir, sum, T);
+        memcpy(sizes, c->chunks, (size_t)c->nchunks * sizeof *sizes);
+        ns = c->nchunks;
+    } else {
+        sizes[0] = T;
+        ns = 1;
+    }
+    int maxchunk = 1;
+    for (int i = 0; i < ns; i++)
+        maxchunk = sizes[i] > maxchunk ? sizes[i] : maxchunk;
+    m3_state *s = m3_state_new(m, (int64_t)T + N + 1, c->mode, e);
+    if (!s)
+        return -1;
+    float *logits = malloc((size_t)maxchunk * V * sizeof *logits);
+    int32_t *gen = malloc((size_t)(N ? N : 1) * sizeof *gen);
+    int rc = -1, off = 0, last = 0;
+    if (!logits || !gen) {
+        m3_fail(e, "out of memory for logits [%d, %d]", maxchunk, V);
+        goto done;
+    }
+    for (int i = 0; i < ns; i++) {
+        m3_st_writer *w = m3_st_writer_new();
+        cf_tset part = {0};
+        if (!w) {
+            m3_fail(e, "out of memory");
+            goto done;
+        }
+        int r = m3_forward(m, s, ids->i + off, sizes[i], logits, w, e);
+        if (r == 0)
+            r = cf_tset_from_writer(&part, w, e);
+        if (r == 0)
+            r = cf_tset_append_rows(out, &part, e);
+        m3_st_writer_free(w);
+        cf_tset_free(&part);
+        if (r)
+            goto done;
+        off += sizes[i];
+        last = sizes[i] - 1;
+    }
+    if (N > 0) {
+        const float *row = logits + (size_t)last * V;
+        for (int j = 0; j < N; j++) {
+            gen[j] = m3_argmax(row, V);
+            if (j + 1 < N) {
+                if (m3_forward(m, s, &gen[j], 1, logits, NULL, e))
+                    goto done;
+                row = logits;
+            }
+        }
+        int64_t gd[1] = {N};
+        if (cf_tset_add_i(out, "greedy_tokens", 1, gd, gen, e))
+            goto done;
+    }
+    rc = 0;
+done:
+    m3_state_free(s);
+    free(logits);
+    free(gen);
+    return rc;
+}
+
+int cf_ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int T, cf_tset *out,
+                 m3_err *e)
+{
+    int H = m->cfg.text.hidden_size;
+    m3_state *s = m3_state_new(m, T, mode, e);
+    if (!s)
+        return -1;
+    float *buf = malloc((size_t)T * H * sizeof *buf);
+    m3_st_writer *w = m3_st_writer_new();
+    int rc = -1;
+    if (!buf || !w) {
+        m3_fail(e, "out of memory");
+        goto done;
+    }
+    memcpy(buf, x, (size_t)T * H * sizeof *buf);
+    if (m3_layer_forward(m, s, layer, buf, T, w, e) || cf_tset_from_writer(out, w, e))
+        goto done;
+    char name[64];
+    int64_t sh[2] = {T, H};
+    snprintf(name, sizeof name, "layers.%d.output", layer);
+    if (!cf_tset_get(out, name) && cf_tset_add_f(out, name, 2, sh, buf, e))
+        goto done;
+    snprintf(name, sizeof name, "layers.%d.input", layer);
+    if (!cf_tset_get(out, name) && cf_tset_add_f(out, name, 2, sh, x, e))
+        goto done;
+    rc = 0;
+done:
+    m3_state_free(s);
+    m3_st_writer_free(w);
+    free(buf);
+    return rc;
+}
+
+int cf_ref_head(const m3_model *m, m3_mode mode, const float *x, int T, cf_tset *out, m3_err *e)
+{
+    int H = m->cfg.text.hidden_size, V = m->cfg.text.vocab_size;
+    float *fn = malloc((size_t)T * H * sizeof *fn), *lg = malloc((size_t)T * V * sizeof *lg);
+    int rc = -1;
+    if (!fn || !lg) {
+        m3_fail(e, "out of memory for logits [%d, %d]", T, V);
+        goto done;
+    }
+    for (int t = 0; t < T; t++) {
+        m3_rmsnorm(fn + (size_t)t * H, x + (size_t)t * H, &m->w.final_norm, H, m->cfg.text.rms_norm_eps,
+                   mode);
+        m3_matvec(lg + (size_t)t * V, &m->w.lm_head, fn + (size_t)t * H);
+        m3_round_mode(lg + (size_t)t * V, (size_t)V, mode);
+    }
+    int64_t hd[2] = {T, H}, vd[2] = {T, V};
+    rc = cf_tset_add_f(out, "final_norm", 2, hd, fn, e) || cf_tset_add_f(out, "logits", 2, vd, lg, e) ? -1 : 0;
+done:
+    free(fn);
+    free(lg);
+    return rc;
+}
+
+int cf_ref_teacher_forced(const m3_model *m, m3_mode mode, const cf_tset *feed, cf_tset *out,
+                          m3_err *e)
+{
+    int L = m->cfg.text.num_layers, H = m->cfg.text.hidden_size, T = -1;
+    char name[64];
+    for (int i = 0; i < L; i++) {
+        snprintf(name, sizeof name, "layers.%d.input", i);
+        const cf_tensor *x = cf_tset_get(feed, name);
+        if (!x || x->is_int || x->ndim != 2 || x->shape[1] != H || (T >= 0 && x->shape[0] != T))
+            return m3_fail(e, "teacher forcing needs \"%s\" as a float [T, %d] tensor", name, H);
+        T = (int)x->shape[0];
+        if (cf_ref_layer(m, mode, i, x->f, T, out, e))
+            return m3_fail_prefix(e, "teacher-forced layer %d", i);
+    }
+    snprintf(name, sizeof name, "layers.%d.output", L - 1);
+    const cf_tensor *x = cf_tset_get(feed, name);
+    if (!x || x->is_int || x->ndim != 2 || x->shape[1] != H || x->shape[0] != T)
+        return m3_fail(e, "teacher forcing needs \"%s\" as a float [T, %d] tensor", name, H);
+    return cf_ref_head(m, mode, x->f, T, out, e);
+}
+
+int cf_ref_block_scores(const m3_model *m, m3_mode mode, int layer, const float *xn, int T,
+                        float **bs_out, int *nb_out, m3_err *e)
+{
+    const m3_text_config *tc = &m->cfg.text;
+    if (layer < 0 || layer >= tc->num_layers || !tc->layer_sparse[layer])
+        return m3_fail(e, "layer %d is not a sparse (MSA) layer", layer);
+    const m3_layer_weights *lw = &m->w.layers[layer];
+    int H = tc->hidden_size, G = tc->index_n_heads, d = tc->index_head_dim, B = tc->index_block_size;
+    int rd = tc->rotary_dim, h2 = rd / 2;
+    int NB = m3_msa_num_blocks(T - 1, B);
+    float *iq = malloc((size_t)T * G * d * sizeof *iq), *ik = malloc((size_t)T * d * sizeof *ik);
+    float *cs = malloc((size_t)h2 * sizeof *cs), *sn = malloc((size_t)h2 * sizeof *sn);
+    float *bs = malloc((size_t)G * NB * sizeof *bs), *all = malloc((size_t)G * T * NB * sizeof *all);
+    if (!iq || !ik || !cs || !sn || !bs || !all) {
+        free(iq); free(ik); free(cs); free(sn); free(bs); free(all);
+        return m3_fail(e, "out of memory for block scores of layer %d", layer);
+    }
+    for (int t = 0; t < T; t++) {
+        float *q = iq + (size_t)t * G * d, *k = ik + (size_t)t * d;
+        const float *x = xn + (size_t)t * H;
+        m3_matvec(q, &lw->index_q, x);
+        m3_round_mode(q, (size_t)G * d, mode);
+        m3_rmsnorm_heads(q, G, d, &lw->index_q_norm, tc->rms_norm_eps, mode);
+        m3_matvec(k, &lw->index_k, x);
+        m3_round_mode(k, (size_t)d, mode);
+        m3_rmsnorm_heads(k, 1, d, &lw->index_k_norm, tc->rms_norm_eps, mode);
+        m3_rope_table(cs, sn, t, rd, tc->rope_theta, mode);
+        m3_rope_apply(q, G, d, rd, cs, sn, mode);
+        m3_rope_apply(k, 1, d, rd, cs, sn, mode);
+    }
+    for (int t = 0; t < T; t++) {
+        int nb = m3_msa_num_blocks(t, B);
+        m3_msa_block_scores(bs, iq + (size_t)t * G * d, ik, t, G, d, B);
+        for (int g = 0; g < G; g++)
+            for (int b = 0; b < NB; b++)
+                all[((size_t)g * T + t) * NB + b] = b < nb ? bs[g * nb + b] : -INFINITY;
+    }
+    free(iq); free(ik); free(cs); free(sn); free(bs);
+    *bs_out = all;
+    *nb_out = NB;
+    return 0;
+}

@@ -1,0 +1,787 @@
+/* m3-ref — command-line front end of the m3 reference interpreter.
+ *
+ *   m3-ref forward  --model DIR --tokens 1,2,3 [--dtype fp32|bf16] [--dump OUT.safetensors]
+ *   m3-ref generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]
+ *                   [--greedy | --temperature T --top-p P --top-k K --seed S]
+ *                   [--print-ids] [--dtype fp32|bf16]
+ *   m3-ref inspect  --model DIR
+ *
+ * Every subcommand takes --help and --lenient-config. Exit status: 0 ok,
+ * 1 the model or the run failed (message on stderr), 2 bad command line.
+ * Only this file prints; the library reports through m3_err.
+ */
+#include <cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "err.h"
+#include "inspect.h"
+#include "model.h"
+#include "numerics.h"
+#include "safetensors.h"
+#include "sampling.h"
+
+#define EXIT_RUN 1
+#define EXIT_USAGE 2
+
+/* ------------------------------------------------------------------------ */
+/* help texts                                                               */
+
+static const char *HELP_MAIN =
+    "usage: m3-ref <command> [options]\n"
+    "\n"
+    "The m3 reference interpreter for MiniMax-M3 (model_type minimax_m3_vl) text models.\n"
+    "\n"
+    "commands:\n"
+    "  forward    run token ids through the model once; print a summary, optionally dump\n"
+    "             every activation (embeddings, per-layer streams, block/expert choices,\n"
+    "             logits) to a safetensors file\n"
+    "  generate   continue a token sequence (greedy or sampled), streaming the new tokens\n"
+    "  inspect    print the architecture and a parameter table of a checkpoint\n"
+    "\n"
+    "Run 'm3-ref <command> --help' for the options of a command.\n"
+    "DIR is a checkpoint directory: config.json plus model.safetensors or a sharded\n"
+    "model.safetensors.index.json (public MiniMax-M3 layout or the transformers v5 layout).\n"
+    "Exit status: 0 success, 1 model or run error, 2 bad command line.\n";
+
+static const char *HELP_FORWARD =
+    "usage: m3-ref forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
+    "                      [--lenient-config]\n"
+    "\n"
+    "Run the T token ids through the model in one pass (positions 0..T-1) and print T and the\n"
+    "top-5 entries of the last row of logits.\n"
+    "\n"
+    "  --model DIR            checkpoint directory (config.json + safetensors)\n"
+    "  --tokens IDS           token ids separated by commas and/or spaces, e.g. 1,2,3\n"
+    "                         (each id must be in [0, vocab_size))\n"
+    "  --dtype fp32|bf16      numeric mode (default fp32). fp32 is the golden mode: all math\n"
+    "                         in fp32 on the checkpoint weights; bf16 rounds to bf16 at the\n"
+    "                         points where the upstream bf16 path rounds\n"
+    "  --dump OUT.safetensors write every activation for the T rows (fp32 unless said):\n"
+    "                         embeddings [T,H]; layers.{i}.input, .attn_norm, .attn.output,\n"
+    "                         .post_attn, .ffn_norm, .mlp.output, .output [T,H];\n"
+    "                         layers.{i}.attn.block_indices int32 [G,T,K] (sparse layers);\n"
+    "                         layers.{i}.moe.topk_index int32 [T,k], .moe.topk_weight [T,k],\n"
+    "                         .moe.scores [T,E] (MoE layers); final_norm [T,H]; logits [T,V];\n"
+    "                         eagle3.aux [T,3H] (residual streams entering layers\n"
+    "                         min(2,L-1), L/2, max(L-3,0))\n"
+    "  --lenient-config       warn about unknown config.json keys instead of failing\n"
+    "\n"
+    "example: m3-ref forward --model models/tiny --tokens 1,2,3 --dump /tmp/acts.safetensors\n";
+
+static const char *HELP_GENERATE =
+    "usage: m3-ref generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]\n"
+    "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
+    "                       [--print-ids] [--dtype fp32|bf16] [--lenient-config]\n"
+    "\n"
+    "Continue the prompt one token at a time (KV cache), streaming each new token as it is\n"
+    "produced; stops after N new tokens, at the end-of-sequence token, or when the context\n"
+    "(max_position_embeddings) is full. Timing (tokens/s) goes to stderr at the end.\n"
+    "\n"
+    "  --model DIR            checkpoint directory\n"
+    "  --tokens IDS           prompt token ids, separated by commas and/or spaces\n"
+    "  --prompt TEXT          prompt text (needs DIR/tokenizer.json and tokenizer support)\n"
+    "  --max-new-tokens N     at most N new tokens (default 32)\n"
+    "  --greedy               always take the most likely token (lowest id on ties)\n"
+    "  --temperature T        sampling temperature, > 0\n"
+    "  --top-p P              nucleus sampling mass in (0, 1]; 1 turns it off\n"
+    "  --top-k K              keep the K most likely tokens; 0 turns it off\n"
+    "  --seed S               seed of the sampler's random stream (default 0)\n"
+    "                         Defaults of T, P, K (and greedy when do_sample is false) come\n"
+    "                         from DIR/generation_config.json when present, else\n"
+    "                         temperature 1.0, top_p 0.95, top_k 40.\n"
+    "  --print-ids            stdout carries only the generated ids, comma-separated\n"
+    "  --dtype fp32|bf16      numeric mode (default fp32)\n"
+    "  --lenient-config       warn about unknown config.json keys instead of failing\n"
+    "\n"
+    "The end-of-sequence id is eos_token_id of generation_config.json (a number or a list),\n"
+    "else of config.json. A generated eos is printed, then generation stops.\n"
+    "\n"
+    "example: m3-ref generate --model models/tiny --tokens 1,2,3,4 --max-new-tokens 16 --greedy\n";
+
+static const char *HELP_INSPECT =
+    "usage: m3-ref inspect --model DIR [--lenient-config]\n"
+    "\n"
+    "Print the architecture read from DIR/config.json and a parameter table by group\n"
+    "(embeddings, attention, indexer, routed experts, shared experts, dense MLP, router and\n"
+    "norms, vision, projector, lm_head) with total and active-per-token counts. Weights are\n"
+    "memory-mapped and never read in full.\n";
+
+/* ------------------------------------------------------------------------ */
+/* argument parsing                                                         */
+
+/* Strict decimal integer in [lo, hi]; 0 on success. */
+static int parse_ll(const char *s, long long lo, long long hi, long long *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno == ERANGE || *end != '\0' || end == s || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Strict finite floating-point number; 0 on success. */
+static int parse_float(const char *s, float *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno == ERANGE || *end != '\0' || end == s || !isfinite(v) || fabs(v) > 3.0e38)
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+/* Parse "1,2,3" / "1 2 3" / "1, 2, 3" into a fresh array. Each id is a plain
+ * decimal in [0, INT32_MAX]; empty lists, empty items, signs and other
+ * characters are rejected with a message in why. */
+static int parse_tokens(const char *s, int32_t **out, int *n, char *why, size_t whylen)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 16, cnt = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) {
+        snprintf(why, whylen, "out of memory");
+        return -1;
+    }
+    const char *p = s;
+    int item = 0;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n')
+            p++;
+        if (*p == '\0')
+            break;
+        if (*p < '0' || *p > '9') {
+            if (*p == ',')
+                snprintf(why, whylen, "empty item before the comma at offset %d", (int)(p - s));
+            else
+                snprintf(why, whylen, "item %d: '%c' at offset %d is not a digit (ids are "
+                                      "non-negative integers)",
+                         item, *p, (int)(p - s));
+            free(ids);
+            return -1;
+        }
+        long long v = 0;
+        const char *start = p;
+        while (*p >= '0' && *p <= '9') {
+            v = v * 10 + (*p - '0');
+            if (v > INT32_MAX) {
+                snprintf(why, whylen, "item %d starting at offset %d is larger than %d", item,
+                         (int)(start - s), INT32_MAX);
+                free(ids);
+                return -1;
+            }
+            p++;
+        }
+        if (cnt == cap) {
+            cap *= 2;
+            int32_t *bigger = realloc(ids, cap * sizeof *ids);
+            if (!bigger) {
+                free(ids);
+                snprintf(why, whylen, "out of memory");
+                return -1;
+            }
+            ids = bigger;
+        }
+        ids[cnt++] = (int32_t)v;
+        item++;
+        while (*p == ' ' || *p == '\t' || *p == '\n')
+            p++;
+        if (*p == ',') {
+            p++;
+            while (*p == ' ' || *p == '\t' || *p == '\n')
+                p++;
+            if (*p == '\0' || *p == ',') {
+                snprintf(why, whylen, "empty item after the comma at offset %d", (int)(p - s));
+                free(ids);
+                return -1;
+            }
+        } else if (*p != '\0' && (*p < '0' || *p > '9')) {
+            snprintf(why, whylen, "item %d: '%c' at offset %d is not a digit or separator", item,
+                     *p, (int)(p - s));
+            free(ids);
+            return -1;
+        }
+    }
+    if (cnt == 0) {
+        snprintf(why, whylen, "no token ids given (empty list)");
+        free(ids);
+        return -1;
+    }
+    if (cnt > INT_MAX) {
+        snprintf(why, whylen, "too many token ids");
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    *n = (int)cnt;
+    return 0;
+}
+
+typedef struct cli_opts {
+    const char *model;
+    const char *tokens;
+    const char *prompt;
+    const char *dump;
+    const char *dtype;
+    long long max_new;
+    int greedy;
+    int have_temp, have_top_p, have_top_k, have_seed;
+    float temperature, top_p;
+    long long top_k, seed;
+    int print_ids;
+    int lenient;
+    int help;
+} cli_opts;
+
+enum { ALLOW_TOKENS = 1, ALLOW_PROMPT = 2, ALLOW_DUMP = 4, ALLOW_DTYPE = 8, ALLOW_GEN = 16 };
+
+static int usage_error(const char *cmd, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "m3-ref %s: ", cmd);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(run 'm3-ref %s --help' for usage)\n", cmd);
+    return -1;
+}
+
+/* Parse argv[0..argc) of a subcommand into o. Returns 0, or -1 after printing. */
+static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_new = 32;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        int has_val = 0;
+#define TAKES_VALUE()                                                                              \
+    do {                                                                                           \
+        if (i + 1 >= argc)                                                                         \
+            return usage_error(cmd, "option %s needs a value", a);                                 \
+        val = argv[++i];                                                                           \
+        has_val = 1;                                                                               \
+    } while (0)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            o->help = 1;
+            return 0;
+        } else if (!strcmp(a, "--model")) {
+            TAKES_VALUE();
+            o->model = val;
+        } else if (!strcmp(a, "--lenient-config")) {
+            o->lenient = 1;
+        } else if (!strcmp(a, "--tokens") && (allow & ALLOW_TOKENS)) {
+            TAKES_VALUE();
+            o->tokens = val;
+        } else if (!strcmp(a, "--prompt") && (allow & ALLOW_PROMPT)) {
+            TAKES_VALUE();
+            o->prompt = val;
+        } else if (!strcmp(a, "--dump") && (allow & ALLOW_DUMP)) {
+            TAKES_VALUE();
+            if (!*val)
+                return usage_error(cmd, "%s: empty output path", "--dump");
+            o->dump = val;
+        } else if (!strcmp(a, "--dtype") && (allow & ALLOW_DTYPE)) {
+            TAKES_VALUE();
+            if (strcmp(val, "fp32") && strcmp(val, "bf16"))
+                return usage_error(cmd, "--dtype must be fp32 or bf16 (got '%s')", val);
+            o->dtype = val;
+        } else if (!strcmp(a, "--max-new-tokens") && (allow & ALLOW_GEN)) {
+            TAKES_VALUE();
+            if (parse_ll(val, 0, INT_MAX, &o->max_new))
+                return usage_error(cmd, "--max-new-tokens needs an integer >= 0 (got '%s')", val);
+        } else if (!strcmp(a, "--greedy") && (allow & ALLOW_GEN)) {
+            o->greedy = 1;
+        } else if (!strcmp(a, "--temperature") && (allow & ALLOW_GEN)) {
+            TAKES_VALUE();
+            if (parse_float(val, &o->temperature) || !(o->temperature > 0.0f))
+                return usage_error(cmd, "--temperature needs a number > 0 (got '%s'; use --greedy "
+                                        "for argmax decoding)",
+                                   val);
+            o->have_temp = 1;
+        } else if (!strcmp(a, "--top-p") && (allow & ALLOW_GEN)) {
+            TAKES_VALUE();
+            if (parse_float(val, &o->top_p) || !(o->top_p > 0.0f) || o->top_p > 1.0f)
+                return usage_error(cmd, "--top-p needs a number in (0, 1] (got '%s')", val);
+            o->have_top_p = 1;
+        } else if (!strcmp(a, "--top-k") && (allow & ALLOW_GEN)) {
+            TAKES_VALUE();
+            if (parse_ll(val, 0, INT_MAX, &o->top_k))
+                return usage_error(cmd, "--top-k needs an integer >= 0 (got '%s')", val);
+            o->have_top_k = 1;
+        } else if (!strcmp(a, "--seed") && (allow & ALLOW_GEN)) {
+            TAKES_VALUE();
+            if (parse_ll(val, 0, LLONG_MAX, &o->seed))
+                return usage_error(cmd, "--seed needs an integer >= 0 (got '%s')", val);
+            o->have_seed = 1;
+        } else if (!strcmp(a, "--print-ids") && (allow & ALLOW_GEN)) {
+            o->print_ids = 1;
+        } else {
+            return usage_error(cmd, "unknown option or argument '%s'", a);
+        }
+        (void)has_val;
+#undef TAKES_VALUE
+    }
+    if (!o->model)
+        return usage_error(cmd, "%s is required", "--model DIR");
+    return 0;
+}
+
+static m3_mode mode_of(const cli_opts *o)
+{
+    return o->dtype && !strcmp(o->dtype, "bf16") ? M3_MODE_BF16 : M3_MODE_FP32;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Open the model in o->model, printing the error or the mtp notice. */
+static int open_model(const char *cmd, m3_model *m, const cli_opts *o)
+{
+    m3_err e = {{0}};
+    m3_model_opts mo = {.lenient_config = o->lenient, .quiet = 0};
+    if (m3_model_open(m, o->model, &mo, &e) != 0) {
+        fprintf(stderr, "m3-ref %s: %s\n", cmd, e.msg);
+        return -1;
+    }
+    if (m->w.ignored_mtp > 0)
+        fprintf(stderr, "note: ignored %d mtp.* tensors\n", m->w.ignored_mtp);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* tokenizer seam                                                           */
+
+/* Turn --prompt TEXT into token ids. This is the one place the tokenizer
+ * (ref/tokenizer.h, built separately) is wired in; until then a prompt is
+ * refused with a message saying what is missing. */
+static int prompt_to_ids(const char *dir, const char *text, int32_t **ids, int *n, char *why,
+                         size_t whylen)
+{
+    char path[4200];
+    *ids = NULL;
+    *n = 0;
+    if (!*text) {
+        snprintf(why, whylen, "empty prompt");
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(why, whylen, "--prompt needs a tokenizer, but %s does not exist; pass token ids "
+                              "with --tokens instead",
+                 path);
+        return -1;
+    }
+    fclose(f);
+    snprintf(why, whylen, "--prompt needs tokenizer support, which this build of m3-ref does not "
+                          "have yet; pass token ids with --tokens instead");
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* forward                                                                  */
+
+static int cmd_forward(int argc, char **argv)
+{
+    cli_opts o;
+    if (parse_opts("forward", argc, argv, ALLOW_TOKENS | ALLOW_DUMP | ALLOW_DTYPE, &o) != 0)
+        return EXIT_USAGE;
+    if (o.help) {
+        fputs(HELP_FORWARD, stdout);
+        return 0;
+    }
+    if (!o.tokens) {
+        usage_error("forward", "%s is required", "--tokens IDS");
+        return EXIT_USAGE;
+    }
+    int32_t *ids = NULL;
+    int T = 0;
+    char why[256];
+    if (parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
+        fprintf(stderr, "m3-ref forward: --tokens: %s\n", why);
+        return EXIT_USAGE;
+    }
+
+    int rc = EXIT_RUN;
+    m3_model m;
+    m3_state *s = NULL;
+    m3_st_writer *w = NULL;
+    float *logits = NULL;
+    m3_err e = {{0}};
+    memset(&m, 0, sizeof m);
+    if (open_model("forward", &m, &o) != 0)
+        goto out;
+    const int V = m.cfg.text.vocab_size;
+    const m3_mode mode = mode_of(&o);
+    s = m3_state_new(&m, T, mode, &e);
+    if (!s)
+        goto fail;
+    logits = malloc((size_t)T * (size_t)V * sizeof *logits);
+    if (!logits) {
+        m3_fail(&e, "cannot allocate logits [%d, %d]", T, V);
+        goto fail;
+    }
+    if (o.dump && !(w = m3_st_writer_new())) {
+        m3_fail(&e, "cannot allocate the dump writer");
+        goto fail;
+    }
+    double t0 = now_s();
+    if (m3_forward(&m, s, ids, T, logits, w, &e) != 0)
+        goto fail;
+    double dt = now_s() - t0;
+    if (w) {
+        char buf[64];
+        if (m3_st_writer_meta(w, "mode", mode == M3_MODE_BF16 ? "bf16" : "fp32", &e) != 0 ||
+            m3_st_writer_meta(w, "producer", "m3-ref forward", &e) != 0)
+            goto fail;
+        snprintf(buf, sizeof buf, "%d", T);
+        if (m3_st_writer_meta(w, "T", buf, &e) != 0 || m3_st_writer_save(w, o.dump, &e) != 0)
+            goto fail;
+    }
+
+    /* summary: T and the top-5 of the last row */
+    const float *last = logits + (size_t)(T - 1) * (size_t)V;
+    int top[5], ntop = V < 5 ? V : 5;
+    for (int j = 0; j < ntop; j++) {
+        int best = -1;
+        for (int v = 0; v < V; v++) {
+            int used = 0;
+            for (int q = 0; q < j; q++)
+                used |= top[q] == v;
+            if (!used && (best < 0 || last[v] > last[best]))
+                best = v;
+        }
+        top[j] = best;
+    }
+    printf("T=%d mode=%s layers=%d vocab=%d (%.3f s)\n", T, mode == M3_MODE_BF16 ? "bf16" : "fp32",
+           m.cfg.text.num_layers, V, dt);
+    printf("top-5 of logits[%d]:", T - 1);
+    for (int j = 0; j < ntop; j++)
+        printf(" %d (%.6g)%s", top[j], (double)last[top[j]], j + 1 < ntop ? "," : "");
+    printf("\n");
+    if (o.dump)
+        printf("dump: %s\n", o.dump);
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "m3-ref forward: %s\n", e.msg);
+out:
+    free(logits);
+    m3_st_writer_free(w);
+    m3_state_free(s);
+    m3_model_close(&m);
+    free(ids);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* generate                                                                 */
+
+typedef struct gen_defaults {
+    int greedy;
+    float temperature, top_p;
+    int top_k;
+    int n_eos;
+    int eos[16];
+} gen_defaults;
+
+/* Read DIR/generation_config.json when present. 0 ok (absent is ok), -1 on a
+ * malformed file (message in why). */
+static int load_generation_config(const char *dir, gen_defaults *g, char *why, size_t whylen)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    char *text = NULL;
+    long len = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        len = ftell(f);
+    if (len < 0 || len > (1L << 20) || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        snprintf(why, whylen, "%s: cannot read (or larger than 1 MiB)", path);
+        return -1;
+    }
+    text = malloc((size_t)len + 1);
+    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) {
+        free(text);
+        fclose(f);
+        snprintf(why, whylen, "%s: cannot read", path);
+        return -1;
+    }
+    fclose(f);
+    text[len] = '\0';
+    cJSON *j = cJSON_ParseWithLength(text, (size_t)len);
+    free(text);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        snprintf(why, whylen, "%s: not a well-formed JSON object", path);
+        return -1;
+    }
+    int rc = 0;
+    const cJSON *it;
+    if ((it = cJSON_GetObjectItemCaseSensitive(j, "do_sample"))) {
+        if (!cJSON_IsBool(it)) {
+            snprintf(why, whylen, "%s: do_sample must be true or false", path);
+            rc = -1;
+        } else if (cJSON_IsFalse(it)) {
+            g->greedy = 1;
+        }
+    }
+    if (!rc && (it = cJSON_GetObjectItemCaseSensitive(j, "temperature"))) {
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0.0) || it->valuedouble > 1e6) {
+            snprintf(why, whylen, "%s: temperature must be a number >= 0", path);
+            rc = -1;
+        } else if (it->valuedouble == 0.0) {
+            g->greedy = 1;
+        } else {
+            g->temperature = (float)it->valuedouble;
+        }
+    }
+    if (!rc && (it = cJSON_GetObjectItemCaseSensitive(j, "top_p"))) {
+        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0.0) || it->valuedouble > 1.0) {
+            snprintf(why, whylen, "%s: top_p must be a number in (0, 1]", path);
+            rc = -1;
+        } else {
+            g->top_p = (float)it->valuedouble;
+        }
+    }
+    if (!rc && (it = cJSON_GetObjectItemCaseSensitive(j, "top_k"))) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > INT_MAX ||
+            it->valuedouble != floor(it->valuedouble)) {
+            snprintf(why, whylen, "%s: top_k must be an integer >= 0", path);
+            rc = -1;
+        } else {
+            g->top_k = (int)it->valuedouble;
+        }
+    }
+    if (!rc && (it = cJSON_GetObjectItemCaseSensitive(j, "eos_token_id")) && !cJSON_IsNull(it)) {
+        g->n_eos = 0;
+        if (cJSON_IsNumber(it)) {
+            g->eos[g->n_eos++] = (int)it->valuedouble;
+        } else if (cJSON_IsArray(it)) {
+            const cJSON *x;
+            cJSON_ArrayForEach(x, it)
+            {
+                if (!cJSON_IsNumber(x) || g->n_eos == 16) {
+                    rc = -1;
+                    break;
+                }
+                g->eos[g->n_eos++] = (int)x->valuedouble;
+            }
+        } else {
+            rc = -1;
+        }
+        if (rc)
+            snprintf(why, whylen, "%s: eos_token_id must be an integer or a list of at most 16",
+                     path);
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+static int cmd_generate(int argc, char **argv)
+{
+    cli_opts o;
+    if (parse_opts("generate", argc, argv,
+                   ALLOW_TOKENS | ALLOW_PROMPT | ALLOW_DTYPE | ALLOW_GEN, &o) != 0)
+        return EXIT_USAGE;
+    if (o.help) {
+        fputs(HELP_GENERATE, stdout);
+        return 0;
+    }
+    if (!!o.tokens == !!o.prompt) {
+        usage_error("generate", "%s", "give exactly one of --tokens IDS and --prompt TEXT");
+        return EXIT_USAGE;
+    }
+    if (o.greedy && (o.have_temp || o.have_top_p || o.have_top_k || o.have_seed)) {
+        usage_error("generate", "%s", "--greedy cannot be combined with --temperature, --top-p, "
+                                      "--top-k or --seed");
+        return EXIT_USAGE;
+    }
+    int32_t *ids = NULL;
+    int T = 0;
+    char why[512];
+    if (o.tokens && parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
+        fprintf(stderr, "m3-ref generate: --tokens: %s\n", why);
+        return EXIT_USAGE;
+    }
+    if (o.prompt && prompt_to_ids(o.model, o.prompt, &ids, &T, why, sizeof why) != 0) {
+        fprintf(stderr, "m3-ref generate: %s\n", why);
+        return EXIT_RUN;
+    }
+
+    int rc = EXIT_RUN;
+    m3_model m;
+    m3_state *s = NULL;
+    float *logits = NULL;
+    m3_sampler sp;
+    int have_sampler = 0;
+    m3_err e = {{0}};
+    memset(&m, 0, sizeof m);
+    if (open_model("generate", &m, &o) != 0)
+        goto out;
+
+    /* sampling settings: flags override generation_config.json, which overrides the built-in
+     * defaults (temperature 1.0, top_p 0.95, top_k 40) */
+    gen_defaults g = {.greedy = 0, .temperature = 1.0f, .top_p = 0.95f, .top_k = 40, .n_eos = 1};
+    g.eos[0] = m.cfg.text.eos_token_id;
+    if (load_generation_config(o.model, &g, why, sizeof why) != 0) {
+        m3_fail(&e, "%s", why);
+        goto fail;
+    }
+    int greedy = o.greedy || (g.greedy && !o.have_temp && !o.have_top_p && !o.have_top_k);
+    float temp = o.have_temp ? o.temperature : g.temperature;
+    float top_p = o.have_top_p ? o.top_p : g.top_p;
+    int top_k = o.have_top_k ? (int)o.top_k : g.top_k;
+    const int V = m.cfg.text.vocab_size;
+    if (m3_sampler_init(&sp, V, greedy, temp, top_k, top_p, (uint64_t)o.seed) != 0) {
+        m3_fail(&e, "cannot allocate the sampler for vocab %d", V);
+        goto fail;
+    }
+    have_sampler = 1;
+
+    /* capacity: prompt + new tokens, capped by the context length (generation stops there) */
+    int64_t cap = (int64_t)T + o.max_new;
+    const int64_t maxpos = m.cfg.text.max_position_embeddings;
+    int capped = 0;
+    if (maxpos > 0 && cap > maxpos && T <= maxpos) {
+        cap = maxpos;
+        capped = 1;
+    }
+    s = m3_state_new(&m, cap, mode_of(&o), &e);
+    if (!s)
+        goto fail;
+    logits = malloc((size_t)V * sizeof *logits);
+    if (!logits) {
+        m3_fail(&e, "cannot allocate logits [%d]", V);
+        goto fail;
+    }
+
+    /* prefill: all but the last prompt token without logits, then the last with */
+    double t0 = now_s();
+    if (T > 1 && m3_forward(&m, s, ids, T - 1, NULL, NULL, &e) != 0)
+        goto fail;
+    if (m3_forward(&m, s, ids + T - 1, 1, logits, NULL, &e) != 0)
+        goto fail;
+    double t_prefill = now_s() - t0;
+
+    if (!o.print_ids)
+        fprintf(stderr, "m3-ref: no tokenizer wired in; printing token ids\n");
+    long long produced = 0;
+    int stop_eos = 0;
+    double t1 = now_s();
+    while (produced < o.max_new) {
+        int32_t tok = m3_sample(&sp, logits);
+        if (o.print_ids)
+            printf("%s%d", produced ? "," : "", (int)tok);
+        else
+            printf("%s%d", produced ? " " : "", (int)tok);
+        fflush(stdout);
+        produced++;
+        for (int j = 0; j < g.n_eos; j++)
+            stop_eos |= tok == g.eos[j];
+        if (stop_eos || produced == o.max_new)
+            break;
+        if (m3_state_len(s) >= cap)
+            break;
+        if (m3_forward(&m, s, &tok, 1, logits, NULL, &e) != 0) {
+            printf("\n");
+            goto fail;
+        }
+    }
+    double t_decode = now_s() - t1;
+    printf("\n");
+    fflush(stdout);
+    if (stop_eos)
+        fprintf(stderr, "m3-ref: stopped at end-of-sequence token\n");
+    else if (produced < o.max_new && capped)
+        fprintf(stderr, "m3-ref: stopped at the context limit (max_position_embeddings %lld)\n",
+                (long long)maxpos);
+    /* produced tokens came from produced - 1 decode steps plus the prefill */
+    long long steps = produced > 0 ? produced - 1 : 0;
+    fprintf(stderr,
+            "m3-ref: %s; prefill %d tokens in %.3f s (%.1f tokens/s); decode %lld tokens in "
+            "%.3f s (%.2f tokens/s)\n",
+            greedy ? "greedy" : "sampled", T, t_prefill, t_prefill > 0 ? T / t_prefill : 0.0,
+            steps, t_decode, t_decode > 0 ? (double)steps / t_decode : 0.0);
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "m3-ref generate: %s\n", e.msg);
+out:
+    if (have_sampler)
+        m3_sampler_free(&sp);
+    free(logits);
+    m3_state_free(s);
+    m3_model_close(&m);
+    free(ids);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* inspect                                                                  */
+
+static int cmd_inspect(int argc, char **argv)
+{
+    cli_opts o;
+    if (parse_opts("inspect", argc, argv, 0, &o) != 0)
+        return EXIT_USAGE;
+    if (o.help) {
+        fputs(HELP_INSPECT, stdout);
+        return 0;
+    }
+    m3_model m;
+    memset(&m, 0, sizeof m);
+    if (open_model("inspect", &m, &o) != 0)
+        return EXIT_RUN;
+    m3_err e = {{0}};
+    int rc = 0;
+    if (m3_inspect_print(stdout, &m.cfg, m.store, &e) != 0) {
+        fprintf(stderr, "m3-ref inspect: %s\n", e.msg);
+        rc = EXIT_RUN;
+    }
+    m3_model_close(&m);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(HELP_MAIN, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(HELP_MAIN, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "forward"))
+        return cmd_forward(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate"))
+        return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "inspect"))
+        return cmd_inspect(argc - 2, argv + 2);
+    fprintf(stderr, "m3-ref: unknown command '%s'\n\n", cmd);
+    fputs(HELP_MAIN, stderr);
+    return EXIT_USAGE;
+}

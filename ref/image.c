@@ -1,0 +1,268 @@
+/* image.c — PNG (libpng) and JPEG (libjpeg-turbo) decoding to RGB8.
+ *
+ * Spec: M3-VIS-DECODE-1. Both decoders report errors through longjmp from
+ * the library's error callback back into the decode function; every size is
+ * checked against the caps in image.h before the pixel buffer is allocated.
+ */
+#include "image.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <png.h>
+
+void m3_image_free(m3_image *img)
+{
+    if (!img)
+        return;
+    free(img->rgb);
+    img->rgb = NULL;
+    img->width = img->height = 0;
+}
+
+static int check_size(const char *name, unsigned long w, unsigned long h, m3_err *e)
+{
+    if (w == 0 || h == 0)
+        return m3_fail(e, "%s: image has zero size (%lux%lu)", name, w, h);
+    if (w > M3_IMAGE_MAX_SIDE || h > M3_IMAGE_MAX_SIDE)
+        return m3_fail(e, "%s: image %lux%lu exceeds the side limit %d", name, w, h,
+                       M3_IMAGE_MAX_SIDE);
+    if ((unsigned long long)w * h > M3_IMAGE_MAX_PIXELS)
+        return m3_fail(e, "%s: image %lux%lu exceeds the pixel limit %u", name, w, h,
+                       M3_IMAGE_MAX_PIXELS);
+    return 0;
+}
+
+/* ---- PNG -------------------------------------------------------------- */
+
+typedef struct png_src {
+    const uint8_t *data;
+    size_t len, pos;
+    const char *name;
+    m3_err *e;
+    char msg[256];
+} png_src;
+
+static void png_read_mem(png_structp png, png_bytep out, png_size_t n)
+{
+    png_src *src = png_get_io_ptr(png);
+    if (n > src->len - src->pos)
+        png_error(png, "file is truncated");
+    memcpy(out, src->data + src->pos, n);
+    src->pos += n;
+}
+
+static void png_on_error(png_structp png, png_const_charp msg)
+{
+    png_src *src = png_get_error_ptr(png);
+    snprintf(src->msg, sizeof src->msg, "%s", msg);
+    png_longjmp(png, 1);
+}
+
+static void png_on_warning(png_structp png, png_const_charp msg)
+{
+    (void)png;
+    (void)msg; /* warnings (e.g. known-incorrect sRGB profile) are not errors */
+}
+
+static int decode_png(m3_image *img, const uint8_t *data, size_t len, const char *name,
+                      m3_err *e)
+{
+    png_src src = {data, len, 0, name, e, ""};
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error,
+                                             png_on_warning);
+    if (!png)
+        return m3_fail(e, "%s: out of memory starting the PNG decoder", name);
+    png_infop info = png_create_info_struct(png);
+    /* volatile: modified between setjmp and a possible longjmp. */
+    uint8_t *volatile rgb = NULL;
+    png_bytep *volatile rows = NULL;
+    if (!info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        return m3_fail(e, "%s: out of memory starting the PNG decoder", name);
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        free(rgb);
+        free(rows);
+        png_destroy_read_struct(&png, &info, NULL);
+        return m3_fail(e, "%s: corrupt PNG: %s", name, src.msg[0] ? src.msg : "decode error");
+    }
+    png_set_read_fn(png, &src, png_read_mem);
+    png_set_user_limits(png, M3_IMAGE_MAX_SIDE, M3_IMAGE_MAX_SIDE);
+    png_set_chunk_malloc_max(png, 64u << 20);
+    png_read_info(png, info);
+    png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+    if (check_size(name, w, h, e)) {
+        png_destroy_read_struct(&png, &info, NULL);
+        return -1;
+    }
+    int color = png_get_color_type(png, info);
+    int depth = png_get_bit_depth(png, info);
+    /* Everything to 8-bit RGB, alpha stripped without compositing. */
+    if (color == PNG_COLOR_TYPE_PALETTE)
+        png_set_palette_to_rgb(png);
+    if (color == PNG_COLOR_TYPE_GRAY && depth < 8)
+        png_set_expand_gray_1_2_4_to_8(png);
+    if (depth == 16)
+        png_set_strip_16(png); /* keeps the high byte */
+    if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA)
+        png_set_gray_to_rgb(png);
+    png_set_strip_alpha(png);
+    (void)png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    if (png_get_rowbytes(png, info) != (size_t)w * 3)
+        png_error(png, "unexpected row layout after conversion to RGB8");
+    rgb = malloc((size_t)w * h * 3);
+    rows = malloc((size_t)h * sizeof *rows);
+    if (!rgb || !rows)
+        png_error(png, "out of memory for the pixels");
+    for (png_uint_32 y = 0; y < h; y++)
+        rows[y] = rgb + (size_t)y * w * 3;
+    png_read_image(png, rows);
+    png_read_end(png, NULL);
+    png_destroy_read_struct(&png, &info, NULL);
+    free(rows);
+    img->width = (int)w;
+    img->height = (int)h;
+    img->rgb = rgb;
+    return 0;
+}
+
+/* ---- JPEG ------------------------------------------------------------- */
+
+typedef struct jpeg_err {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    char msg[JMSG_LENGTH_MAX];
+} jpeg_err;
+
+static void jpeg_on_error(j_common_ptr cinfo)
+{
+    jpeg_err *je = (jpeg_err *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, je->msg);
+    longjmp(je->jb, 1);
+}
+
+static void jpeg_on_message(j_common_ptr cinfo)
+{
+    (void)cinfo; /* corrupt-data warnings are treated below via num_warnings */
+}
+
+static int decode_jpeg(m3_image *img, const uint8_t *data, size_t len, const char *name,
+                       m3_err *e)
+{
+    struct jpeg_decompress_struct cinfo;
+    jpeg_err je;
+    uint8_t *volatile rgb = NULL;
+    uint8_t *volatile row = NULL;
+    memset(&cinfo, 0, sizeof cinfo);
+    cinfo.err = jpeg_std_error(&je.pub);
+    je.pub.error_exit = jpeg_on_error;
+    je.pub.output_message = jpeg_on_message;
+    je.msg[0] = 0;
+    if (setjmp(je.jb)) {
+        jpeg_destroy_decompress(&cinfo);
+        free(rgb);
+        free(row);
+        return m3_fail(e, "%s: corrupt JPEG: %s", name, je.msg[0] ? je.msg : "decode error");
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    jpeg_read_header(&cinfo, TRUE);
+    if (check_size(name, cinfo.image_width, cinfo.image_height, e)) {
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    int cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+    cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    size_t w = cinfo.output_width, h = cinfo.output_height;
+    int nc = cinfo.output_components;
+    rgb = malloc(w * h * 3);
+    row = malloc(w * (size_t)nc);
+    if (!rgb || !row) {
+        strcpy(je.msg, "out of memory for the pixels");
+        longjmp(je.jb, 1);
+    }
+    while (cinfo.output_scanline < h) {
+        size_t y = cinfo.output_scanline;
+        JSAMPROW rp = row;
+        jpeg_read_scanlines(&cinfo, &rp, 1);
+        uint8_t *dst = rgb + y * w * 3;
+        for (size_t x = 0; x < w; x++) {
+            if (nc == 3) {
+                memcpy(dst + 3 * x, row + 3 * x, 3);
+            } else if (nc == 4) {
+                /* Adobe CMYK JPEGs store inverted values; as PIL does, treat
+                 * the samples as inverted and take R = C*K/255 etc. */
+                unsigned c = row[4 * x], m = row[4 * x + 1], yy = row[4 * x + 2],
+                         k = row[4 * x + 3];
+                dst[3 * x] = (uint8_t)((c * k + 127) / 255);
+                dst[3 * x + 1] = (uint8_t)((m * k + 127) / 255);
+                dst[3 * x + 2] = (uint8_t)((yy * k + 127) / 255);
+            } else {
+                dst[3 * x] = dst[3 * x + 1] = dst[3 * x + 2] = row[x];
+            }
+        }
+    }
+    /* A truncated stream decodes with warnings and grey fill; reject it. */
+    if (je.pub.num_warnings > 0) {
+        (*je.pub.format_message)((j_common_ptr)&cinfo, je.msg);
+        jpeg_destroy_decompress(&cinfo);
+        free(rgb);
+        free(row);
+        return m3_fail(e, "%s: corrupt JPEG: %s", name, je.msg);
+    }
+    jpeg_finish_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    free(row);
+    img->width = (int)w;
+    img->height = (int)h;
+    img->rgb = rgb;
+    return 0;
+}
+
+int m3_image_decode(m3_image *img, const uint8_t *data, size_t len, const char *name, m3_err *e)
+{
+    static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    memset(img, 0, sizeof *img);
+    if (len >= 8 && memcmp(data, png_sig, 8) == 0)
+        return decode_png(img, data, len, name, e);
+    if (len >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff)
+        return decode_jpeg(img, data, len, name, e);
+    return m3_fail(e, "%s: not a PNG or JPEG file (unknown signature)", name);
+}
+
+int m3_image_load(m3_image *img, const char *path, m3_err *e)
+{
+    memset(img, 0, sizeof *img);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return m3_fail(e, "%s: cannot open: %s", path, strerror(errno));
+    uint8_t *buf = NULL;
+    long len = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        len = ftell(f);
+    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return m3_fail(e, "%s: cannot determine the file size", path);
+    }
+    if (len > (256L << 20)) {
+        fclose(f);
+        return m3_fail(e, "%s: file of %ld bytes exceeds the 256 MiB image file limit", path, len);
+    }
+    buf = malloc(len > 0 ? (size_t)len : 1);
+    if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        fclose(f);
+        return m3_fail(e, "%s: read failed", path);
+    }
+    fclose(f);
+    int rc = m3_image_decode(img, buf, (size_t)len, path, e);
+    free(buf);
+    return rc;
+}

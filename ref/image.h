@@ -1,0 +1,34 @@
+/* image.h — decode PNG and JPEG files into 8-bit RGB.
+ *
+ * Spec: M3-VIS-DECODE-1 (every PNG colour type and bit depth, interlaced or
+ * not, and baseline/progressive/grey/CMYK JPEG become RGB8; alpha is dropped
+ * without compositing, as PIL's convert("RGB") does; 16-bit samples keep
+ * their high byte; grey is replicated to R, G and B).
+ *
+ * Limits (documented caps, checked before any allocation): width and height
+ * at most M3_IMAGE_MAX_SIDE and width*height at most M3_IMAGE_MAX_PIXELS.
+ */
+#ifndef M3_IMAGE_H
+#define M3_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define M3_IMAGE_MAX_SIDE 32768
+#define M3_IMAGE_MAX_PIXELS (1u << 28) /* 268M pixels, 768 MiB as RGB8 */
+
+typedef struct m3_image {
+    int width, height;
+    uint8_t *rgb; /* [height, width, 3], owned; free with m3_image_free */
+} m3_image;
+
+/* Decode the PNG or JPEG file at path (format from its signature). */
+int m3_image_load(m3_image *img, const char *path, m3_err *e);
+/* Decode from memory; name is used in messages. */
+int m3_image_decode(m3_image *img, const uint8_t *data, size_t len, const char *name, m3_err *e);
+/* Free the pixels; safe on a zeroed struct. */
+void m3_image_free(m3_image *img);
+
+#endif

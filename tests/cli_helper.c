@@ -1,0 +1,153 @@
+/* cli_helper.c — helper program for tests/cli_test.sh (not a test itself).
+ *
+ *   cli_helper fixture DIR [--layers N] [--mtp N] [--eos ID] [--max-pos N] [--seed S]
+ *       write a tiny random M3 checkpoint (tests/fixture.h) into DIR
+ *   cli_helper dump-check DUMP DIR T [--bf16]
+ *       check that DUMP holds exactly the activation names of a T-row forward
+ *       of the model in DIR (M3-DUMP-*), with the right shapes and dtypes;
+ *       with --bf16 every fp32 value must also be a bf16 value
+ * Prints "ok ..." and exits 0, or prints the problem and exits 1.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "fixture.h"
+#include "safetensors.h"
+
+static int cmd_fixture(int argc, char **argv)
+{
+    if (argc < 1) {
+        fprintf(stderr, "usage: cli_helper fixture DIR [options]\n");
+        return 2;
+    }
+    m3_fixture_opts o;
+    m3_fixture_defaults(&o);
+    for (int i = 1; i + 1 < argc; i += 2) {
+        long long v = atoll(argv[i + 1]);
+        if (!strcmp(argv[i], "--layers"))
+            o.num_layers = (int)v;
+        else if (!strcmp(argv[i], "--mtp"))
+            o.mtp_tensors = (int)v;
+        else if (!strcmp(argv[i], "--eos"))
+            o.eos_token_id = (int)v;
+        else if (!strcmp(argv[i], "--max-pos"))
+            o.max_position_embeddings = v;
+        else if (!strcmp(argv[i], "--seed"))
+            o.seed = (uint64_t)v;
+        else {
+            fprintf(stderr, "cli_helper fixture: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    m3_err e = {{0}};
+    if (m3_fixture_write(argv[0], &o, &e) != 0) {
+        fprintf(stderr, "cli_helper fixture: %s\n", e.msg);
+        return 1;
+    }
+    printf("ok fixture %s (%d layers, vocab %d)\n", argv[0], o.num_layers, o.vocab_size);
+    return 0;
+}
+
+static int check(const m3_store *st, const char *name, m3_dtype dt, int ndim, int64_t d0,
+                 int64_t d1, int64_t d2, int bf16, int *count)
+{
+    const m3_tensor *t = m3_store_get(st, name);
+    if (!t) {
+        fprintf(stderr, "dump-check: missing %s\n", name);
+        return -1;
+    }
+    int64_t want[3] = {d0, d1, d2};
+    int ok = t->dtype == dt && t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++)
+        ok = t->shape[i] == want[i];
+    if (!ok) {
+        fprintf(stderr, "dump-check: %s has dtype %s ndim %d shape [%lld, %lld, %lld]; want %s "
+                        "[%lld, %lld, %lld]\n",
+                name, m3_dtype_name(t->dtype), t->ndim, (long long)t->shape[0],
+                (long long)(t->ndim > 1 ? t->shape[1] : 0),
+                (long long)(t->ndim > 2 ? t->shape[2] : 0), m3_dtype_name(dt), (long long)d0,
+                (long long)d1, (long long)d2);
+        return -1;
+    }
+    if (bf16 && dt == M3_F32) {
+        const float *x = t->data;
+        for (int64_t i = 0; i < m3_tensor_numel(t); i++)
+            if (m3_round_bf16(x[i]) != x[i]) {
+                fprintf(stderr, "dump-check: %s[%lld] = %.9g is not a bf16 value\n", name,
+                        (long long)i, (double)x[i]);
+                return -1;
+            }
+    }
+    (*count)++;
+    return 0;
+}
+
+static int cmd_dump_check(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: cli_helper dump-check DUMP DIR T [--bf16]\n");
+        return 2;
+    }
+    int bf16 = argc > 3 && !strcmp(argv[3], "--bf16");
+    int64_t T = atoll(argv[2]);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", argv[1]);
+    m3_config cfg;
+    m3_err e = {{0}};
+    m3_store *st = NULL;
+    if (m3_config_load(&cfg, path, NULL, &e) != 0 || m3_store_open(&st, argv[0], &e) != 0) {
+        fprintf(stderr, "dump-check: %s\n", e.msg);
+        return 1;
+    }
+    const m3_text_config *c = &cfg.text;
+    const int64_t H = c->hidden_size;
+    int n = 0, rc = 0;
+    char name[128];
+    rc |= check(st, "embeddings", M3_F32, 2, T, H, 0, bf16, &n);
+    rc |= check(st, "final_norm", M3_F32, 2, T, H, 0, bf16, &n);
+    rc |= check(st, "logits", M3_F32, 2, T, c->vocab_size, 0, bf16, &n);
+    rc |= check(st, "eagle3.aux", M3_F32, 2, T, 3 * H, 0, bf16, &n);
+    for (int l = 0; l < c->num_layers; l++) {
+        const char *sfx[] = {"input", "attn_norm", "attn.output", "post_attn",
+                             "ffn_norm", "mlp.output", "output"};
+        for (int j = 0; j < 7; j++) {
+            snprintf(name, sizeof name, "layers.%d.%s", l, sfx[j]);
+            rc |= check(st, name, M3_F32, 2, T, H, 0, bf16, &n);
+        }
+        if (c->layer_sparse[l]) {
+            snprintf(name, sizeof name, "layers.%d.attn.block_indices", l);
+            rc |= check(st, name, M3_I32, 3, c->index_n_heads, T, c->index_topk, 0, &n);
+        }
+        if (c->layer_moe[l]) {
+            snprintf(name, sizeof name, "layers.%d.moe.topk_index", l);
+            rc |= check(st, name, M3_I32, 2, T, c->num_experts_per_tok, 0, 0, &n);
+            snprintf(name, sizeof name, "layers.%d.moe.topk_weight", l);
+            rc |= check(st, name, M3_F32, 2, T, c->num_experts_per_tok, 0, 0, &n);
+            snprintf(name, sizeof name, "layers.%d.moe.scores", l);
+            rc |= check(st, name, M3_F32, 2, T, c->num_experts, 0, 0, &n);
+        }
+    }
+    if (!rc && (size_t)n != m3_store_count(st)) {
+        fprintf(stderr, "dump-check: %zu tensors in the dump, %d expected\n", m3_store_count(st),
+                n);
+        rc = -1;
+    }
+    m3_store_close(st);
+    if (rc)
+        return 1;
+    printf("ok dump %s: %d tensors, T=%lld%s\n", argv[0], n, (long long)T,
+           bf16 ? ", all bf16 values" : "");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "fixture"))
+        return cmd_fixture(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "dump-check"))
+        return cmd_dump_check(argc - 2, argv + 2);
+    fprintf(stderr, "usage: cli_helper fixture DIR [...] | dump-check DUMP DIR T [--bf16]\n");
+    return 2;
+}

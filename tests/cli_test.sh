@@ -1,0 +1,156 @@
+#!/bin/sh
+# cli_test.sh — end-to-end tests of bin/m3-ref on tiny random checkpoints.
+#
+# usage: tests/cli_test.sh M3REF CLI_HELPER
+#   M3REF       the m3-ref binary (bin/m3-ref)
+#   CLI_HELPER  build/tests/cli_helper (writes fixtures, checks dumps)
+# Spec: M3-DUMP-* (dump names and shapes), M3-SAMPLE-* (greedy determinism,
+# seeded sampling, generation_config.json defaults, eos), M3-CACHE-1
+# (generate's first greedy token = argmax of forward's last row), and the
+# bad-input contract: non-zero exit with a message, never a crash.
+set -u
+
+M3REF=${1:?usage: cli_test.sh M3REF CLI_HELPER}
+HELPER=${2:?usage: cli_test.sh M3REF CLI_HELPER}
+TMP=$(mktemp -d /tmp/m3_cli_test.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT INT TERM
+FAILS=0
+N=0
+
+pass() { N=$((N + 1)); }
+fail() { N=$((N + 1)); FAILS=$((FAILS + 1)); echo "FAIL: $*"; }
+
+# run NAME CMD...: run, keep stdout/stderr/rc in $TMP/out $TMP/err $RC
+run() {
+    "$@" >"$TMP/out" 2>"$TMP/err"
+    RC=$?
+}
+
+# expect_ok NAME CMD...
+expect_ok() {
+    name=$1; shift
+    run "$@"
+    if [ "$RC" -eq 0 ]; then pass; else
+        fail "$name: exit $RC"; sed 's/^/    /' "$TMP/err" | head -5; fi
+}
+
+# expect_fail NAME PATTERN CMD...: exit 1 or 2 (no crash), message on stderr matching PATTERN
+expect_fail() {
+    name=$1; pat=$2; shift 2
+    run "$@"
+    if [ "$RC" -eq 0 ]; then fail "$name: succeeded but should fail"; return; fi
+    if [ "$RC" -ge 3 ]; then fail "$name: exit $RC (crash?)"; sed 's/^/    /' "$TMP/err" | head -5; return; fi
+    if [ ! -s "$TMP/err" ]; then fail "$name: no message on stderr"; return; fi
+    if ! grep -q -- "$pat" "$TMP/err"; then
+        fail "$name: stderr lacks '$pat':"; sed 's/^/    /' "$TMP/err" | head -5; return; fi
+    pass
+}
+
+FX=$TMP/fx
+"$HELPER" fixture "$FX" >/dev/null || { echo "FAIL: cannot build fixture"; exit 1; }
+
+# ---- help ----------------------------------------------------------------
+expect_ok "help" "$M3REF" --help
+grep -q "forward" "$TMP/out" && grep -q "generate" "$TMP/out" || fail "help lists no commands"
+for c in forward generate inspect; do
+    expect_ok "$c --help" "$M3REF" $c --help
+    grep -q "usage: m3-ref $c" "$TMP/out" || fail "$c --help has no usage line"
+done
+
+# ---- forward and dumps ---------------------------------------------------
+expect_ok "forward fp32" "$M3REF" forward --model "$FX" --tokens 5,17,300,2,9 --dump "$TMP/d32.safetensors"
+grep -q "^T=5 " "$TMP/out" || fail "forward summary lacks T=5"
+grep -q "top-5 of logits\[4\]:" "$TMP/out" || fail "forward summary lacks top-5"
+TOP1=$(sed -n 's/^top-5 of logits\[4\]: \([0-9]*\) .*/\1/p' "$TMP/out")
+expect_ok "dump names fp32" "$HELPER" dump-check "$TMP/d32.safetensors" "$FX" 5
+expect_ok "forward bf16" "$M3REF" forward --model "$FX" --tokens "5, 17, 300, 2, 9" --dtype bf16 --dump "$TMP/d16.safetensors"
+grep -q "mode=bf16" "$TMP/out" || fail "bf16 summary lacks mode=bf16"
+expect_ok "dump names bf16" "$HELPER" dump-check "$TMP/d16.safetensors" "$FX" 5 --bf16
+expect_ok "forward without dump" "$M3REF" forward --model "$FX" --tokens 7
+
+# ---- generate --------------------------------------------------------------
+expect_ok "generate greedy" "$M3REF" generate --model "$FX" --tokens 5,17,300,2,9 --max-new-tokens 12 --greedy --print-ids
+G1=$(cat "$TMP/out")
+echo "$G1" | grep -Eq '^[0-9]+(,[0-9]+){11}$' || fail "generate --print-ids output '$G1' is not 12 comma-separated ids"
+grep -q "tokens/s" "$TMP/err" || fail "generate prints no tokens/s on stderr"
+expect_ok "generate greedy again" "$M3REF" generate --model "$FX" --tokens 5,17,300,2,9 --max-new-tokens 12 --greedy --print-ids
+[ "$(cat "$TMP/out")" = "$G1" ] || fail "greedy generation is not deterministic"
+[ "${G1%%,*}" = "$TOP1" ] || fail "first greedy token ${G1%%,*} != forward's top-1 $TOP1"
+expect_ok "generate sampled" "$M3REF" generate --model "$FX" --tokens 5,17 --max-new-tokens 10 --temperature 0.8 --top-p 0.9 --top-k 20 --seed 7 --print-ids
+S1=$(cat "$TMP/out")
+expect_ok "generate sampled again" "$M3REF" generate --model "$FX" --tokens 5,17 --max-new-tokens 10 --temperature 0.8 --top-p 0.9 --top-k 20 --seed 7 --print-ids
+[ "$(cat "$TMP/out")" = "$S1" ] || fail "seeded sampling is not deterministic"
+expect_ok "generate bf16" "$M3REF" generate --model "$FX" --tokens 5,17 --max-new-tokens 4 --greedy --dtype bf16
+expect_ok "generate without --print-ids" "$M3REF" generate --model "$FX" --tokens 5 --max-new-tokens 3 --greedy
+grep -Eq '^[0-9]+ [0-9]+ [0-9]+$' "$TMP/out" || fail "generate without --print-ids does not stream 3 ids"
+
+# generation_config.json: do_sample false makes the default greedy
+cp -r "$FX" "$TMP/fxg"
+printf '{"do_sample": false, "temperature": 1.0, "top_p": 0.95, "top_k": 40}\n' >"$TMP/fxg/generation_config.json"
+expect_ok "generate with generation_config" "$M3REF" generate --model "$TMP/fxg" --tokens 5,17,300,2,9 --max-new-tokens 12 --print-ids
+[ "$(cat "$TMP/out")" = "$G1" ] || fail "do_sample=false generation_config did not give the greedy tokens"
+printf '{"do_sample": "yes"}\n' >"$TMP/fxg/generation_config.json"
+expect_fail "malformed generation_config" "generation_config.json" "$M3REF" generate --model "$TMP/fxg" --tokens 5 --max-new-tokens 2
+
+# eos: a checkpoint whose eos is the first greedy token stops after it
+FIRST=${G1%%,*}
+"$HELPER" fixture "$TMP/fxe" --eos "$FIRST" >/dev/null
+expect_ok "generate stops at eos" "$M3REF" generate --model "$TMP/fxe" --tokens 5,17,300,2,9 --max-new-tokens 12 --greedy --print-ids
+[ "$(cat "$TMP/out")" = "$FIRST" ] || fail "generation did not stop at eos $FIRST (got '$(cat "$TMP/out")')"
+
+# context limit: generation stops at max_position_embeddings
+"$HELPER" fixture "$TMP/fxc" --max-pos 8 >/dev/null
+expect_ok "generate at context limit" "$M3REF" generate --model "$TMP/fxc" --tokens 1,2,3,4,5 --max-new-tokens 20 --greedy --print-ids
+echo "$(cat "$TMP/out")" | grep -Eq '^[0-9]+(,[0-9]+){3}$' || fail "context-limited generation should give 4 ids, got '$(cat "$TMP/out")'"
+grep -q "context limit" "$TMP/err" || fail "no context-limit note"
+
+# ---- inspect, mtp notice, lenient config ----------------------------------
+expect_ok "inspect" "$M3REF" inspect --model "$FX"
+[ -s "$TMP/out" ] || fail "inspect printed nothing"
+"$HELPER" fixture "$TMP/fxm" --mtp 3 >/dev/null
+expect_ok "forward with mtp tensors" "$M3REF" forward --model "$TMP/fxm" --tokens 1,2
+grep -q "note: ignored 3 mtp.\* tensors" "$TMP/err" || fail "no mtp notice"
+cp -r "$FX" "$TMP/fxl"
+sed 's/"model_type": "minimax_m3_vl",/"model_type": "minimax_m3_vl", "surprise_key": 1,/' "$FX/config.json" >"$TMP/fxl/config.json"
+expect_fail "unknown config key" "surprise_key" "$M3REF" forward --model "$TMP/fxl" --tokens 1,2
+expect_ok "unknown config key with --lenient-config" "$M3REF" forward --model "$TMP/fxl" --tokens 1,2 --lenient-config
+
+# ---- bad input ---------------------------------------------------------------
+expect_fail "missing model dir" "$TMP/nope" "$M3REF" forward --model "$TMP/nope" --tokens 1,2
+cp -r "$FX" "$TMP/fxt"
+SZ=$(wc -c <"$FX/model.safetensors")
+head -c $((SZ / 2)) "$FX/model.safetensors" >"$TMP/fxt/model.safetensors"
+expect_fail "truncated safetensors" "model.safetensors" "$M3REF" forward --model "$TMP/fxt" --tokens 1,2
+head -c 5 "$FX/model.safetensors" >"$TMP/fxt/model.safetensors"
+expect_fail "tiny safetensors" "model.safetensors" "$M3REF" forward --model "$TMP/fxt" --tokens 1,2
+cp -r "$FX" "$TMP/fxb"
+printf '{"text_config": {"hidden_size": 64,' >"$TMP/fxb/config.json"
+expect_fail "malformed config" "config.json" "$M3REF" forward --model "$TMP/fxb" --tokens 1,2
+rm -f "$TMP/fxb/config.json"
+expect_fail "missing config" "config.json" "$M3REF" forward --model "$TMP/fxb" --tokens 1,2
+expect_fail "id >= vocab" "token 512 at index 1 is out of range \[0, 512)" "$M3REF" forward --model "$FX" --tokens 1,512
+expect_fail "id >= vocab in generate" "out of range" "$M3REF" generate --model "$FX" --tokens 600 --greedy
+expect_fail "empty --tokens" "empty" "$M3REF" forward --model "$FX" --tokens ""
+expect_fail "blank --tokens" "empty" "$M3REF" forward --model "$FX" --tokens "  "
+expect_fail "garbage token" "not a digit" "$M3REF" forward --model "$FX" --tokens 1,x2
+expect_fail "negative token" "not a digit" "$M3REF" forward --model "$FX" --tokens 1,-2
+expect_fail "empty item" "empty item" "$M3REF" forward --model "$FX" --tokens 1,,2
+expect_fail "trailing comma" "empty item" "$M3REF" forward --model "$FX" --tokens 1,2,
+expect_fail "overflowing id" "larger than" "$M3REF" forward --model "$FX" --tokens 99999999999999999999
+expect_fail "context overflow" "max_position_embeddings" "$M3REF" forward --model "$TMP/fxc" --tokens 1,2,3,4,5,6,7,8,9
+expect_fail "missing --tokens" "--tokens" "$M3REF" forward --model "$FX"
+expect_fail "missing --model" "--model" "$M3REF" forward --tokens 1
+expect_fail "bad --dtype" "fp32 or bf16" "$M3REF" forward --model "$FX" --tokens 1 --dtype fp16
+expect_fail "unknown option" "unknown option" "$M3REF" forward --model "$FX" --tokens 1 --frobnicate
+expect_fail "option without value" "needs a value" "$M3REF" forward --model "$FX" --tokens
+expect_fail "unknown command" "unknown command" "$M3REF" frobnicate
+expect_fail "tokens and prompt" "exactly one" "$M3REF" generate --model "$FX" --tokens 1 --prompt hi
+expect_fail "prompt without tokenizer" "tokenizer" "$M3REF" generate --model "$FX" --prompt hello
+expect_fail "greedy plus temperature" "cannot be combined" "$M3REF" generate --model "$FX" --tokens 1 --greedy --temperature 0.5
+expect_fail "zero temperature" "temperature" "$M3REF" generate --model "$FX" --tokens 1 --temperature 0
+expect_fail "bad top-p" "top-p" "$M3REF" generate --model "$FX" --tokens 1 --top-p 1.5
+expect_fail "bad max-new-tokens" "max-new-tokens" "$M3REF" generate --model "$FX" --tokens 1 --max-new-tokens -3
+expect_fail "unwritable dump" "dump\|open\|create\|write" "$M3REF" forward --model "$FX" --tokens 1 --dump "$TMP/no/such/dir/x.safetensors"
+
+echo "cli_test: $((N - FAILS))/$N passed"
+[ "$FAILS" -eq 0 ]

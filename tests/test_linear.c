@@ -1,0 +1,126 @@
+/* test_linear.c — m3_matvec / m3_matmul / m3_matvec_naive.
+ * Spec: M3-NUM-MODE-1, M3-NUM-MODE-2 (fixed 8-partial-sum order), M3-CACHE-1. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <cmocka.h>
+
+#include "linear.h"
+
+static uint64_t rng = 0x1234567;
+static float frand(void) /* deterministic in [-1, 1) */
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rng >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+}
+
+static void test_small_exact(void **st)
+{
+    (void)st;
+    float w[6] = {1, 2, 3, -1, 0.5f, 4};
+    float x[3] = {1, 10, 100};
+    m3_mat W = {w, M3_F32, 2, 3};
+    float y[2];
+    m3_matvec(y, &W, x);
+    assert_true(y[0] == 321.0f); /* 1 + 20 + 300 */
+    assert_true(y[1] == 404.0f); /* -1 + 5 + 400 */
+}
+
+/* The 8-partial order: c = 0 and c = 8 share partial 0, c = 1 and 9 partial 1.
+ * Exact sum is 2; one left-to-right accumulator loses the first +1 to 2^24. */
+static void test_fixed_order(void **st)
+{
+    (void)st;
+    float w[10] = {16777216.0f, 1, 0, 0, 0, 0, 0, 0, -16777216.0f, 1};
+    float x[10];
+    for (int i = 0; i < 10; i++)
+        x[i] = 1.0f;
+    m3_mat W = {w, M3_F32, 1, 10};
+    float y, yn;
+    m3_matvec(&y, &W, x);
+    m3_matvec_naive(&yn, &W, x);
+    assert_true(y == 2.0f);
+    assert_true(yn == 1.0f);
+}
+
+static void test_dtypes_agree(void **st)
+{
+    (void)st;
+    enum { R = 5, C = 37 };
+    float wf[R * C], x[C], yf[R], yb[R], yh[R];
+    uint16_t wb[R * C], wh[R * C];
+    for (int i = 0; i < R * C; i++) {
+        /* values exact in bf16 and f16: multiples of 1/8 in [-8, 8) */
+        wf[i] = (float)((int)(frand() * 64.0f)) / 8.0f;
+        wb[i] = m3_f32_to_bf16(wf[i]);
+        wh[i] = m3_f32_to_f16(wf[i]);
+    }
+    for (int i = 0; i < C; i++)
+        x[i] = frand();
+    m3_mat Wf = {wf, M3_F32, R, C}, Wb = {wb, M3_BF16, R, C}, Wh = {wh, M3_F16, R, C};
+    m3_matvec(yf, &Wf, x);
+    m3_matvec(yb, &Wb, x);
+    m3_matvec(yh, &Wh, x);
+    assert_memory_equal(yf, yb, sizeof yf);
+    assert_memory_equal(yf, yh, sizeof yf);
+}
+
+/* matmul over any n is bit-identical to matvec row by row (decode == prefill);
+ * cols crosses the conversion chunk and is not a multiple of 8. */
+static void test_matmul_equals_matvec(void **st)
+{
+    (void)st;
+    enum { R = 7, C = 1037, N = 19 };
+    static uint16_t w[R * C];
+    static float X[N * C], Y[N * R];
+    float y[R];
+    for (int i = 0; i < R * C; i++)
+        w[i] = m3_f32_to_bf16(frand());
+    for (int i = 0; i < N * C; i++)
+        X[i] = frand();
+    m3_mat W = {w, M3_BF16, R, C};
+    for (int n = 1; n <= N; n++) {
+        m3_matmul(Y, &W, X, n);
+        for (int i = 0; i < n; i++) {
+            m3_matvec(y, &W, X + (size_t)i * C);
+            assert_memory_equal(y, Y + (size_t)i * R, sizeof y);
+        }
+    }
+}
+
+static void test_naive_close(void **st)
+{
+    (void)st;
+    enum { R = 9, C = 300 };
+    static float w[R * C], x[C];
+    float y[R], yn[R];
+    for (int i = 0; i < R * C; i++)
+        w[i] = frand();
+    for (int i = 0; i < C; i++)
+        x[i] = frand();
+    m3_mat W = {w, M3_F32, R, C};
+    m3_matvec(y, &W, x);
+    m3_matvec_naive(yn, &W, x);
+    for (int r = 0; r < R; r++) {
+        double ref = 0;
+        for (int c = 0; c < C; c++)
+            ref += (double)w[r * C + c] * x[c];
+        assert_true(fabs(y[r] - ref) < 1e-4);
+        assert_true(fabs(yn[r] - ref) < 1e-4);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_small_exact),
+        cmocka_unit_test(test_fixed_order),
+        cmocka_unit_test(test_dtypes_agree),
+        cmocka_unit_test(test_matmul_equals_matvec),
+        cmocka_unit_test(test_naive_close),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,646 @@
+"""gen_vectors.py — generate the published M3 text vector suite (M3-VEC).
+
+  /usr/bin/python3 tools/gen_vectors.py --out vectors            # every case
+  /usr/bin/python3 tools/gen_vectors.py --out vectors --big-only # only the big ones
+  /usr/bin/python3 tools/gen_vectors.py --check vectors          # regenerate the
+        non-big cases (and models/tiny) in a temp dir, compare every byte
+
+Expectations come from tools/m3np.py (the independent numpy implementation).
+Deterministic: seeded PCG64, fixed reduction order, sorted safetensors and JSON.
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import m3np  # noqa: E402
+import st  # noqa: E402
+from m3np import F32, Num, bf16_round  # noqa: E402
+import make_tiny_model as mtm  # noqa: E402
+
+SUITE = "m3-text"
+SUITE_VERSION = "1"
+GENERATOR = "tools/gen_vectors.py"
+GENERATOR_VERSION = "1+m3np" + m3np.VERSION
+
+# Spec clause ids cited per component (spec/ defines them).
+CL = {
+    "num_fp32": "M3-NUM-MODE-1", "num_bf16": "M3-NUM-BF16-2",
+    "rmsnorm": ["M3-NORM-1"],
+    "rope": ["M3-ROPE-1", "M3-ROPE-2"],
+    "attention": ["M3-ATTN-GQA-1", "M3-ATTN-SCORE-1"],
+    "msa_select": ["M3-MSA-SCORE-1", "M3-MSA-BLOCK-1", "M3-MSA-SELECT-1", "M3-MSA-SELECT-2"],
+    "msa_attention": ["M3-MSA-ATTN-1"],
+    "router": ["M3-MOE-ROUTER-1", "M3-MOE-ROUTER-2"],
+    "swiglu": ["M3-MLP-SWIGLU-1"],
+    "mlp": ["M3-MLP-SWIGLU-1", "M3-MLP-DENSE-1"],
+    "moe": ["M3-MOE-ROUTER-1", "M3-MOE-EXPERT-1", "M3-MOE-SHARED-1", "M3-MOE-COMBINE-1"],
+    "model": ["M3-EMB-1", "M3-NORM-1", "M3-ATTN-PROJ-1", "M3-ATTN-QKNORM-1", "M3-ROPE-1",
+              "M3-ATTN-GQA-1", "M3-MODEL-1", "M3-DUMP-1", "M3-CKPT-NAMES-1"],
+    "sparse_model": ["M3-MSA-IDX-1", "M3-MSA-SELECT-1", "M3-MSA-ATTN-1", "M3-MOE-ROUTER-1",
+                     "M3-MOE-COMBINE-1", "M3-MOE-SHARED-1"],
+    "dense_model": ["M3-MLP-DENSE-1"],
+    "greedy": ["M3-SAMPLE-1"],
+    "chunks": ["M3-CACHE-1"],
+}
+# Which clause each mutant violates.
+MUTANT_CLAUSE = {
+    "llama_norm": "M3-NORM-1", "rope_interleaved": "M3-ROPE-1", "rope_full": "M3-ROPE-1",
+    "softmax_routing": "M3-MOE-ROUTER-1", "bias_in_weights": "M3-MOE-ROUTER-2",
+    "no_local_block": "M3-MSA-SELECT-1", "shared_x2": "M3-MOE-SHARED-1",
+    "gqa_modulo": "M3-ATTN-GQA-1", "no_up_plus1": "M3-MLP-SWIGLU-1", "no_clamp": "M3-MLP-SWIGLU-1",
+}
+# Tensor (in the mutant's dump) where each mutant must first diverge on the base case.
+MUTANT_FIRST = {
+    "llama_norm": "layers.0.attn_norm", "rope_interleaved": "layers.0.attn.output",
+    "rope_full": "layers.0.attn.output", "softmax_routing": "layers.3.moe.scores",
+    "bias_in_weights": "layers.3.moe.topk_weight", "no_local_block": "layers.3.attn.block_indices",
+    "shared_x2": "layers.3.mlp.output", "gqa_modulo": "layers.0.attn.output",
+    "no_up_plus1": "layers.0.mlp.output", "no_clamp": "layers.0.mlp.output",
+}
+
+CASES = []  # (rel dir, big, function)
+
+
+def case(rel, big=False):
+    def deco(fn):
+        CASES.append((rel, big, fn))
+        return fn
+    return deco
+
+
+def rng(seed):
+    return np.random.default_rng(seed)
+
+
+def nrm(r, shape, std=1.0):
+    return (r.standard_normal(shape) * std).astype(F32)
+
+
+def clauses(comp, mode, extra=()):
+    c = list(CL[comp]) + list(extra)
+    c.append(CL["num_fp32"] if mode == "fp32" else CL["num_bf16"])
+    return sorted(set(c))
+
+
+def comp_case(component, mode, seed, desc, params, inputs, expected, extra_clauses=()):
+    return {"meta": {"component": component, "mode": mode, "profile": mode, "seed": seed,
+                     "description": desc, "params": params,
+                     "clauses": clauses(component, mode, extra_clauses)},
+            "files": {"inputs.safetensors": st.dumps(inputs),
+                      "expected.safetensors": st.dumps(expected)}}
+
+
+def maybe_bf16(a, mode):
+    return bf16_round(a) if mode == "bf16" else np.asarray(a, F32)
+
+
+# ------------------------------------------------------------------ components
+
+def _rmsnorm(mode, seed):
+    r = rng(seed)
+    x = nrm(r, (7, 64), 3.0)
+    x[2] = 0.0
+    x[4] *= 300.0
+    x[5] = nrm(r, (64,), 1e-3)
+    x = maybe_bf16(x, mode)
+    w = bf16_round(nrm(r, (64,), 0.3))
+    y = m3np.rmsnorm(x, w, 1e-6, Num(mode))
+    return comp_case("rmsnorm", mode, seed,
+                     "Gemma RMSNorm x*rsqrt(mean(x^2)+eps)*(1+w); rows: random, zero, large, tiny",
+                     {"eps": 1e-6}, {"x": x, "w": st.BF16(w)}, {"y": y})
+
+
+for _m in ("fp32", "bf16"):
+    case("rmsnorm/basic_" + _m)(lambda m=_m: _rmsnorm(m, 101))
+
+
+def _rope(mode, seed, positions, nh, hd, rd, desc):
+    r = rng(seed)
+    pos = np.asarray(positions, np.int32)
+    x = maybe_bf16(nrm(r, (len(pos), nh, hd)), mode)
+    num = Num(mode)
+    cos, sin = m3np.rope_tables(pos, rd, 5e6, num)
+    y = m3np.rope_apply(x, cos, sin, rd, num)
+    return comp_case("rope", mode, seed, desc, {"rotary_dim": rd, "theta": 5000000.0},
+                     {"x": x, "positions": pos}, {"y": y, "cos": cos, "sin": sin})
+
+
+BIG_POS = [0, 1, 2, 4095, 65535, 100000, 131071, 524287, 524288, 999999, 1000000, 1048575]
+for _m in ("fp32", "bf16"):
+    case("rope/small_" + _m)(lambda m=_m: _rope(m, 201, list(range(6)), 3, 16, 8,
+                                                "partial rotate-half RoPE, positions 0..5, hd 16 rd 8"))
+    case("rope/large_pos_" + _m)(lambda m=_m: _rope(m, 202, BIG_POS, 2, 16, 8,
+                                                    "partial RoPE at large positions up to 1048575"))
+    case("rope/m3_dims_large_pos_" + _m)(lambda m=_m: _rope(m, 203, BIG_POS, 2, 128, 64,
+                                                            "M3 head dims (hd 128, rd 64), large positions"))
+
+
+def _attention(mode, seed, T, nh, nkv, hd, desc):
+    r = rng(seed)
+    q = maybe_bf16(nrm(r, (T, nh, hd), 1.5), mode)
+    k = maybe_bf16(nrm(r, (T, nkv, hd), 1.5), mode)
+    v = maybe_bf16(nrm(r, (T, nkv, hd)), mode)
+    out = m3np.attention(q, k, v, np.arange(T), Num(mode))
+    return comp_case("attention", mode, seed, desc, {"scale": "head_dim^-0.5", "causal": True},
+                     {"q": q, "k": k, "v": v}, {"out": out})
+
+
+for _m in ("fp32", "bf16"):
+    case("attention/gqa2_" + _m)(lambda m=_m: _attention(m, 301, 11, 4, 2, 16, "dense causal GQA 4 q heads / 2 kv heads"))
+    case("attention/gqa4_" + _m)(lambda m=_m: _attention(m, 302, 9, 8, 2, 16, "dense causal GQA 8/2 (query head j -> kv j//4)"))
+    case("attention/mha_" + _m)(lambda m=_m: _attention(m, 303, 5, 3, 3, 8, "dense causal, nh == nkv"))
+
+
+def _msa_select(seed, T, G, d, B, topk, local, init, desc, scores=True, ints=False, extra=()):
+    r = rng(seed)
+    if ints:
+        iq = r.integers(-1, 2, (T, G, d)).astype(F32)
+        ik = r.integers(-1, 2, (T, d)).astype(F32)
+    else:
+        iq = nrm(r, (T, G, d))
+        ik = nrm(r, (T, d))
+    pos = np.arange(T)
+    sel, bs = m3np.msa_select(iq, ik, pos, B, topk, local, init, Num("fp32"))
+    exp = {"block_indices": sel}
+    if scores:
+        exp["block_scores"] = bs
+    p = {"block_size": B, "topk": topk, "local_blocks": local, "init_blocks": init}
+    return comp_case("msa_select", "fp32", seed, desc, p, {"iq": iq, "ik": ik}, exp, extra)
+
+
+case("msa_select/basic")(lambda: _msa_select(401, 23, 2, 16, 4, 3, 1, 0, "random scores, B 4, top 3, local 1"))
+case("msa_select/seq_lt_block")(lambda: _msa_select(402, 3, 2, 8, 4, 3, 1, 0, "sequence shorter than one block"))
+case("msa_select/seq_eq_block")(lambda: _msa_select(403, 4, 2, 8, 4, 3, 1, 0, "sequence exactly one block"))
+case("msa_select/block_boundary")(lambda: _msa_select(404, 9, 2, 8, 4, 2, 1, 0,
+                                                      "last query at a block's first slot (pos 8, B 4)"))
+case("msa_select/fewer_blocks_than_topk")(lambda: _msa_select(405, 10, 2, 8, 4, 8, 1, 0,
+                                                              "3 blocks, top 8: -1 padding"))
+case("msa_select/ties")(lambda: _msa_select(406, 40, 2, 4, 4, 3, 1, 0,
+                                            "integer iq/ik in {-1,0,1}: exact score ties -> lower block id",
+                                            ints=True, extra=["M3-MSA-SELECT-3"]))
+case("msa_select/init_blocks")(lambda: _msa_select(407, 29, 2, 8, 4, 4, 1, 1, "init 1 + local 1 forced",
+                                                   extra=["M3-MSA-SELECT-4"]))
+case("msa_select/init2_local2")(lambda: _msa_select(408, 37, 3, 8, 4, 5, 2, 2, "init 2 + local 2 forced",
+                                                    extra=["M3-MSA-SELECT-4"]))
+case("msa_select/deploy_2200")(lambda: _msa_select(409, 2200, 4, 16, 128, 16, 1, 0,
+                                                   "deployment MSA (B 128, top 16, 4 index heads, local 1), 2200 tokens"))
+case("msa_select/deploy_8192", big=True)(lambda: _msa_select(
+    410, 8192, 4, 16, 128, 16, 1, 0, "deployment MSA (B 128, top 16, 4 index heads, local 1), 8192 tokens",
+    scores=False))
+
+
+def _msa_attention(mode, seed, T, nh, nkv, hd, B, topk, desc):
+    r = rng(seed)
+    q = maybe_bf16(nrm(r, (T, nh, hd), 1.5), mode)
+    k = maybe_bf16(nrm(r, (T, nkv, hd), 1.5), mode)
+    v = maybe_bf16(nrm(r, (T, nkv, hd)), mode)
+    iq = nrm(r, (T, nkv, 8))
+    ik = nrm(r, (T, 8))
+    sel, _ = m3np.msa_select(iq, ik, np.arange(T), B, topk, 1, 0, Num("fp32"))
+    out = m3np.msa_attention(q, k, v, sel, np.arange(T), B, Num(mode))
+    return comp_case("msa_attention", mode, seed, desc, {"block_size": B},
+                     {"q": q, "k": k, "v": v, "block_indices": sel}, {"out": out})
+
+
+for _m in ("fp32", "bf16"):
+    case("msa_attention/basic_" + _m)(lambda m=_m: _msa_attention(m, 501, 23, 4, 2, 16, 4, 3,
+                                                                  "block-sparse attention, B 4, top 3"))
+case("msa_attention/deploy_2200_fp32")(lambda: _msa_attention("fp32", 502, 2200, 8, 4, 16, 128, 16,
+                                                             "block-sparse attention, B 128, top 16, 2200 tokens"))
+
+
+def _router(seed, T, H, E, k, desc, ties=False):
+    r = rng(seed)
+    x = bf16_round(nrm(r, (T, H)))
+    w = nrm(r, (E, H), 1 / np.sqrt(H))
+    b = (r.uniform(-0.5, 0.5, E)).astype(F32)
+    if ties:
+        w[5] = w[2]
+        b[5] = b[2]
+        w[E - 1] = w[0]
+        b[E - 1] = b[0]
+    idx, wt, sc = m3np.router(x, w, b, k, Num("fp32"))
+    extra = ["M3-MOE-ROUTER-3"] if ties else []
+    return comp_case("router", "fp32", seed, desc, {"topk": k}, {"x": x, "weight": w, "bias": b},
+                     {"topk_index": idx, "topk_weight": wt, "scores": sc}, extra)
+
+
+case("router/e8_top2")(lambda: _router(601, 9, 32, 8, 2, "sigmoid router, bias for choice only, 8 experts top 2"))
+case("router/e16_top4")(lambda: _router(602, 12, 32, 16, 4, "sigmoid router, 16 experts top 4"))
+case("router/ties")(lambda: _router(603, 16, 32, 8, 2, "experts 2==5 and 0==7 (identical rows+bias): ties -> lower id",
+                                    ties=True))
+
+
+def _swiglu(mode, seed):
+    r = rng(seed)
+    up32 = np.nextafter(F32(7), F32(8))
+    dn32 = np.nextafter(F32(7), F32(6))
+    edges = [0.0, -0.0, 1.0, -1.0, 6.5, 7.0, -7.0, float(up32), float(dn32), -float(up32),
+             7.03125, -7.03125, 6.96875, 8.0, -8.0, 20.0, -20.0, 100.0, -100.0, 1e4, -1e4, 3.0e38, -3.0e38]
+    e = np.array(edges, F32)
+    n = len(e)
+    gate = np.repeat(e, n).reshape(n, n)
+    up = np.tile(e, n).reshape(n, n)
+    extra = nrm(r, (4, n), 4.0)
+    gate = np.concatenate([gate, extra], 0)
+    up = np.concatenate([up, nrm(r, (4, n), 4.0)], 0)
+    gate = maybe_bf16(gate, mode)
+    up = maybe_bf16(up, mode)
+    out = m3np.swiglu(gate, up, 1.702, 7.0, 1.0, Num(mode))
+    return comp_case("swiglu", mode, seed,
+                     "SwiGLU-OAI on all pairs of edge values (+-7 exactly, neighbours, beyond, huge) + random",
+                     {"alpha": 1.702, "limit": 7.0, "beta": 1.0}, {"gate": gate, "up": up}, {"out": out})
+
+
+for _m in ("fp32", "bf16"):
+    case("swiglu/edges_" + _m)(lambda m=_m: _swiglu(m, 701))
+
+
+def _mlp(mode, seed):
+    r = rng(seed)
+    H, I = 32, 48
+    x = maybe_bf16(nrm(r, (6, H)), mode)
+    x[1] *= 6.0
+    x[4] *= -5.0
+    x = maybe_bf16(x, mode)
+    g = bf16_round(nrm(r, (I, H), 1 / np.sqrt(H)))
+    u = bf16_round(nrm(r, (I, H), 1 / np.sqrt(H)))
+    dn = bf16_round(nrm(r, (H, I), 1 / np.sqrt(I)))
+    y = m3np.mlp(x, g, u, dn, 1.702, 7.0, 1.0, Num(mode))
+    return comp_case("mlp", mode, seed, "dense SwiGLU-OAI MLP (rows 1 and 4 large: clamps active)",
+                     {"alpha": 1.702, "limit": 7.0, "beta": 1.0},
+                     {"x": x, "gate": st.BF16(g), "up": st.BF16(u), "down": st.BF16(dn)}, {"y": y})
+
+
+for _m in ("fp32", "bf16"):
+    case("mlp/basic_" + _m)(lambda m=_m: _mlp(m, 801))
+
+
+def _moe(mode, seed, T, H, E, I, Is, k, desc):
+    r = rng(seed)
+    x = maybe_bf16(nrm(r, (T, H)), mode)
+    rw = nrm(r, (E, H), 1 / np.sqrt(H))
+    rb = r.uniform(-0.5, 0.5, E).astype(F32)
+    w1 = bf16_round(nrm(r, (E, I, H), 1 / np.sqrt(H)))
+    w3 = bf16_round(nrm(r, (E, I, H), 1 / np.sqrt(H)))
+    w2 = bf16_round(nrm(r, (E, H, I), 1 / np.sqrt(I)))
+    sg = bf16_round(nrm(r, (Is, H), 1 / np.sqrt(H)))
+    su = bf16_round(nrm(r, (Is, H), 1 / np.sqrt(H)))
+    sd = bf16_round(nrm(r, (H, Is), 1 / np.sqrt(Is)))
+    y, idx, wt, _ = m3np.moe(x, rw, rb, w1, w3, w2, sg, su, sd, k, 2.0, 1.702, 7.0, 1.0, Num(mode))
+    return comp_case("moe", mode, seed, desc,
+                     {"topk": k, "routed_scaling_factor": 2.0, "alpha": 1.702, "limit": 7.0, "beta": 1.0},
+                     {"x": x, "router": rw, "bias": rb, "w1": st.BF16(w1), "w3": st.BF16(w3), "w2": st.BF16(w2),
+                      "sh_gate": st.BF16(sg), "sh_up": st.BF16(su), "sh_down": st.BF16(sd)},
+                     {"y": y, "topk_index": idx, "topk_weight": wt})
+
+
+for _m in ("fp32", "bf16"):
+    case("moe/e8_top2_" + _m)(lambda m=_m: _moe(m, 901, 10, 32, 8, 24, 24, 2, "MoE 8 experts top 2 + shared, scale 2"))
+    case("moe/e16_top4_" + _m)(lambda m=_m: _moe(m, 902, 12, 32, 16, 16, 32, 4, "MoE 16 experts top 4 + shared"))
+
+
+# ------------------------------------------------------------------ models
+
+_MODEL_CACHE = {}
+
+
+def _model(key, cfg, seed, **kw):
+    if key not in _MODEL_CACHE:
+        wd = mtm.make_weights(cfg, seed, **kw)
+        tensors = {k: (st.BF16(v) if dt == "BF16" else v) for k, (v, dt) in wd.items()}
+        _MODEL_CACHE[key] = (m3np.Config(cfg), mtm.weights_f32(wd),
+                             (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode(),
+                             st.dumps(tensors, {"format": "pt"}))
+    return _MODEL_CACHE[key]
+
+
+def _tiny():
+    return _model("tiny", mtm.tiny_config(), mtm.TINY_SEED)
+
+
+def greedy_margin(cfg, W, ids, num, n_new):
+    """min over greedy steps of (top1 - top2) logit; tokens."""
+    toks = m3np.greedy(cfg, W, ids, num, n_new)
+    seq = np.concatenate([ids, toks])
+    lg = m3np.forward(cfg, W, seq[:-1], num)[len(ids) - 1:]
+    s = np.sort(lg, axis=1)
+    return float((s[:, -1] - s[:, -2]).min()), toks
+
+
+def pick_ids(cfg, W, seed, T, n_new, accept=None):
+    """First input (by trial index) whose greedy margins are comfortable and
+    whose bf16 greedy continuation equals the fp32 one (deterministic search)."""
+    r = rng(seed)
+    for trial in range(200):
+        ids = r.integers(3, cfg.V, T).astype(np.int32)
+        if n_new:
+            m32, t32 = greedy_margin(cfg, W, ids, Num("fp32"), n_new)
+            m16, t16 = greedy_margin(cfg, W, ids, Num("bf16"), n_new)
+            if m32 < 0.25 or m16 < 0.25 or not np.array_equal(t32, t16):
+                continue
+        if accept is not None and not accept(ids):
+            continue
+        return ids, trial
+    raise RuntimeError("no acceptable input found (seed %d)" % seed)
+
+
+def model_case(desc, mode, seed, model, ids, n_new, chunks, extra_clauses=(), trial=None):
+    cfg, W, cj, mst = model
+    num = Num(mode)
+    full = {}
+    m3np.forward(cfg, W, ids, num, dump=full)
+    if chunks:
+        ch = m3np.forward_chunks(cfg, W, ids, num, chunks)
+        for k in full:
+            assert np.array_equal(ch[k], full[k]), "chunked != prefill at " + k
+    exp = dict(full)
+    params = {"T": int(len(ids)), "dump_order": m3np.dump_order(cfg)}
+    ec = list(extra_clauses)
+    if n_new:
+        exp["greedy_tokens"] = m3np.greedy(cfg, W, ids, num, n_new)
+        m, _ = greedy_margin(cfg, W, ids, Num("fp32"), n_new)
+        params.update({"max_new_tokens": n_new, "greedy": "argmax, ties to lowest id, eos does not stop",
+                       "min_greedy_margin_fp32": round(m, 4)})
+        ec += CL["greedy"]
+    if chunks:
+        params["chunks"] = list(chunks)
+        ec += CL["chunks"]
+    if trial is not None:
+        params["input_trial"] = trial
+    ec += CL["sparse_model"] if any(cfg.sparse) else []
+    ec += CL["dense_model"] if not all(cfg.moe) else []
+    return {"meta": {"component": "model", "mode": mode, "profile": mode, "seed": seed, "description": desc,
+                     "params": params, "clauses": clauses("model", mode, ec)},
+            "files": {"config.json": cj, "model.safetensors": mst,
+                      "inputs.safetensors": st.dumps({"input_ids": np.asarray(ids, np.int32)}),
+                      "expected.safetensors": st.dumps(exp)}}
+
+
+TINY_IDS_SEED = 1001
+_IDS = {}
+
+
+def tiny_ids():
+    if "tiny" not in _IDS:
+        cfg, W, _, _ = _tiny()
+        _IDS["tiny"] = pick_ids(cfg, W, TINY_IDS_SEED, 20, 8, accept=lambda ids: mutants_ok(ids, check=True))
+    return _IDS["tiny"]
+
+
+for _m in ("fp32", "bf16"):
+    case("model/tiny_" + _m)(lambda m=_m: model_case(
+        "models/tiny (5 layers: 3 dense, 2 MoE+MSA), 20 tokens, greedy 8, chunked prefill", m,
+        TINY_IDS_SEED, _tiny(), tiny_ids()[0], 8, [7, 1, 1, 4, 1, 6], trial=tiny_ids()[1]))
+    case("model/tiny_decode_" + _m)(lambda m=_m: model_case(
+        "models/tiny, 20 tokens decoded one at a time (decode == prefill)", m,
+        TINY_IDS_SEED, _tiny(), tiny_ids()[0], 0, [1] * 20, trial=tiny_ids()[1]))
+
+
+def _layer_model(kind):
+    if kind == "dense":
+        cfg = mtm.tiny_config(L=1, dense_layers=1, V=64, H=32, I_dense=64)
+        return _model("layer_dense", cfg, 1101)
+    cfg = mtm.tiny_config(L=1, dense_layers=0, V=64, H=32)
+    return _model("layer_sparse", cfg, 1102)
+
+
+for _m in ("fp32", "bf16"):
+    case("model/layer_dense_" + _m)(lambda m=_m: model_case(
+        "one decoder layer: dense attention + dense MLP (L=1)", m, 1111, _layer_model("dense"),
+        rng(1111).integers(3, 64, 13).astype(np.int32), 0, [5, 8]))
+    case("model/layer_sparse_moe_" + _m)(lambda m=_m: model_case(
+        "one decoder layer: MSA (B 4, top 3, local 1) + MoE 8x top2 + shared (L=1)", m, 1112,
+        _layer_model("sparse"), rng(1112).integers(3, 64, 23).astype(np.int32), 0, [9, 1, 13]))
+
+
+def _deploy_model():
+    cfg = mtm.tiny_config(L=2, dense_layers=1, H=32, nh=8, nkv=4, hd=16, rd=8, V=128, E=4, topk=2,
+                          I=16, I_shared=16, I_dense=32, idx_dim=16, idx_heads=4, block=128, idx_topk=16,
+                          local=1, init=0)
+    return _model("deploy", cfg, 1201)
+
+
+_DEPLOY_IDS = {}
+
+
+def deploy_ids():
+    if "d" not in _DEPLOY_IDS:
+        cfg, W, _, _ = _deploy_model()
+        _DEPLOY_IDS["d"] = pick_ids(cfg, W, 1211, 2200, 2)
+    return _DEPLOY_IDS["d"]
+
+
+for _m in ("fp32", "bf16"):
+    case("model/deploy_msa_2200_" + _m)(lambda m=_m: model_case(
+        "deployment MSA parameters (B 128, top 16, 4 index heads, local 1) in a 2-layer model "
+        "(dense, then MSA+MoE), 2200 tokens (> 16 blocks), greedy 2", m, 1211, _deploy_model(),
+        deploy_ids()[0], 2, [2100, 1, 99], trial=deploy_ids()[1]))
+
+
+# ------------------------------------------------------------------ mutants
+
+def _nmse(a, b):
+    a = a.astype(np.float64)
+    b = b.astype(np.float64)
+    return float(((a - b) ** 2).sum() / max((b ** 2).sum(), 1e-30))
+
+
+def first_diff(order, a, b):
+    for k in order:
+        if not np.array_equal(a[k], b[k]):
+            return k
+    return None
+
+
+def _sets_differ(a, b):
+    return any(set(x.tolist()) != set(y.tolist()) for x, y in zip(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])))
+
+
+def mutants_ok(ids, check=False):
+    """Every mutant diverges first at MUTANT_FIRST, far beyond the faithful bf16
+    error; faithful bf16 makes the same discrete choices as fp32."""
+    cfg, W, _, _ = _tiny()
+    order = m3np.dump_order(cfg)
+    g, f = {}, {}
+    m3np.forward(cfg, W, ids, Num("fp32"), dump=g)
+    m3np.forward(cfg, W, ids, Num("bf16"), dump=f)
+    for k in order:
+        if g[k].dtype != F32 and _sets_differ(g[k], f[k]):
+            return False
+    for name in sorted(m3np.MUTANTS):
+        d = {}
+        m3np.forward(cfg, W, ids, Num("bf16", [name]), dump=d)
+        k = first_diff(order, d, f)
+        if k != MUTANT_FIRST[name]:
+            return False
+        if d[k].dtype == F32:
+            if _nmse(d[k], g[k]) < max(1e-3, 100 * _nmse(f[k], g[k])):
+                return False
+        elif not _sets_differ(d[k], g[k]):
+            return False
+    return True
+
+
+def mutant_case(name):
+    cfg, W, _, _ = _tiny()
+    ids = tiny_ids()[0]
+    d = {}
+    flags = [] if name == "faithful_bf16" else [name]
+    m3np.forward(cfg, W, ids, Num("bf16", flags), dump=d)
+    if name == "faithful_bf16":
+        expect = {"result": "PASS", "profile": "bf16"}
+        desc = "faithful bf16-mode port (m3np bf16 mode): must PASS the bf16 profile"
+        cl = [CL["num_bf16"]]
+    else:
+        t = MUTANT_FIRST[name]
+        layer = int(t.split(".")[1]) if t.startswith("layers.") else None
+        comp = t.split(".", 2)[2] if layer is not None else t
+        expect = {"result": "FAIL", "profile": "bf16",
+                  "first_divergence": {"layer": layer, "tensor": t, "component": comp.split(".")[0]}}
+        desc = "mutant: " + m3np.MUTANTS[name] + " (bf16 mode otherwise faithful)"
+        cl = [MUTANT_CLAUSE[name], CL["num_bf16"]]
+    return {"meta": {"component": "mutant", "mode": "bf16", "profile": "bf16", "seed": TINY_IDS_SEED,
+                     "description": desc, "clauses": sorted(cl),
+                     "params": {"base_case": "../../model/tiny_fp32", "mutant": name,
+                                "dump_order_note": "first divergence in the base case's params.dump_order"},
+                     "expect": expect},
+            "files": {"dump.safetensors": st.dumps(d)}}
+
+
+for _n in ["faithful_bf16"] + sorted(m3np.MUTANTS):
+    case("mutants/" + _n)(lambda n=_n: mutant_case(n))
+
+
+# ------------------------------------------------------------------ driver
+
+def write_case(out, rel, res):
+    d = os.path.join(out, rel)
+    os.makedirs(d, exist_ok=True)
+    files = {}
+    for name, data in sorted(res["files"].items()):
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+        files[name] = hashlib.sha256(data).hexdigest()
+    meta = dict(res["meta"])
+    meta.update({"id": rel, "generator": GENERATOR, "generator_version": GENERATOR_VERSION, "files": files})
+    with open(os.path.join(d, "case.json"), "w") as f:
+        f.write(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def manifest():
+    return {"suite": SUITE, "version": SUITE_VERSION, "generator": GENERATOR,
+            "generator_version": GENERATOR_VERSION,
+            "cases": [r for r, b, _ in CASES if not r.startswith("mutants/")],
+            "mutants": [r for r, b, _ in CASES if r.startswith("mutants/")],
+            "big": [r for r, b, _ in CASES if b],
+            "big_note": "big cases are regenerated by `make vectors-big`, not by `make vectors-check`"}
+
+
+def generate(out, want, verbose=True):
+    os.makedirs(out, exist_ok=True)
+    for rel, big, fn in CASES:
+        if not want(rel, big):
+            continue
+        t = time.time()
+        if os.path.isdir(os.path.join(out, rel)):
+            shutil.rmtree(os.path.join(out, rel))
+        write_case(out, rel, fn())
+        if verbose:
+            print("%-40s %6.2fs" % (rel, time.time() - t), flush=True)
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        f.write(json.dumps(manifest(), indent=1, sort_keys=True) + "\n")
+
+
+def _cmp_tree(a, b, rels, problems):
+    for rel in rels:
+        da, db = os.path.join(a, rel), os.path.join(b, rel)
+        na = sorted(os.listdir(da)) if os.path.isdir(da) else []
+        nb = sorted(os.listdir(db)) if os.path.isdir(db) else []
+        if na != nb:
+            problems.append("%s: files differ: %s vs %s" % (rel, na, nb))
+            continue
+        for n in na:
+            with open(os.path.join(da, n), "rb") as f1, open(os.path.join(db, n), "rb") as f2:
+                if f1.read() != f2.read():
+                    problems.append("%s/%s: bytes differ" % (rel, n))
+
+
+def check(committed):
+    t0 = time.time()
+    problems = []
+    tmp = tempfile.mkdtemp(prefix="m3vec-")
+    try:
+        generate(tmp, lambda rel, big: not big, verbose=False)
+        rels = [r for r, b, _ in CASES if not b]
+        _cmp_tree(tmp, committed, rels + ["."] if False else rels, problems)
+        with open(os.path.join(tmp, "manifest.json"), "rb") as f1, \
+                open(os.path.join(committed, "manifest.json"), "rb") as f2:
+            if f1.read() != f2.read():
+                problems.append("manifest.json: bytes differ")
+        # big cases: not regenerated; verify their recorded sha256
+        for rel, big, _ in CASES:
+            if not big:
+                continue
+            cj = os.path.join(committed, rel, "case.json")
+            if not os.path.exists(cj):
+                problems.append("%s: missing (run make vectors-big)" % rel)
+                continue
+            with open(cj) as f:
+                meta = json.load(f)
+            for n, h in meta["files"].items():
+                with open(os.path.join(committed, rel, n), "rb") as f:
+                    if hashlib.sha256(f.read()).hexdigest() != h:
+                        problems.append("%s/%s: sha256 mismatch" % (rel, n))
+        # the embedded default model
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        tm = os.path.join(tmp, "_tiny")
+        mtm.save_model(tm, mtm.tiny_config(), mtm.make_weights(mtm.tiny_config(), mtm.TINY_SEED))
+        for n in sorted(os.listdir(tm)):
+            p = os.path.join(root, "models", "tiny", n)
+            if not os.path.exists(p) or open(p, "rb").read() != open(os.path.join(tm, n), "rb").read():
+                problems.append("models/tiny/%s: bytes differ (run tools/make_tiny_model.py)" % n)
+    finally:
+        shutil.rmtree(tmp)
+    for p in problems:
+        print("vectors-check: " + p)
+    n = len([1 for _, b, _ in CASES if not b])
+    print("vectors-check: %d cases regenerated, %s (%.1fs)" % (n, "FAILED" if problems else "identical",
+                                                               time.time() - t0))
+    return 1 if problems else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description="generate the M3 vector suite")
+    ap.add_argument("--out")
+    ap.add_argument("--check", metavar="DIR")
+    ap.add_argument("--big-only", action="store_true")
+    ap.add_argument("--no-big", action="store_true")
+    ap.add_argument("--only", help="substring filter on case ids (debugging)")
+    a = ap.parse_args()
+    if a.check:
+        sys.exit(check(a.check))
+    if not a.out:
+        ap.error("--out or --check required")
+
+    def want(rel, big):
+        if a.only and a.only not in rel:
+            return False
+        if a.big_only:
+            return big
+        if a.no_big:
+            return not big
+        return True
+    generate(a.out, want)
+
+
+if __name__ == "__main__":
+    main()
