@@ -255,6 +255,7 @@ typedef struct cf_record {
     int downstream;         /* after the first failure in forward order */
     int have_metrics;
     cf_metrics m;
+    float worst_out[4], worst_ref[4]; /* values at m.worst[] */
     const cf_rule *rule;    /* matched rule, NULL for discrete tensors */
     cf_setstat set;
     char msg[320];
@@ -284,8 +285,8 @@ typedef struct cf_judge_ctx {
     int teacher_forced;
 } cf_judge_ctx;
 
-/* Judge every golden tensor against out, appending records to r (then
- * call cf_localise). Returns -1 only for allocation failure. */
+/* Judge every golden tensor against out, appending records to r, then
+ * localise (cf_localise). Returns -1 only for allocation failure. */
 int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf_tset *golden,
              m3_err *e);
 /* The capability a tensor belongs to (eagle3, block_indices, router, greedy,

@@ -180,6 +180,11 @@ static void judge_float(cf_record *rec, const cf_judge_ctx *ctx, const float *o,
     const cf_rule *rule = cf_tol_match(ctx->profile, rec->key);
     cf_metrics_compute(&rec->m, o, g, n);
     rec->have_metrics = 1;
+    for (int k = 0; k < 4; k++)
+        if (rec->m.worst[k] >= 0) {
+            rec->worst_out[k] = o[rec->m.worst[k]];
+            rec->worst_ref[k] = g[rec->m.worst[k]];
+        }
     rec->kind = 0;
     rec->rule = rule;
     if (rec->m.n_ref_nan) {
@@ -234,7 +239,7 @@ static void judge_float(cf_record *rec, const cf_judge_ctx *ctx, const float *o,
 static float *block_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const char *prefix,
                            int layer, int G, int T, int *NB, m3_err *e)
 {
-    char name[200];
+    char name[256];
     int B = 0, local = 0, init = 0;
     float *sc = NULL;
     snprintf(name, sizeof name, "%sblock_scores", prefix);
@@ -322,7 +327,7 @@ static void judge_blocks(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset 
 static float *expert_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const char *prefix,
                             int layer, int T, int *E)
 {
-    char name[200];
+    char name[256];
     snprintf(name, sizeof name, "%sscores", prefix);
     const cf_tensor *s = lookup(ctx, golden, name);
     if (!s && !prefix[0])

@@ -3,8 +3,9 @@
  * Spec: M3-MODEL-1 (embedding rows, no scaling; pre-norm residual layers;
  * final norm; lm_head), M3-ATTN-PROJ-1, M3-ATTN-QKNORM-1 (per-head q/k norm
  * before RoPE), M3-ROPE-*, M3-MSA-IDX-* and M3-MSA-CACHE-1 (index branch and
- * index-K cache), M3-CACHE-1 (one-shot prefill, chunked prefill and decode give
- * bit-identical fp32 logits), M3-CACHE-2 (rollback), M3-NUM-BF16-2 (rounding
+ * index-K cache), M3-CACHE-1 (KV caches), M3-CACHE-2 (one-shot prefill, chunked
+ * prefill and decode give bit-identical logits), M3-CACHE-3 (rollback),
+ * M3-CACHE-4 (capacity / max_position_embeddings errors), M3-NUM-BF16-2 (rounding
  * points owned here: embedding rows, linear outputs of q/k/v/o/index_q/index_k
  * and lm_head, residual adds, logits), M3-DUMP-* (activation dump names).
  *
@@ -495,8 +496,8 @@ static int check_context(const m3_model *m, const m3_state *s, int64_t have, int
     return 0;
 }
 
-/* The eagle3 tap layer ids, ascending (M3-DUMP: residual streams entering
- * layers (2, L/2, L-3), clamped into range). */
+/* The eagle3 tap layer ids, ascending, duplicates kept (M3-EAGLE-TAP-1,
+ * M3-DUMP-4: residual streams entering layers (2, L/2, L-3), clamped). */
 static void eagle3_taps(int L, int taps[3])
 {
     taps[0] = 2 < L - 1 ? 2 : L - 1;
@@ -570,6 +571,11 @@ static int forward_hidden(const m3_model *m, m3_state *s, int n, float *logits,
     }
     rc = 0;
 out:
+    if (rc != 0) { /* a dump failure part-way: leave the state as it was */
+        for (int l = 0; l < L; l++)
+            s->layer_len[l] = pos0;
+        s->len = pos0;
+    }
     stage_free(&st);
     free(aux);
     free(dlogits);
@@ -596,7 +602,7 @@ int m3_forward(const m3_model *m, m3_state *s, const int32_t *tokens, int n, flo
         return -1;
     if (!tokens)
         return m3_fail(e, "forward: no token array given");
-    for (int t = 0; t < n; t++)
+    for (int t = 0; t < n; t++) /* M3-EMB-2: rejected, never clamped */
         if (tokens[t] < 0 || tokens[t] >= V)
             return m3_fail(e, "token %d at index %d is out of range [0, %d)", (int)tokens[t], t, V);
     /* embedding rows, no scaling (M3-EMB-1); a bf16 rounding point */

@@ -52,7 +52,9 @@ m3_mode m3_state_mode(const m3_state *s);
 /* Run n tokens at positions len..len+n-1, appending them to the caches.
  * logits: NULL, or [n, V] fp32 output. dump: NULL, or a writer receiving the
  * activation tensors named in spec/dump.md for these n rows. Token ids are
- * checked against the vocabulary and the context against the state size. */
+ * checked against the vocabulary and the context against the state size; on
+ * error the state is unchanged. Only with a dump writer does it allocate
+ * (staging for the dumped rows, freed before returning). */
 int m3_forward(const m3_model *m, m3_state *s, const int32_t *tokens, int n,
                float *logits, m3_st_writer *dump, m3_err *e);
 

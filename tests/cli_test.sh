@@ -5,7 +5,7 @@
 #   M3REF       the m3-ref binary (bin/m3-ref)
 #   CLI_HELPER  build/tests/cli_helper (writes fixtures, checks dumps)
 # Spec: M3-DUMP-* (dump names and shapes), M3-SAMPLE-* (greedy determinism,
-# seeded sampling, generation_config.json defaults, eos), M3-CACHE-1
+# seeded sampling, generation_config.json defaults, eos), M3-CACHE-2
 # (generate's first greedy token = argmax of forward's last row), and the
 # bad-input contract: non-zero exit with a message, never a crash.
 set -u

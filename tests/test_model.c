@@ -1,8 +1,9 @@
 /* test_model.c — the whole text model on tiny random checkpoints.
  *
- * Spec: M3-CACHE-1 (one-shot prefill, chunked prefill and token-by-token
- * decode give bit-identical fp32 logits and block choices), M3-CACHE-2
- * (rollback then re-run reproduces the logits), M3-MSA-ATTN-1 (with no more
+ * Spec: M3-CACHE-2 (one-shot prefill, chunked prefill and token-by-token
+ * decode give bit-identical logits and block choices, fp32 and bf16),
+ * M3-CACHE-3 (rollback then re-run reproduces the logits), M3-CACHE-4
+ * (capacity and max_position_embeddings errors leave the state unchanged), M3-MSA-ATTN-1 (with no more
  * visible blocks than topk, sparse attention equals dense causal attention),
  * M3-NUM-BF16-2 (bf16 logits are bf16 values, close to fp32), M3-DUMP-*
  * (names, shapes, eagle3 taps), M3-MODEL-1 (teacher-forced layer == the
@@ -126,7 +127,7 @@ static void run_chunks(fx *f, m3_mode mode, const int *ch, int n, float *logits,
     m3_state_free(s);
 }
 
-/* M3-CACHE-1: one-shot, chunked and token-by-token give identical bits. */
+/* M3-CACHE-2: one-shot, chunked and token-by-token give identical bits. */
 static void check_prefill_chunks_decode(fx *f, m3_mode mode)
 {
     const m3_text_config *c = &f->m.cfg.text;
@@ -247,7 +248,7 @@ static void test_bf16_mode(void **state)
     free(a), free(b);
 }
 
-/* M3-CACHE-2: truncate, run other tokens, truncate, re-run: same logits. */
+/* M3-CACHE-3: truncate, run other tokens, truncate, re-run: same logits. */
 static void test_rollback(void **state)
 {
     fx *f = *state;
@@ -338,6 +339,31 @@ static void test_open_errors(void **state)
     memset(&z, 0, sizeof z);
     m3_model_close(&z); /* safe on a zeroed struct */
     m3_state_free(NULL);
+}
+
+/* m3_forward_embeds on the embedding rows == m3_forward on the ids, both modes. */
+static void test_forward_embeds(void **state)
+{
+    fx *f = *state;
+    const int V = f->m.cfg.text.vocab_size, H = f->m.cfg.text.hidden_size, n = 7;
+    float *x = malloc((size_t)n * H * 4), *a = malloc((size_t)n * V * 4), *b = malloc((size_t)n * V * 4);
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < H; i++)
+            x[(size_t)t * H + i] = m3_mat_at(&f->m.w.embed, f->toks[t], i);
+    m3_err e = {{0}};
+    for (int mode = 0; mode < 2; mode++) {
+        m3_state *s1 = m3_state_new(&f->m, n, (m3_mode)mode, &e);
+        m3_state *s2 = m3_state_new(&f->m, n, (m3_mode)mode, &e);
+        assert_int_equal(m3_forward(&f->m, s1, f->toks, n, a, NULL, &e), 0);
+        assert_int_equal(m3_forward_embeds(&f->m, s2, x, 3, b, NULL, &e), 0);
+        assert_int_equal(m3_forward_embeds(&f->m, s2, x + 3 * H, n - 3, b + (size_t)3 * V, NULL, &e), 0);
+        assert_memory_equal(a, b, (size_t)n * V * 4);
+        assert_int_equal(m3_forward_embeds(&f->m, s2, x, 1, b, NULL, &e), -1);
+        assert_non_null(strstr(e.msg, "context overflow"));
+        m3_state_free(s1);
+        m3_state_free(s2);
+    }
+    free(x), free(a), free(b);
 }
 
 static const float *dump_get(m3_store *st, const char *name, int ndim, int64_t d0, int64_t d1,
@@ -470,6 +496,7 @@ int main(void)
         cmocka_unit_test(test_rollback),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_forward_embeds),
         cmocka_unit_test(test_dump_and_layer_forward),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

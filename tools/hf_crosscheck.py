@@ -73,8 +73,8 @@ CASES = {
                        prf=0.5, experts=16, topk=4, inter=16, dense_inter=64, shared_inter=16,
                        scale=2.0, idx_dim=16, block=128, idx_topk=16, local=1,
                        sparse=[0, 1], moe=[0, 1],
-                       keep=["logits", "final_norm", "layers.*.output", "layers.1.attn.*",
-                             "layers.1.moe.topk_*", "greedy_tokens", "embeddings"],
+                       keep=["logits", "layers.1.input", "layers.1.attn.block_*",
+                             "layers.1.moe.topk_*", "greedy_tokens"],
                        desc="deployment MSA parameters (block 128, top-16, 4 KV/index heads) at "
                             "T = 2300 (18 blocks, last one partial), small hidden"),
 }
@@ -248,16 +248,34 @@ def run_case(name, c, outdir, report, device):
         res = hf_dump.dump(model, input_ids, MAX_NEW)
         dumps[mode] = res
         # HF's own cache-vs-no-cache agreement
-        t_nc, last_nc = hf_dump.greedy(model, input_ids, MAX_NEW, use_cache=False)
-        t_c, last_c = hf_dump.greedy(model, input_ids, MAX_NEW, use_cache=True)
+        t_nc, st_nc = hf_dump.greedy(model, input_ids, MAX_NEW, use_cache=False)
+        t_c, st_c = hf_dump.greedy(model, input_ids, MAX_NEW, use_cache=True)
         rep["cache_vs_nocache_" + mode] = {
             "tokens_equal": t_nc == t_c, "tokens_cache": t_c, "tokens_nocache": t_nc,
-            "last_logits": rel(last_c.cpu().numpy(), last_nc.cpu().numpy())}
+            "step_logits_max_rel": [rel(a.cpu().numpy(), b.cpu().numpy())["max_rel"]
+                                    for a, b in zip(st_c, st_nc)]}
         try:
             gen = model.generate(input_ids=input_ids[None, :], max_new_tokens=MAX_NEW, do_sample=False,
-                                 min_new_tokens=MAX_NEW, pad_token_id=0)
-            g = gen[0, len(ids):].tolist()
-            rep["generate_vs_loop_" + mode] = {"equal": g == t_c, "generate": g}
+                                 min_new_tokens=MAX_NEW, pad_token_id=0, output_logits=True,
+                                 return_dict_in_generate=True)
+            g = gen.sequences[0, len(ids):].tolist()
+            pkv = gen.past_key_values
+            info = {"equal": g == t_c, "generate": g, "loop": t_c,
+                    "cache_class": type(pkv).__name__,
+                    "cache_layer_classes": sorted({type(x).__name__ for x in getattr(pkv, "layers", [])}),
+                    "step_logits_max_rel_vs_nocache": [
+                        rel(a[0].float().cpu().numpy(), b.cpu().numpy())["max_rel"]
+                        for a, b in zip(gen.logits, st_nc)]}
+            # the same prompt with an explicit attention_mask through the plain loop
+            am = torch.ones((1, len(ids) + MAX_NEW), dtype=torch.long, device=device)
+            seq = torch.cat([input_ids[None, :], gen.sequences[:, len(ids):]], 1)
+            o1 = model(input_ids=seq, attention_mask=am, use_cache=False).logits[0, len(ids) - 1:-1].float()
+            o2 = model(input_ids=seq, use_cache=False).logits[0, len(ids) - 1:-1].float()
+            info["full_forward_mask_vs_nomask_max_rel"] = rel(o1.cpu().numpy(), o2.cpu().numpy())["max_rel"]
+            info["full_forward_vs_generate_step_logits_max_rel"] = [
+                rel(a[0].float().cpu().numpy(), o2[i].cpu().numpy())["max_rel"]
+                for i, a in enumerate(gen.logits)]
+            rep["generate_vs_loop_" + mode] = info
         except Exception as exc:  # record, do not fail
             rep["generate_vs_loop_" + mode] = {"error": repr(exc)[:300]}
         keep = keep_filter({k: v for k, v in res.items() if not k.endswith("block_indices_hf")
@@ -288,7 +306,7 @@ def run_case(name, c, outdir, report, device):
     hf_dump.set_mode(model, "fp32", routers, "fp32")
 
     # RoPE inv_freq of HF vs the spec's formula
-    inv = model.model.language_model.rotary_emb.inv_freq.detach().float().cpu().numpy()
+    inv = model._m3_inv_freq[0].detach().float().cpu().numpy()
     rd = int(c["head_dim"] * c["prf"])
     spec = np.array([1.0 / (5000000.0 ** (2.0 * i / rd)) for i in range(rd // 2)], dtype=np.float32)
     rep["rope_inv_freq"] = {"n": int(inv.size), "differ": int(np.sum(inv != spec)),
@@ -337,6 +355,10 @@ def run_case(name, c, outdir, report, device):
         bb = [v for k, v in m3.state_dict().items() if k.endswith("e_score_correction_bias")][0]
         rep["hf_public_load"]["bf16_load_router_dtype"] = str(g.dtype)
         rep["hf_public_load"]["bf16_load_bias_dtype"] = str(bb.dtype)
+        r3 = m3.model.language_model.rotary_emb
+        rep["hf_public_load"]["bf16_load_inv_freq_dtype"] = str(r3.inv_freq.dtype)
+        rep["hf_public_load"]["bf16_load_inv_freq_equal_fp32"] = bool(torch.equal(
+            r3.inv_freq.float().cpu(), model._m3_inv_freq[0].float().cpu()))
         del m2, m3
     except Exception as exc:
         rep["hf_public_load"] = {"error": repr(exc)[:400]}

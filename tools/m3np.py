@@ -117,8 +117,9 @@ def linear(x, w):
 
 
 def exp32(x):
-    """fp32(exp(double(x)))."""
-    return np.exp(np.asarray(x, F32).astype(np.float64)).astype(F32)
+    """fp32(exp(double(x))) (overflow to +inf is intended)."""
+    with np.errstate(over="ignore"):
+        return np.exp(np.asarray(x, F32).astype(np.float64)).astype(F32)
 
 
 def sigmoid32(x):
@@ -419,7 +420,7 @@ def _cat(a, b):
     return b if a is None else np.concatenate([a, b], axis=0)
 
 
-def forward(cfg, W, ids, num, state=None, dump=None):
+def forward(cfg, W, ids, num, state=None, dump=None, want_scores=False):
     """Run tokens ids at positions state.n.. ; returns logits [T, V]. dump (dict)
     receives the activation names of the team contract (M3-DUMP)."""
     if state is None:
@@ -457,8 +458,10 @@ def forward(cfg, W, ids, num, state=None, dump=None):
             iq = rope_apply(iq, icos, isin, ird, num)
             ik = rope_apply(ik, icos, isin, ird, num)[:, 0, :]
             state.ik[i] = _cat(state.ik[i], ik)
-            sel, _ = msa_select(iq, state.ik[i], pos, cfg.idx_block, cfg.idx_topk,
-                                cfg.idx_local, cfg.idx_init, num)
+            sel, bsc = msa_select(iq, state.ik[i], pos, cfg.idx_block, cfg.idx_topk,
+                                  cfg.idx_local, cfg.idx_init, num)
+            if want_scores:
+                d["layers.%d.attn.block_scores" % i] = bsc
             d["layers.%d.attn.block_indices" % i] = sel
             o = msa_attention(q, state.k[i], state.v[i], sel, pos, cfg.idx_block, num)
         else:

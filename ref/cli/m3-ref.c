@@ -368,7 +368,10 @@ static int open_model(const char *cmd, m3_model *m, const cli_opts *o)
 /* tokenizer seam                                                           */
 
 /* Turn --prompt TEXT into token ids. This is the one place the tokenizer
- * (ref/tokenizer.h, built separately) is wired in; until then a prompt is
+ * (ref/tokenizer.h, built separately) is wired in: open DIR/tokenizer.json
+ * with m3_tokenizer_open and call m3_tokenizer_encode here (and, for text
+ * output, feed each generated id to m3_tokenizer_decode_stream where
+ * cmd_generate prints ids without --print-ids). Until then a prompt is
  * refused with a message saying what is missing. */
 static int prompt_to_ids(const char *dir, const char *text, int32_t **ids, int *n, char *why,
                          size_t whylen)
@@ -447,11 +450,13 @@ static int cmd_forward(int argc, char **argv)
     double dt = now_s() - t0;
     if (w) {
         char buf[64];
-        if (m3_st_writer_meta(w, "mode", mode == M3_MODE_BF16 ? "bf16" : "fp32", &e) != 0 ||
-            m3_st_writer_meta(w, "producer", "m3-ref forward", &e) != 0)
+        /* M3-DUMP-1 metadata */
+        if (m3_st_writer_meta(w, "m3.dump_version", "1", &e) != 0 ||
+            m3_st_writer_meta(w, "m3.mode", mode == M3_MODE_BF16 ? "bf16" : "fp32", &e) != 0 ||
+            m3_st_writer_meta(w, "m3.producer", "m3-ref forward (reference)", &e) != 0)
             goto fail;
         snprintf(buf, sizeof buf, "%d", T);
-        if (m3_st_writer_meta(w, "T", buf, &e) != 0 || m3_st_writer_save(w, o.dump, &e) != 0)
+        if (m3_st_writer_meta(w, "m3.T", buf, &e) != 0 || m3_st_writer_save(w, o.dump, &e) != 0)
             goto fail;
     }
 
@@ -618,7 +623,7 @@ static int cmd_generate(int argc, char **argv)
     }
     int32_t *ids = NULL;
     int T = 0;
-    char why[512];
+    char why[8800]; /* room for paths of up to 4 KiB */
     if (o.tokens && parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
         fprintf(stderr, "m3-ref generate: --tokens: %s\n", why);
         return EXIT_USAGE;

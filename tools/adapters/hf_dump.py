@@ -238,6 +238,10 @@ def load_case_model(case_dir, device, attn="eager"):
                                                                         tuple(own[k].shape)))
             own[k].copy_(v5[k].to(torch.float32))
     model = model.to(device=device, dtype=torch.float32).eval()
+    rot = model.model.language_model.rotary_emb
+    # HF computes inv_freq in fp32 at construction; keep that copy so that a
+    # cast of the whole model (model.to(bfloat16)) cannot round it to bf16.
+    model._m3_inv_freq = (rot.inv_freq.detach().clone(), rot.original_inv_freq.detach().clone())
     routers = {}
     for L, layer in enumerate(model.model.language_model.layers):
         if isinstance(layer.mlp, hfmod.MiniMaxM3VLSparseMoeBlock):
@@ -267,6 +271,12 @@ def set_mode(model, mode, routers, router_dtype="fp32"):
         model.to(torch.float32)
     else:
         model.to(torch.bfloat16)
+    rot = model.model.language_model.rotary_emb
+    inv, orig = model._m3_inv_freq
+    # from_pretrained(dtype=bfloat16) leaves these fp32 buffers fp32 (see
+    # docs/upstream-agreement.md); model.to() would round them to bf16.
+    rot.inv_freq = inv.clone()
+    rot.original_inv_freq = orig.clone()
     layers = model.model.language_model.layers
     for L, (w, b) in routers.items():
         g = layers[L].mlp.gate
@@ -387,15 +397,14 @@ class Capture:
 def greedy(model, ids, n, use_cache=True):
     """Greedy continuation of ids (1-D LongTensor): with the KV cache token by
     token, or (use_cache False) recomputing the whole sequence each step.
-    Returns (tokens, logits of the last step)."""
+    Returns (tokens, [fp32 logits row used for each step])."""
     seq = ids[None, :]
-    toks = []
-    last = None
+    toks, steps = [], []
     if use_cache:
         out = model(input_ids=seq, use_cache=True)
         for _ in range(n):
-            last = out.logits[0, -1].float()
-            nxt = int(torch.argmax(last))
+            steps.append(out.logits[0, -1].float())
+            nxt = int(torch.argmax(steps[-1]))
             toks.append(nxt)
             if len(toks) == n:
                 break
@@ -404,11 +413,11 @@ def greedy(model, ids, n, use_cache=True):
     else:
         for _ in range(n):
             out = model(input_ids=seq, use_cache=False)
-            last = out.logits[0, -1].float()
-            nxt = int(torch.argmax(last))
+            steps.append(out.logits[0, -1].float())
+            nxt = int(torch.argmax(steps[-1]))
             toks.append(nxt)
             seq = torch.cat([seq, torch.tensor([[nxt]], device=ids.device)], 1)
-    return toks, last
+    return toks, steps
 
 
 @torch.no_grad()

@@ -1,0 +1,739 @@
+/* report.c — what people and CI read: the terminal table and progress bar,
+ * JSON lines, JUnit XML, and a PNG heat-map of log10 NMSE per layer per
+ * tensor type (drawn with libpng and a built-in 5x7 bitmap font).
+ *
+ * Spec: M3-TOL-* (result codes and the pass rule they feed). The files
+ * written here carry CF_PROTOCOL_VERSION so consumers can tell formats apart.
+ */
+#include "conform.h"
+
+#include <math.h>
+#include <png.h>
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- terminal ------------------------------------------------------------------ */
+static const char *color_of(cf_result r, int downstream)
+{
+    if (downstream && r == CF_FAIL)
+        return "\033[33m";
+    switch (r) {
+    case CF_PASS: return "\033[32m";
+    case CF_FAIL: return "\033[31;1m";
+    case CF_WARNING: return "\033[33m";
+    case CF_NOT_SUPPORTED: return "\033[36m";
+    default: return "\033[35;1m";
+    }
+}
+
+static void fmt_num(char *b, size_t cap, double v)
+{
+    if (isnan(v))
+        snprintf(b, cap, "-");
+    else
+        snprintf(b, cap, "%.2e", v);
+}
+
+void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
+{
+    const char *reset = color ? "\033[0m" : "";
+    fprintf(f, "case %s  [%s, profile %s, target %s%s]\n", r->id, r->component, r->profile, r->target,
+            r->teacher_forced ? ", teacher-forced" : "");
+    if (r->error[0])
+        fprintf(f, "  %s%s%s: %s\n", color ? color_of(CF_INTERNAL_ERROR, 0) : "", "InternalError", reset,
+                r->error);
+    int shown = 0, hidden = 0;
+    for (int i = 0; i < r->nrec; i++) {
+        const cf_record *x = &r->rec[i];
+        int interesting = x->result != CF_PASS || x->msg[0];
+        if (!verbose && (!interesting || (x->downstream && x->result == CF_FAIL && shown > 12))) {
+            hidden += x->result != CF_PASS;
+            continue;
+        }
+        if (shown++ == 0)
+            fprintf(f, "  %-34s %-15s %10s %10s %12s %10s  %s\n", "tensor", "result", "NMSE", "max-abs",
+                    "cosine", "bound", "note");
+        char nm[32], ma[32], co[32], bd[32];
+        if (x->have_metrics) {
+            fmt_num(nm, sizeof nm, x->m.nmse);
+            fmt_num(ma, sizeof ma, x->m.max_abs);
+            snprintf(co, sizeof co, "%.9f", x->m.cos);
+        } else if (x->kind == 1 && x->set.rows) {
+            snprintf(nm, sizeof nm, "sets");
+            snprintf(ma, sizeof ma, "%ld/%ld", x->set.rows - x->set.rows_bad, x->set.rows);
+            snprintf(co, sizeof co, "ties %ld", x->set.rows_tie);
+        } else {
+            snprintf(nm, sizeof nm, x->kind ? "exact" : "-");
+            snprintf(ma, sizeof ma, "-");
+            snprintf(co, sizeof co, "-");
+        }
+        if (x->rule)
+            snprintf(bd, sizeof bd, "%.0e", x->rule->nmse);
+        else
+            snprintf(bd, sizeof bd, "-");
+        char res[40];
+        snprintf(res, sizeof res, "%s%s", cf_result_name(x->result),
+                 x->downstream && x->result == CF_FAIL ? "*" : "");
+        fprintf(f, "  %-34s %s%-15s%s %10s %10s %12s %10s  %s%s\n", x->tensor,
+                color ? color_of(x->result, x->downstream) : "", res, reset, nm, ma, co, bd,
+                i == r->first_fail ? "FIRST DIVERGENCE: " : "", x->msg);
+    }
+    if (hidden)
+        fprintf(f, "  (%d more non-passing tensors downstream; --verbose or --json for all)\n", hidden);
+    if (verbose && r->nrec && shown)
+        fprintf(f, "  (* = downstream of an earlier failure)\n");
+    int down = 0;
+    for (int i = 0; i < r->nrec; i++)
+        down += r->rec[i].downstream && r->rec[i].result == CF_FAIL;
+    fprintf(f, "  verdict: %s%s%s", color ? color_of(r->result, 0) : "", cf_result_name(r->result), reset);
+    if (r->first_fail >= 0) {
+        const cf_record *x = &r->rec[r->first_fail];
+        if (x->layer >= 0)
+            fprintf(f, " — first divergence: layer %d, %s (%s)", x->layer, x->component, x->tensor);
+        else
+            fprintf(f, " — first divergence: %s (%s)", x->component, x->tensor);
+        if (down)
+            fprintf(f, "; %d later failing tensor%s downstream", down, down == 1 ? "" : "s");
+    }
+    fprintf(f, "  (%d tensors, %.2fs)\n", r->nrec, r->seconds);
+}
+
+void cf_progress(FILE *f, int done, int total, const char *label)
+{
+    int width = 30, fill = total > 0 ? done * width / total : width;
+    fprintf(f, "\r[");
+    for (int i = 0; i < width; i++)
+        fputc(i < fill ? '#' : '.', f);
+    fprintf(f, "] %d/%d %-40.40s", done, total, label ? label : "");
+    if (done >= total)
+        fprintf(f, "\r%*s\r", width + 60, "");
+    fflush(f);
+}
+
+/* ---- JSON lines ------------------------------------------------------------------- */
+static void add_num(cJSON *o, const char *k, double v)
+{
+    if (isfinite(v))
+        cJSON_AddNumberToObject(o, k, v);
+    else if (isnan(v))
+        cJSON_AddNullToObject(o, k);
+    else
+        cJSON_AddStringToObject(o, k, v > 0 ? "inf" : "-inf");
+}
+
+static void emit(FILE *f, cJSON *o)
+{
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) {
+        fprintf(f, "%s\n", s);
+        cJSON_free(s);
+    }
+    cJSON_Delete(o);
+}
+
+void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
+{
+    for (int i = 0; i < r->nrec; i++) {
+        const cf_record *x = &r->rec[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            return;
+        cJSON_AddStringToObject(o, "type", "tensor");
+        cJSON_AddStringToObject(o, "suite", suite ? suite : "");
+        cJSON_AddStringToObject(o, "case", r->id);
+        cJSON_AddStringToObject(o, "tensor", x->tensor);
+        cJSON_AddStringToObject(o, "key", x->key);
+        cJSON_AddNumberToObject(o, "layer", x->layer);
+        cJSON_AddStringToObject(o, "component", x->component);
+        cJSON_AddStringToObject(o, "result", cf_result_name(x->result));
+        cJSON_AddBoolToObject(o, "downstream", x->downstream);
+        cJSON_AddBoolToObject(o, "first_divergence", i == r->first_fail);
+        if (x->have_metrics) {
+            add_num(o, "nmse", x->m.nmse);
+            add_num(o, "max_abs", x->m.max_abs);
+            add_num(o, "max_rel", x->m.max_rel);
+            add_num(o, "cos", x->m.cos);
+            cJSON *w = cJSON_AddArrayToObject(o, "worst");
+            for (int k = 0; w && k < 4 && x->m.worst[k] >= 0; k++) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddNumberToObject(e, "index", (double)x->m.worst[k]);
+                add_num(e, "out", x->worst_out[k]);
+                add_num(e, "ref", x->worst_ref[k]);
+                cJSON_AddItemToArray(w, e);
+            }
+        }
+        if (x->rule) {
+            cJSON *b = cJSON_AddObjectToObject(o, "bound");
+            add_num(b, "nmse", x->rule->nmse);
+            add_num(b, "max_abs", x->rule->max_abs);
+            if (x->rule->max_rel >= 0)
+                add_num(b, "max_rel", x->rule->max_rel);
+            if (x->rule->cos_min >= 0)
+                add_num(b, "cos_min", x->rule->cos_min);
+            cJSON_AddStringToObject(b, "match", x->rule->match);
+        }
+        if (x->kind == 1) {
+            cJSON_AddNumberToObject(o, "rows", (double)x->set.rows);
+            cJSON_AddNumberToObject(o, "rows_tie", (double)x->set.rows_tie);
+            cJSON_AddNumberToObject(o, "rows_bad", (double)x->set.rows_bad);
+        }
+        cJSON_AddStringToObject(o, "msg", x->msg);
+        emit(f, o);
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return;
+    cJSON_AddStringToObject(o, "type", "case");
+    cJSON_AddStringToObject(o, "suite", suite ? suite : "");
+    cJSON_AddStringToObject(o, "case", r->id);
+    cJSON_AddStringToObject(o, "component", r->component);
+    cJSON_AddStringToObject(o, "profile", r->profile);
+    cJSON_AddStringToObject(o, "target", r->target);
+    cJSON_AddBoolToObject(o, "teacher_forced", r->teacher_forced);
+    cJSON_AddStringToObject(o, "result", cf_result_name(r->result));
+    cJSON_AddBoolToObject(o, "conforms", cf_result_conforms(r->result));
+    cJSON_AddNumberToObject(o, "tensors", r->nrec);
+    if (r->first_fail >= 0) {
+        const cf_record *x = &r->rec[r->first_fail];
+        cJSON *d = cJSON_AddObjectToObject(o, "first_divergence");
+        cJSON_AddStringToObject(d, "tensor", x->tensor);
+        cJSON_AddNumberToObject(d, "layer", x->layer);
+        cJSON_AddStringToObject(d, "component", x->component);
+        cJSON_AddStringToObject(d, "msg", x->msg);
+    }
+    if (r->error[0])
+        cJSON_AddStringToObject(o, "error", r->error);
+    cJSON_AddNumberToObject(o, "seconds", r->seconds);
+    cJSON_AddStringToObject(o, "protocol", CF_PROTOCOL_VERSION);
+    emit(f, o);
+}
+
+/* ---- JUnit XML --------------------------------------------------------------------- */
+static void xml_esc(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        switch (c) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&apos;", f); break;
+        default:
+            if (c < 0x20 && c != '\n' && c != '\t')
+                fputc('?', f);
+            else
+                fputc(c, f);
+        }
+    }
+}
+
+int cf_write_junit(const char *path, const char *suite, const cf_report *reps, int n, m3_err *e)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return m3_fail(e, "%s: cannot write JUnit XML", path);
+    int fails = 0, errors = 0, skipped = 0;
+    double secs = 0;
+    for (int i = 0; i < n; i++) {
+        fails += reps[i].result == CF_FAIL;
+        errors += reps[i].result == CF_INTERNAL_ERROR;
+        skipped += reps[i].result == CF_NOT_SUPPORTED;
+        secs += reps[i].seconds;
+    }
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f, "<testsuites name=\"m3-conform\" tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"%d\" time=\"%.3f\">\n",
+            n, fails, errors, skipped, secs);
+    fprintf(f, "  <testsuite name=\"");
+    xml_esc(f, suite ? suite : "m3");
+    fprintf(f, "\" tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"%d\" time=\"%.3f\">\n", n, fails,
+            errors, skipped, secs);
+    fprintf(f, "    <properties><property name=\"protocol\" value=\"%s\"/></properties>\n",
+            CF_PROTOCOL_VERSION);
+    for (int i = 0; i < n; i++) {
+        const cf_report *r = &reps[i];
+        fprintf(f, "    <testcase classname=\"m3.");
+        xml_esc(f, r->component);
+        fprintf(f, ".%s\" name=\"", r->target);
+        xml_esc(f, r->id);
+        fprintf(f, "\" time=\"%.3f\">\n", r->seconds);
+        char msg[1200] = "";
+        if (r->first_fail >= 0) {
+            const cf_record *x = &r->rec[r->first_fail];
+            char where[32] = "";
+            if (x->layer >= 0)
+                snprintf(where, sizeof where, "layer %d ", x->layer);
+            snprintf(msg, sizeof msg, "first divergence: %s%s (%s): %s", where, x->component, x->tensor,
+                     x->msg);
+        } else if (r->error[0]) {
+            snprintf(msg, sizeof msg, "%s", r->error);
+        }
+        const char *tag = r->result == CF_FAIL ? "failure" : r->result == CF_INTERNAL_ERROR ? "error" : NULL;
+        if (tag) {
+            fprintf(f, "      <%s message=\"", tag);
+            xml_esc(f, msg);
+            fprintf(f, "\" type=\"%s\">", cf_result_name(r->result));
+            for (int k = 0; k < r->nrec; k++) {
+                const cf_record *x = &r->rec[k];
+                if (x->result == CF_PASS)
+                    continue;
+                fprintf(f, "%s %s%s: ", x->tensor, cf_result_name(x->result), x->downstream ? " (downstream)" : "");
+                xml_esc(f, x->msg);
+                fputc('\n', f);
+            }
+            fprintf(f, "</%s>\n", tag);
+        } else if (r->result == CF_NOT_SUPPORTED) {
+            fprintf(f, "      <skipped message=\"NotSupported\"/>\n");
+        }
+        if (r->result == CF_WARNING) {
+            fprintf(f, "      <system-out>QualityWarning:");
+            for (int k = 0; k < r->nrec; k++)
+                if (r->rec[k].result == CF_WARNING) {
+                    fprintf(f, " %s (", r->rec[k].tensor);
+                    xml_esc(f, r->rec[k].msg);
+                    fprintf(f, ")");
+                }
+            fprintf(f, "</system-out>\n");
+        }
+        fprintf(f, "    </testcase>\n");
+    }
+    fprintf(f, "  </testsuite>\n</testsuites>\n");
+    int bad = ferror(f);
+    if (fclose(f) || bad)
+        return m3_fail(e, "%s: write error", path);
+    return 0;
+}
+
+/* ---- PNG heat-map --------------------------------------------------------------------- */
+/* 5x7 glyphs, one byte per row, bit 4 = leftmost column. Lower case is drawn
+ * as upper case. */
+static const struct {
+    char c;
+    unsigned char rows[7];
+} k_font[] = {
+    {'0', {0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E}}, {'1', {0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E}},
+    {'2', {0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F}}, {'3', {0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E}},
+    {'4', {0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02}}, {'5', {0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E}},
+    {'6', {0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E}}, {'7', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08}},
+    {'8', {0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E}}, {'9', {0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C}},
+    {'A', {0x0E, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11}}, {'B', {0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E}},
+    {'C', {0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E}}, {'D', {0x1C, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1C}},
+    {'E', {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F}}, {'F', {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10}},
+    {'G', {0x0E, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0F}}, {'H', {0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11}},
+    {'I', {0x0E, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E}}, {'J', {0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C}},
+    {'K', {0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11}}, {'L', {0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1F}},
+    {'M', {0x11, 0x1B, 0x15, 0x15, 0x11, 0x11, 0x11}}, {'N', {0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11}},
+    {'O', {0x0E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E}}, {'P', {0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10, 0x10}},
+    {'Q', {0x0E, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0D}}, {'R', {0x1E, 0x11, 0x11, 0x1E, 0x14, 0x12, 0x11}},
+    {'S', {0x0F, 0x10, 0x10, 0x0E, 0x01, 0x01, 0x1E}}, {'T', {0x1F, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04}},
+    {'U', {0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E}}, {'V', {0x11, 0x11, 0x11, 0x11, 0x11, 0x0A, 0x04}},
+    {'W', {0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A}}, {'X', {0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11}},
+    {'Y', {0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04}}, {'Z', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F}},
+    {'.', {0x00, 0x00, 0x00, 0x00, 0x00, 0x0C, 0x0C}}, {'-', {0x00, 0x00, 0x00, 0x1F, 0x00, 0x00, 0x00}},
+    {'_', {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1F}}, {'/', {0x00, 0x01, 0x02, 0x04, 0x08, 0x10, 0x00}},
+    {':', {0x00, 0x0C, 0x0C, 0x00, 0x0C, 0x0C, 0x00}}, {'(', {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02}},
+    {')', {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08}}, {'=', {0x00, 0x00, 0x1F, 0x00, 0x1F, 0x00, 0x00}},
+    {'+', {0x00, 0x04, 0x04, 0x1F, 0x04, 0x04, 0x00}}, {',', {0x00, 0x00, 0x00, 0x00, 0x0C, 0x04, 0x08}},
+    {'[', {0x0E, 0x08, 0x08, 0x08, 0x08, 0x08, 0x0E}}, {']', {0x0E, 0x02, 0x02, 0x02, 0x02, 0x02, 0x0E}},
+    {'<', {0x02, 0x04, 0x08, 0x10, 0x08, 0x04, 0x02}}, {'>', {0x08, 0x04, 0x02, 0x01, 0x02, 0x04, 0x08}},
+    {'*', {0x00, 0x04, 0x15, 0x0E, 0x15, 0x04, 0x00}}, {'#', {0x0A, 0x0A, 0x1F, 0x0A, 0x1F, 0x0A, 0x0A}},
+    {'?', {0x0E, 0x11, 0x01, 0x02, 0x04, 0x00, 0x04}}, {'!', {0x04, 0x04, 0x04, 0x04, 0x04, 0x00, 0x04}},
+    {'%', {0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03}},
+};
+
+typedef struct canvas {
+    int w, h;
+    unsigned char *px; /* RGB */
+} canvas;
+
+static void put(canvas *c, int x, int y, const unsigned char rgb[3])
+{
+    if (x < 0 || y < 0 || x >= c->w || y >= c->h)
+        return;
+    memcpy(c->px + ((size_t)y * c->w + x) * 3, rgb, 3);
+}
+
+static void fill(canvas *c, int x0, int y0, int w, int h, const unsigned char rgb[3])
+{
+    for (int y = y0; y < y0 + h; y++)
+        for (int x = x0; x < x0 + w; x++)
+            put(c, x, y, rgb);
+}
+
+static void frame(canvas *c, int x0, int y0, int w, int h, int t, const unsigned char rgb[3])
+{
+    fill(c, x0, y0, w, t, rgb);
+    fill(c, x0, y0 + h - t, w, t, rgb);
+    fill(c, x0, y0, t, h, rgb);
+    fill(c, x0 + w - t, y0, t, h, rgb);
+}
+
+/* Draw text at (x, y) (top-left), each font pixel scale x scale; returns the end x. */
+static int text(canvas *c, int x, int y, const char *s, int scale, const unsigned char rgb[3])
+{
+    for (; *s; s++) {
+        char ch = *s >= 'a' && *s <= 'z' ? (char)(*s - 32) : *s;
+        for (size_t g = 0; g < sizeof k_font / sizeof k_font[0]; g++) {
+            if (k_font[g].c != ch)
+                continue;
+            for (int r = 0; r < 7; r++)
+                for (int b = 0; b < 5; b++)
+                    if (k_font[g].rows[r] & (0x10 >> b))
+                        fill(c, x + b * scale, y + r * scale, scale, scale, rgb);
+            break;
+        }
+        x += 6 * scale;
+    }
+    return x;
+}
+
+/* log10 error in [-16, 0] to a dark-blue..green..yellow ramp. */
+static void ramp(double v, unsigned char out[3])
+{
+    static const double stops[5][3] = {{68, 1, 84}, {59, 82, 139}, {33, 145, 140}, {94, 201, 98}, {253, 231, 37}};
+    double t = (v + 16.0) / 16.0;
+    if (!(t >= 0))
+        t = 0;
+    if (t > 1)
+        t = 1;
+    double p = t * 4;
+    int i = (int)p;
+    if (i > 3)
+        i = 3;
+    double f = p - i;
+    for (int k = 0; k < 3; k++)
+        out[k] = (unsigned char)lrint(stops[i][k] * (1 - f) + stops[i + 1][k] * f);
+}
+
+/* Row names of a model panel, in forward order. */
+static const char *const k_rows[] = {"embeddings", "input", "attn_norm", "attn.block_indices", "attn.output",
+                                     "post_attn", "ffn_norm", "moe.scores", "moe.topk_index",
+                                     "moe.topk_weight", "mlp.output", "output", "final_norm", "logits",
+                                     "greedy_tokens", "eagle3.aux"};
+#define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
+
+enum { CELL_W = 24, CELL_H = 14, MARGIN = 12, LINE = 10 };
+
+typedef struct panel {
+    const cf_report *const *reps; /* the reports shown */
+    int nreps;
+    int model;                     /* 1: rows = tensor types, cols = layers */
+    int ncols, nrows, label_w;
+    int rows_used[N_ROWS];
+    int w, h;
+} panel;
+
+static const cf_record *find_cell(const cf_report *r, int row, int layer)
+{
+    for (int i = 0; i < r->nrec; i++) {
+        const cf_record *x = &r->rec[i];
+        if (layer >= 0) {
+            if (x->layer != layer)
+                continue;
+            const char *sub = strchr(x->tensor + 7, '.');
+            if (sub && strcmp(sub + 1, k_rows[row]) == 0)
+                return x;
+        } else if (x->layer < 0 && strcmp(x->tensor, k_rows[row]) == 0) {
+            return x;
+        }
+    }
+    return NULL;
+}
+
+static void draw_cell(canvas *c, int x, int y, const cf_record *rec, int first)
+{
+    static const unsigned char grey[3] = {200, 200, 200}, red[3] = {230, 20, 20},
+                               green[3] = {30, 140, 60}, yellow[3] = {255, 190, 0}, white[3] = {255, 255, 255},
+                               magenta[3] = {200, 0, 200}, cyan[3] = {80, 170, 200};
+    unsigned char col[3];
+    if (!rec) {
+        fill(c, x, y, CELL_W - 2, CELL_H - 2, (const unsigned char[3]){245, 245, 245});
+        return;
+    }
+    if (rec->have_metrics && rec->m.n_nan == 0 && rec->m.n_inf_bad == 0 && rec->m.n_ref_nan == 0) {
+        double v = rec->m.nmse > 0 ? log10(rec->m.nmse) : -16;
+        ramp(v, col);
+        fill(c, x, y, CELL_W - 2, CELL_H - 2, col);
+    } else if (rec->result == CF_NOT_SUPPORTED) {
+        fill(c, x, y, CELL_W - 2, CELL_H - 2, cyan);
+    } else if (rec->result == CF_INTERNAL_ERROR) {
+        fill(c, x, y, CELL_W - 2, CELL_H - 2, magenta);
+    } else if (rec->msg[0] && strncmp(rec->msg, "missing", 7) == 0) {
+        fill(c, x, y, CELL_W - 2, CELL_H - 2, grey);
+        text(c, x + 8, y + 3, "-", 1, (const unsigned char[3]){90, 90, 90});
+    } else if (rec->have_metrics) { /* NaN / Inf */
+        fill(c, x, y, CELL_W - 2, CELL_H - 2, red);
+        text(c, x + 2, y + 3, "NAN", 1, white);
+    } else {
+        fill(c, x, y, CELL_W - 2, CELL_H - 2, rec->result == CF_PASS ? green : red);
+        if (rec->result != CF_PASS)
+            text(c, x + 8, y + 3, "X", 1, white);
+    }
+    if (rec->result == CF_FAIL || rec->result == CF_INTERNAL_ERROR)
+        frame(c, x - 1, y - 1, CELL_W, CELL_H, first ? 3 : 1, first ? red : (const unsigned char[3]){255, 120, 120});
+    else if (rec->result == CF_WARNING)
+        frame(c, x - 1, y - 1, CELL_W, CELL_H, 1, yellow);
+}
+
+static void panel_layout(panel *p)
+{
+    if (p->model) {
+        const cf_report *r = p->reps[0];
+        int maxl = -1;
+        for (int i = 0; i < r->nrec; i++)
+            if (r->rec[i].layer > maxl)
+                maxl = r->rec[i].layer;
+        p->ncols = maxl + 2; /* column 0: tensors outside layers */
+        p->nrows = 0;
+        for (int k = 0; k < N_ROWS; k++) {
+            p->rows_used[k] = 0;
+            for (int l = -1; l <= maxl && !p->rows_used[k]; l++)
+                p->rows_used[k] = find_cell(r, k, l) != NULL;
+            p->nrows += p->rows_used[k];
+        }
+        p->label_w = 20 * 6 + 8;
+    } else {
+        p->ncols = 1;
+        p->nrows = 0;
+        int maxlen = 10;
+        for (int i = 0; i < p->nreps; i++) {
+            p->nrows += p->reps[i]->nrec;
+            for (int k = 0; k < p->reps[i]->nrec; k++) {
+                int len = (int)(strlen(p->reps[i]->id) + 1 + strlen(p->reps[i]->rec[k].tensor));
+                if (len > maxlen)
+                    maxlen = len;
+            }
+        }
+        if (maxlen > 60)
+            maxlen = 60;
+        p->label_w = maxlen * 6 + 8;
+    }
+    p->w = MARGIN + p->label_w + p->ncols * CELL_W + MARGIN + (p->model ? 0 : 400);
+    p->h = MARGIN + 2 * 14 + 4 + LINE + p->nrows * CELL_H + MARGIN;
+}
+
+static void panel_draw(canvas *c, const panel *p, int y0)
+{
+    static const unsigned char black[3] = {0, 0, 0}, dark[3] = {60, 60, 60}, red[3] = {200, 0, 0};
+    int x0 = MARGIN, y = y0 + MARGIN;
+    char buf[512];
+    if (p->model) {
+        const cf_report *r = p->reps[0];
+        snprintf(buf, sizeof buf, "%s  %s", r->id, r->teacher_forced ? "(teacher-forced)" : "");
+        text(c, x0, y, buf, 2, black);
+        y += 16;
+        if (r->first_fail >= 0) {
+            const cf_record *x = &r->rec[r->first_fail];
+            snprintf(buf, sizeof buf, "%s - first divergence: %s%d %s (%s)", cf_result_name(r->result),
+                     x->layer >= 0 ? "layer " : "", x->layer, x->component, x->tensor);
+            if (x->layer < 0)
+                snprintf(buf, sizeof buf, "%s - first divergence: %s (%s)", cf_result_name(r->result),
+                         x->component, x->tensor);
+            text(c, x0, y, buf, 1, red);
+        } else {
+            snprintf(buf, sizeof buf, "%s - profile %s", cf_result_name(r->result), r->profile);
+            text(c, x0, y, buf, 1, dark);
+        }
+        y += 16;
+        int gx = x0 + p->label_w;
+        text(c, gx + 2, y, "--", 1, dark);
+        for (int l = 0; l + 1 < p->ncols; l++) {
+            snprintf(buf, sizeof buf, "%d", l);
+            text(c, gx + (l + 1) * CELL_W + 2, y, buf, 1, dark);
+        }
+        y += LINE;
+        for (int k = 0; k < N_ROWS; k++) {
+            if (!p->rows_used[k])
+                continue;
+            text(c, x0, y + 3, k_rows[k], 1, black);
+            for (int col = 0; col < p->ncols; col++) {
+                const cf_record *rec = find_cell(r, k, col - 1);
+                int first = rec && r->first_fail >= 0 && rec == &r->rec[r->first_fail];
+                if (col == 0 && !rec)
+                    continue;
+                draw_cell(c, gx + col * CELL_W + 1, y + 1, rec, first);
+            }
+            y += CELL_H;
+        }
+    } else {
+        text(c, x0, y, "component cases", 2, black);
+        y += 16;
+        int fails = 0;
+        for (int i = 0; i < p->nreps; i++)
+            fails += !cf_result_conforms(p->reps[i]->result);
+        snprintf(buf, sizeof buf, "%d cases, %d not conforming", p->nreps, fails);
+        text(c, x0, y, buf, 1, fails ? red : dark);
+        y += 16 + LINE;
+        int gx = x0 + p->label_w;
+        for (int i = 0; i < p->nreps; i++) {
+            const cf_report *r = p->reps[i];
+            for (int k = 0; k < r->nrec; k++) {
+                snprintf(buf, sizeof buf, "%s/%s", r->id, r->rec[k].tensor);
+                buf[60] = 0;
+                text(c, x0, y + 3, buf, 1, black);
+                draw_cell(c, gx + 1, y + 1, &r->rec[k], k == r->first_fail);
+                if (r->rec[k].result != CF_PASS) {
+                    snprintf(buf, sizeof buf, "%s %s", cf_result_name(r->rec[k].result), r->rec[k].msg);
+                    buf[64] = 0;
+                    text(c, gx + CELL_W + 6, y + 3, buf, 1, red);
+                }
+                y += CELL_H;
+            }
+        }
+    }
+}
+
+static void legend(canvas *c, int y)
+{
+    static const unsigned char black[3] = {0, 0, 0};
+    int x = MARGIN;
+    text(c, x, y, "log10 NMSE:", 1, black);
+    x += 12 * 6;
+    for (int i = 0; i < 160; i++) {
+        unsigned char col[3];
+        ramp(-16.0 + 16.0 * i / 159.0, col);
+        fill(c, x + i, y, 1, 10, col);
+    }
+    for (int v = -16; v <= 0; v += 4) {
+        char b[8];
+        snprintf(b, sizeof b, "%d", v);
+        text(c, x + (v + 16) * 159 / 16 - 3, y + 13, b, 1, black);
+    }
+    x += 180;
+    fill(c, x, y, 10, 10, (const unsigned char[3]){30, 140, 60});
+    text(c, x + 14, y + 2, "set/exact equal", 1, black);
+    x += 14 + 16 * 6;
+    fill(c, x, y, 10, 10, (const unsigned char[3]){230, 20, 20});
+    text(c, x + 14, y + 2, "differs", 1, black);
+    x += 14 + 8 * 6;
+    frame(c, x, y, 10, 10, 2, (const unsigned char[3]){230, 20, 20});
+    text(c, x + 14, y + 2, "fail (thick: first)", 1, black);
+    x += 14 + 20 * 6;
+    fill(c, x, y, 10, 10, (const unsigned char[3]){200, 200, 200});
+    text(c, x + 14, y + 2, "missing", 1, black);
+}
+
+typedef struct png_ctx {
+    jmp_buf jb;
+} png_ctx;
+
+static void png_err(png_structp png, png_const_charp msg)
+{
+    (void)msg;
+    png_ctx *pc = png_get_error_ptr(png);
+    longjmp(pc->jb, 1);
+}
+
+static void png_warn(png_structp png, png_const_charp msg)
+{
+    (void)png;
+    (void)msg;
+}
+
+static int save_png(const char *path, const canvas *c, m3_err *e)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return m3_fail(e, "%s: cannot write the plot", path);
+    png_ctx pc;
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &pc, png_err, png_warn);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!png || !info) {
+        png_destroy_write_struct(&png, &info);
+        fclose(f);
+        return m3_fail(e, "%s: libpng could not start", path);
+    }
+    if (setjmp(pc.jb)) {
+        png_destroy_write_struct(&png, &info);
+        fclose(f);
+        return m3_fail(e, "%s: libpng failed while writing", path);
+    }
+    png_init_io(png, f);
+    png_set_IHDR(png, info, (png_uint_32)c->w, (png_uint_32)c->h, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (int y = 0; y < c->h; y++)
+        png_write_row(png, c->px + (size_t)y * c->w * 3);
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    if (fclose(f))
+        return m3_fail(e, "%s: write error", path);
+    return 0;
+}
+
+int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e)
+{
+    int np = 0, ncomp = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(reps[i].component, "model") == 0)
+            np++;
+        else
+            ncomp++;
+    }
+    np += ncomp > 0;
+    if (np == 0)
+        return m3_fail(e, "%s: nothing to plot", path);
+    panel *ps = calloc((size_t)np, sizeof *ps);
+    const cf_report **comp = calloc((size_t)(ncomp ? ncomp : 1), sizeof *comp);
+    const cf_report **single = calloc((size_t)n, sizeof *single);
+    if (!ps || !comp || !single) {
+        free(ps);
+        free(comp);
+        free(single);
+        return m3_fail(e, "out of memory for the plot");
+    }
+    int k = 0, kc = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(reps[i].component, "model") == 0) {
+            single[i] = &reps[i];
+            ps[k].reps = &single[i];
+            ps[k].nreps = 1;
+            ps[k].model = 1;
+            k++;
+        } else {
+            comp[kc++] = &reps[i];
+        }
+    }
+    if (ncomp) {
+        ps[k].reps = comp;
+        ps[k].nreps = ncomp;
+        ps[k].model = 0;
+    }
+    canvas c = {0, 0, NULL};
+    c.w = 760;
+    for (int i = 0; i < np; i++) {
+        panel_layout(&ps[i]);
+        if (ps[i].w > c.w)
+            c.w = ps[i].w;
+        c.h += ps[i].h;
+    }
+    c.h += 40;
+    if (c.w > 16000 || c.h > 30000) {
+        free(ps);
+        free(comp);
+        free(single);
+        return m3_fail(e, "%s: plot would be %dx%d pixels; plot fewer cases", path, c.w, c.h);
+    }
+    c.px = malloc((size_t)c.w * c.h * 3);
+    int rc = -1;
+    if (!c.px) {
+        m3_fail(e, "out of memory for the plot");
+        goto done;
+    }
+    memset(c.px, 255, (size_t)c.w * c.h * 3);
+    int y = 0;
+    for (int i = 0; i < np; i++) {
+        panel_draw(&c, &ps[i], y);
+        y += ps[i].h;
+        fill(&c, 0, y - 2, c.w, 1, (const unsigned char[3]){220, 220, 220});
+    }
+    legend(&c, y + 10);
+    rc = save_png(path, &c, e);
+done:
+    free(c.px);
+    free(ps);
+    free(comp);
+    free(single);
+    return rc;
+}

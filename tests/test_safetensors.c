@@ -1,0 +1,382 @@
+/* test_safetensors.c — writer/reader round trip and every header validation
+ * (M3-FMT-ST-*, M3-FMT-SHARD-1). */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "safetensors.h"
+
+static char g_dir[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/m3-test-st-XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static const char *pth(char *buf, size_t n, const char *name)
+{
+    snprintf(buf, n, "%s/%s", g_dir, name);
+    return buf;
+}
+
+/* Write 8-byte little-endian length hlen, then header text, then data bytes. */
+static void write_raw(const char *path, uint64_t hlen, const char *hdr, size_t data_len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(hlen >> (8 * i));
+    assert_int_equal(fwrite(b, 1, 8, f), 8);
+    if (hdr)
+        assert_int_equal(fwrite(hdr, 1, strlen(hdr), f), strlen(hdr));
+    for (size_t i = 0; i < data_len; i++)
+        fputc((int)(i & 0xff), f);
+    fclose(f);
+}
+
+/* File with a correct length field for hdr. */
+static void write_st(const char *path, const char *hdr, size_t data_len)
+{
+    write_raw(path, strlen(hdr), hdr, data_len);
+}
+
+/* Open must fail and the message must contain every given fragment. */
+static void expect_fail(const char *path, const char *frag1, const char *frag2)
+{
+    m3_store *s = (m3_store *)0x1;
+    m3_err e = {{0}};
+    assert_int_equal(m3_store_open(&s, path, &e), -1);
+    assert_null(s);
+    if (!strstr(e.msg, frag1) || (frag2 && !strstr(e.msg, frag2)))
+        fail_msg("message '%s' lacks '%s' / '%s'", e.msg, frag1, frag2 ? frag2 : "");
+}
+
+static void test_roundtrip(void **state)
+{
+    (void)state;
+    char p[512];
+    m3_err e = {{0}};
+    m3_st_writer *w = m3_st_writer_new();
+    assert_non_null(w);
+    float a[6] = {1, 2, 3, 4, 5, 6.5f};
+    uint16_t bf[4] = {0x3f80, 0x4000, 0xbf80, 0x0000};
+    int32_t none[1] = {0};
+    uint8_t scalar = 42;
+    int64_t sa[2] = {2, 3}, sb[1] = {4}, sz[2] = {0, 5};
+    float junk[6] = {9, 9, 9, 9, 9, 9};
+    assert_int_equal(m3_st_writer_add(w, "zeta.a", M3_F32, 2, sa, junk, &e), 0);
+    assert_int_equal(m3_st_writer_add(w, "zeta.a", M3_F32, 2, sa, a, &e), 0); /* replaces */
+    assert_int_equal(m3_st_writer_add(w, "alpha.bf", M3_BF16, 1, sb, bf, &e), 0);
+    assert_int_equal(m3_st_writer_add(w, "mid.empty", M3_I32, 2, sz, none, &e), 0);
+    assert_int_equal(m3_st_writer_add(w, "scalar", M3_U8, 0, NULL, &scalar, &e), 0);
+    assert_int_equal(m3_st_writer_meta(w, "format", "pt", &e), 0);
+    assert_int_equal(m3_st_writer_meta(w, "note", "quote \" and \\ ok", &e), 0);
+    assert_int_equal(m3_st_writer_add(w, "__metadata__", M3_U8, 0, NULL, &scalar, &e), -1);
+    pth(p, sizeof p, "rt.safetensors");
+    assert_int_equal(m3_st_writer_save(w, p, &e), 0);
+    m3_st_writer_free(w);
+
+    /* header padded so that data starts 8-byte aligned */
+    FILE *f = fopen(p, "rb");
+    unsigned char len8[8];
+    assert_int_equal(fread(len8, 1, 8, f), 8);
+    fclose(f);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = (n << 8) | len8[i];
+    assert_int_equal((8 + n) % 8, 0);
+
+    m3_store *s = NULL;
+    assert_int_equal(m3_store_open(&s, p, &e), 0);
+    assert_int_equal(m3_store_count(s), 4);
+    const char *order[4] = {"alpha.bf", "mid.empty", "scalar", "zeta.a"};
+    for (size_t i = 0; i < 4; i++)
+        assert_string_equal(m3_store_at(s, i)->name, order[i]);
+    assert_null(m3_store_at(s, 4));
+    const m3_tensor *t = m3_store_get(s, "zeta.a");
+    assert_non_null(t);
+    assert_int_equal(t->dtype, M3_F32);
+    assert_int_equal(t->ndim, 2);
+    assert_int_equal(t->shape[0], 2);
+    assert_int_equal(t->shape[1], 3);
+    assert_int_equal(t->nbytes, 24);
+    assert_memory_equal(t->data, a, sizeof a);
+    assert_string_equal(t->file, p);
+    t = m3_store_get(s, "alpha.bf");
+    assert_int_equal(t->dtype, M3_BF16);
+    assert_memory_equal(t->data, bf, sizeof bf);
+    assert_true(m3_load_f32(t->data, t->dtype, 2) == -1.0f);
+    t = m3_store_get(s, "mid.empty");
+    assert_int_equal(m3_tensor_numel(t), 0);
+    assert_int_equal(t->nbytes, 0);
+    t = m3_store_get(s, "scalar");
+    assert_int_equal(t->ndim, 0);
+    assert_int_equal(m3_tensor_numel(t), 1);
+    assert_int_equal(*(const uint8_t *)t->data, 42);
+    assert_null(m3_store_get(s, "nope"));
+    assert_null(m3_store_get(s, "__metadata__"));
+    m3_store_close(s);
+    m3_store_close(NULL);
+
+    /* a directory holding model.safetensors opens the same file */
+    char dir[512], cmd[1600];
+    pth(dir, sizeof dir, "single");
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/model.safetensors'", dir, p, dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(m3_store_open(&s, dir, &e), 0);
+    assert_int_equal(m3_store_count(s), 4);
+    m3_store_close(s);
+}
+
+static void test_header_errors(void **state)
+{
+    (void)state;
+    char p[512];
+    /* truncated: fewer than 8 bytes */
+    pth(p, sizeof p, "trunc.safetensors");
+    FILE *f = fopen(p, "wb");
+    fputs("abc", f);
+    fclose(f);
+    expect_fail(p, p, "file too small");
+
+    /* header length beyond the file */
+    pth(p, sizeof p, "long.safetensors");
+    write_raw(p, 1000, "{}", 0);
+    expect_fail(p, "header length beyond end of file", "1000");
+
+    /* header length below 2 and above the cap */
+    pth(p, sizeof p, "tiny.safetensors");
+    write_raw(p, 1, "{", 0);
+    expect_fail(p, "header length too small", NULL);
+    pth(p, sizeof p, "cap.safetensors");
+    write_raw(p, (uint64_t)M3_ST_MAX_HEADER + 1, "{}", 0);
+    expect_fail(p, "over the cap", NULL);
+
+    /* malformed JSON */
+    pth(p, sizeof p, "bad.safetensors");
+    write_st(p, "{\"a\": {\"dtype\": \"F32\", ", 0);
+    expect_fail(p, p, "not valid JSON");
+
+    /* not an object */
+    pth(p, sizeof p, "arr.safetensors");
+    write_st(p, "[1, 2]", 0);
+    expect_fail(p, "not a JSON object", NULL);
+
+    /* trailing junk after the object (spaces are fine, checked by the writer test) */
+    pth(p, sizeof p, "trail.safetensors");
+    write_st(p, "{} x", 0);
+    expect_fail(p, "trailing bytes", NULL);
+
+    /* unknown dtype */
+    pth(p, sizeof p, "dtype.safetensors");
+    write_st(p, "{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2);
+    expect_fail(p, "tensor w: unknown dtype 'F8_E4M3'", p);
+
+    /* shape x dtype disagrees with the byte range (a lying header) */
+    pth(p, sizeof p, "lie.safetensors");
+    write_st(p, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}", 16);
+    expect_fail(p, "tensor w: byte range does not match shape x dtype", "(12 vs 16 bytes)");
+
+    /* range outside the data section */
+    pth(p, sizeof p, "out.safetensors");
+    write_st(p, "{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[84,100]}}", 16);
+    expect_fail(p, "tensor w: data_offsets end beyond the data section", "(100 vs 16 bytes)");
+
+    /* begin > end */
+    pth(p, sizeof p, "rev.safetensors");
+    write_st(p, "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,4]}}", 16);
+    expect_fail(p, "begin > end", NULL);
+
+    /* overlapping ranges */
+    pth(p, sizeof p, "overlap.safetensors");
+    write_st(p,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}",
+             24);
+    expect_fail(p, "tensor b: byte range [8, 24) overlaps tensor a [0, 16)", NULL);
+
+    /* an empty tensor inside another's range is not an overlap */
+    pth(p, sizeof p, "emptyin.safetensors");
+    write_st(p,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[8,8]}}",
+             16);
+    m3_store *s = NULL;
+    m3_err e = {{0}};
+    assert_int_equal(m3_store_open(&s, p, &e), 0);
+    m3_store_close(s);
+
+    /* unknown key in an entry, missing key */
+    pth(p, sizeof p, "key.safetensors");
+    write_st(p, "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1}}", 1);
+    expect_fail(p, "tensor w: unexpected key 'x'", NULL);
+    pth(p, sizeof p, "miss.safetensors");
+    write_st(p, "{\"w\":{\"dtype\":\"U8\",\"shape\":[1]}}", 1);
+    expect_fail(p, "tensor w: entry lacks 'data_offsets'", NULL);
+
+    /* bad shapes */
+    pth(p, sizeof p, "neg.safetensors");
+    write_st(p, "{\"w\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", 1);
+    expect_fail(p, "tensor w: shape[0] is not a non-negative integer (-1)", NULL);
+    pth(p, sizeof p, "frac.safetensors");
+    write_st(p, "{\"w\":{\"dtype\":\"U8\",\"shape\":[1.5],\"data_offsets\":[0,1]}}", 1);
+    expect_fail(p, "shape[0] is not a non-negative integer", NULL);
+    pth(p, sizeof p, "dims.safetensors");
+    write_st(p, "{\"w\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
+             1);
+    expect_fail(p, "too many dimensions (9 vs max 8)", NULL);
+    pth(p, sizeof p, "ovf.safetensors");
+    write_st(p,
+             "{\"w\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],"
+             "\"data_offsets\":[0,8]}}",
+             8);
+    expect_fail(p, "overflows 64 bits", NULL);
+
+    /* metadata must be an object of strings */
+    pth(p, sizeof p, "meta.safetensors");
+    write_st(p, "{\"__metadata__\":{\"a\":1}}", 0);
+    expect_fail(p, "__metadata__ value of 'a' is not a string", NULL);
+
+    /* duplicate tensor name in one header */
+    pth(p, sizeof p, "dup.safetensors");
+    write_st(p,
+             "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+             "\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+             2);
+    expect_fail(p, "tensor w: appears twice", NULL);
+
+    /* missing path, empty directory */
+    pth(p, sizeof p, "does-not-exist.safetensors");
+    expect_fail(p, "cannot open", NULL);
+    char cmd[600];
+    pth(p, sizeof p, "emptydir");
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", p);
+    assert_int_equal(system(cmd), 0);
+    expect_fail(p, "neither model.safetensors.index.json nor model.safetensors", NULL);
+}
+
+/* Two shards + index in directory `name`; `index` is the weight_map body. */
+static void make_sharded(const char *name, const char *index_json)
+{
+    char dir[512], p[600], cmd[700];
+    m3_err e = {{0}};
+    pth(dir, sizeof dir, name);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    float v[2] = {1, 2};
+    int64_t sh[1] = {2};
+    m3_st_writer *w = m3_st_writer_new();
+    assert_int_equal(m3_st_writer_add(w, "a", M3_F32, 1, sh, v, &e), 0);
+    assert_int_equal(m3_st_writer_add(w, "b", M3_F32, 1, sh, v, &e), 0);
+    snprintf(p, sizeof p, "%s/s1.safetensors", dir);
+    assert_int_equal(m3_st_writer_save(w, p, &e), 0);
+    m3_st_writer_free(w);
+    w = m3_st_writer_new();
+    v[0] = 7;
+    assert_int_equal(m3_st_writer_add(w, "c", M3_F32, 1, sh, v, &e), 0);
+    snprintf(p, sizeof p, "%s/s2.safetensors", dir);
+    assert_int_equal(m3_st_writer_save(w, p, &e), 0);
+    m3_st_writer_free(w);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    FILE *f = fopen(p, "w");
+    fprintf(f, "{\"metadata\":{\"total_size\":24},\"weight_map\":{%s}}", index_json);
+    fclose(f);
+}
+
+static void test_sharded(void **state)
+{
+    (void)state;
+    char dir[512], p[600];
+    m3_err e = {{0}};
+    m3_store *s = NULL;
+    make_sharded("ok", "\"a\":\"s1.safetensors\",\"b\":\"s1.safetensors\",\"c\":\"s2.safetensors\"");
+    pth(dir, sizeof dir, "ok");
+    assert_int_equal(m3_store_open(&s, dir, &e), 0);
+    assert_int_equal(m3_store_count(s), 3);
+    const m3_tensor *t = m3_store_get(s, "c");
+    assert_non_null(t);
+    assert_true(m3_load_f32(t->data, t->dtype, 0) == 7.0f);
+    assert_non_null(strstr(t->file, "s2.safetensors"));
+    assert_non_null(strstr(m3_store_get(s, "a")->file, "s1.safetensors"));
+    m3_store_close(s);
+    /* the index file itself can be given */
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    assert_int_equal(m3_store_open(&s, p, &e), 0);
+    assert_int_equal(m3_store_count(s), 3);
+    m3_store_close(s);
+
+    /* missing shard */
+    make_sharded("missing", "\"a\":\"s1.safetensors\",\"b\":\"s1.safetensors\","
+                            "\"c\":\"s3.safetensors\"");
+    pth(dir, sizeof dir, "missing");
+    expect_fail(dir, "shard s3.safetensors is missing", NULL);
+
+    /* tensor in a shard but not in the map */
+    make_sharded("unlisted", "\"a\":\"s1.safetensors\",\"c\":\"s2.safetensors\"");
+    pth(dir, sizeof dir, "unlisted");
+    expect_fail(dir, "tensor b: not listed in", "s1.safetensors");
+
+    /* map says the wrong shard */
+    make_sharded("wrong", "\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\","
+                          "\"c\":\"s2.safetensors\"");
+    pth(dir, sizeof dir, "wrong");
+    expect_fail(dir, "tensor b: listed in", "under shard s2.safetensors");
+
+    /* map names a tensor its shard lacks */
+    make_sharded("absent", "\"a\":\"s1.safetensors\",\"b\":\"s1.safetensors\","
+                           "\"c\":\"s2.safetensors\",\"d\":\"s2.safetensors\"");
+    pth(dir, sizeof dir, "absent");
+    expect_fail(dir, "tensor d: listed for shard s2.safetensors but not found", NULL);
+
+    /* path traversal and subdirectories in shard names */
+    make_sharded("trav", "\"a\":\"../ok/s1.safetensors\",\"b\":\"s1.safetensors\","
+                         "\"c\":\"s2.safetensors\"");
+    pth(dir, sizeof dir, "trav");
+    expect_fail(dir, "tensor a: shard '../ok/s1.safetensors' is not a plain file name", NULL);
+    make_sharded("slash", "\"a\":\"/etc/passwd\",\"b\":\"s1.safetensors\","
+                          "\"c\":\"s2.safetensors\"");
+    pth(dir, sizeof dir, "slash");
+    expect_fail(dir, "is not a plain file name", NULL);
+
+    /* duplicate name in the map */
+    make_sharded("dupmap", "\"a\":\"s1.safetensors\",\"b\":\"s1.safetensors\","
+                           "\"c\":\"s2.safetensors\",\"c\":\"s2.safetensors\"");
+    pth(dir, sizeof dir, "dupmap");
+    expect_fail(dir, "tensor c: listed twice in weight_map", NULL);
+
+    /* no weight_map */
+    pth(dir, sizeof dir, "ok");
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    FILE *f = fopen(p, "w");
+    fputs("{\"metadata\":{}}", f);
+    fclose(f);
+    expect_fail(dir, "no \"weight_map\" object", NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_header_errors),
+        cmocka_unit_test(test_sharded),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
