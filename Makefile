@@ -27,7 +27,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 LIB       := $(BUILD)/libm3.a
 
-.PHONY: all deps run test unit-test cli-test bench vectors coverage coverage-check gpu clean
+.PHONY: all deps run test unit-test cli-test bench vectors vectors-check coverage coverage-check gpu clean
 .DEFAULT_GOAL := all
 
 all: deps bin/m3-ref $(if $(CONF_SRC),bin/m3-conform)
@@ -87,7 +87,7 @@ unit-test: $(TEST_BIN)
 cli-test: bin/m3-ref $(BUILD)/tests/cli_helper
 	sh tests/cli_test.sh bin/m3-ref $(BUILD)/tests/cli_helper
 
-test: all unit-test cli-test coverage-check
+test: all unit-test cli-test coverage-check vectors-check
 	@echo "m3: all tests passed"
 
 # ---- run, bench, vectors ---------------------------------------------------
@@ -102,7 +102,12 @@ bench: all $(BUILD)/bench/bench
 	$(BUILD)/bench/bench
 
 vectors: deps
+	$(PYTHON) tools/make_tiny_model.py --out models/tiny
 	$(PYTHON) tools/gen_vectors.py --out vectors
+
+# regenerate every non-big vector (and models/tiny) in a temp dir, compare bytes
+vectors-check: deps
+	$(PYTHON) tools/gen_vectors.py --check vectors
 
 # spec clause coverage: docs/coverage.md; coverage-check fails on ids spec/ does not define
 coverage:
@@ -113,3 +118,77 @@ coverage-check:
 
 clean:
 	rm -rf $(BUILD) bin
+
+# ---- hardening (fuzz/, docs/fuzzing.md): fuzz smoke, ASan+UBSan, valgrind --
+# fuzz-smoke: every fuzz/fuzz_*.c target, built with $(CC) + fuzz/driver.c, runs
+# over fuzz/corpus/<t> and fuzz/regressions/<t>; with clang, each libFuzzer build
+# (build-fuzz/) also fuzzes for FUZZ_SECONDS from the corpus (new inputs go to a
+# temporary dir, never into the committed corpus).
+FUZZ_SRC     := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_NAMES   := $(patsubst fuzz/%.c,%,$(FUZZ_SRC))
+FUZZ_BIN     := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_NAMES))
+CONF_LIBOBJ   = $(filter-out %/conformance/main.o,$(CONF_OBJ))
+FUZZ_SECONDS ?= 3
+CLANG        ?= $(shell command -v clang 2>/dev/null)
+SAN_FLAGS    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+export ASAN_OPTIONS  ?= halt_on_error=1:abort_on_error=1:detect_leaks=1:allocator_may_return_null=1
+export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+
+.PHONY: fuzz-build fuzz-smoke fuzz-libfuzzer asan-test valgrind-test
+
+$(BUILD)/fuzz/%: fuzz/%.c fuzz/driver.c fuzz/common.c fuzz/common.h $(wildcard ref/*.h conformance/*.h) $(CONF_LIBOBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Iconformance -Ifuzz -o $@ $< fuzz/driver.c fuzz/common.c $(CONF_LIBOBJ) $(LIB) $(LDLIBS)
+
+fuzz-build: $(FUZZ_BIN)
+
+fuzz-smoke: $(FUZZ_BIN)
+	@set -e; for t in $(FUZZ_NAMES); do \
+	  d="fuzz/corpus/$$t"; r="fuzz/regressions/$$t"; set --; \
+	  [ -d "$$d" ] && set -- "$$@" "$$d"; [ -d "$$r" ] && set -- "$$@" "$$r"; \
+	  [ $$# -gt 0 ] || { echo "fuzz-smoke: no corpus for $$t"; exit 1; }; \
+	  $(BUILD)/fuzz/$$t "$$@"; done
+	@if [ -n "$(CLANG)" ]; then $(MAKE) --no-print-directory fuzz-libfuzzer; \
+	 else echo "fuzz-smoke: clang not found; libFuzzer runs skipped"; fi
+
+# libFuzzer builds (clang -fsanitize=fuzzer,address,undefined) and a short run each
+fuzz-libfuzzer:
+	@CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" \
+	  $(MAKE) --no-print-directory BUILD=build-fuzz CC="$(CLANG)" build-fuzz/libm3.a \
+	  $(patsubst $(BUILD)/%,build-fuzz/%,$(CONF_LIBOBJ)) >/dev/null
+	@set -e; for t in $(FUZZ_NAMES); do \
+	  $(CLANG) -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	    -std=c11 -D_DEFAULT_SOURCE -D_FILE_OFFSET_BITS=64 -Wall -Wextra -Werror \
+	    -Iref -Iconformance -Ifuzz -I/usr/include/cjson -o build-fuzz/fuzz/$$t fuzz/$$t.c fuzz/common.c \
+	    $(patsubst $(BUILD)/%,build-fuzz/%,$(CONF_LIBOBJ)) build-fuzz/libm3.a $(LDLIBS) 2>&1 | sed 's/^/  /'; \
+	done
+	@set -e; tmp=$$(mktemp -d /tmp/m3_fuzz_smoke.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
+	for t in $(FUZZ_NAMES); do \
+	  mkdir -p "$$tmp/$$t"; set -- "$$tmp/$$t" fuzz/corpus/$$t; \
+	  [ -d fuzz/regressions/$$t ] && set -- "$$@" fuzz/regressions/$$t; \
+	  build-fuzz/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -max_len=65536 \
+	    -artifact_prefix="$$tmp/" "$$@" >"$$tmp/$$t.log" 2>&1 || \
+	    { tail -40 "$$tmp/$$t.log"; mkdir -p build-fuzz/artifacts; \
+	      cp "$$tmp"/crash-* "$$tmp"/leak-* "$$tmp"/oom-* "$$tmp"/timeout-* build-fuzz/artifacts/ 2>/dev/null; \
+	      echo "fuzz-smoke: $$t FAILED (inputs copied to build-fuzz/artifacts/)"; exit 1; }; \
+	  echo "libfuzzer $$t: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$$tmp/$$t.log")"; \
+	done
+
+# The unit tests and the CLI tests under AddressSanitizer + UBSan (build-asan/);
+# any report is fatal (ASAN_OPTIONS / UBSAN_OPTIONS above).
+asan-test:
+	CFLAGS="$(SAN_FLAGS)" $(MAKE) --no-print-directory BUILD=build-asan \
+	  $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BIN)) build-asan/tests/cli_helper
+	@mkdir -p build-asan/bin
+	$(CC) $(SAN_FLAGS) $(filter-out -O2,$(CFLAGS)) -o build-asan/bin/m3-ref ref/cli/m3-ref.c build-asan/libm3.a $(LDLIBS)
+	@set -e; for t in $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BIN)); do echo "== $$t (asan)"; $$t; done
+	sh tests/cli_test.sh build-asan/bin/m3-ref build-asan/tests/cli_helper
+
+# The CLI under valgrind on the embedded model: forward, generate, inspect.
+VALGRIND := valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect
+valgrind-test: bin/m3-ref
+	@command -v valgrind >/dev/null || { echo "valgrind-test: valgrind not installed (apt-get install valgrind)"; exit 1; }
+	$(VALGRIND) bin/m3-ref forward --model models/tiny --tokens 1,2,3,4 >/dev/null
+	$(VALGRIND) bin/m3-ref generate --model models/tiny --tokens 1,2,3 --max-new-tokens 4 --greedy >/dev/null
+	$(VALGRIND) bin/m3-ref inspect --model models/tiny >/dev/null
+	@echo "valgrind-test: clean"

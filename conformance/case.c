@@ -405,8 +405,18 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Is s one of the strings of arr (may be NULL)? */
+static int in_list(const cJSON *arr, const char *s)
+{
+    const cJSON *x;
+    cJSON_ArrayForEach(x, arr) if (cJSON_IsString(x) && strcmp(x->valuestring, s) == 0) return 1;
+    return 0;
+}
+
+/* Entries listed in `optional` (the manifest's "big" cases, generated on
+ * demand) are skipped when their directory is absent; *skipped counts them. */
 static int add_dirs(char ***list, int *n, const cJSON *arr, const char *root, const char *where,
-                    const char *key, m3_err *e)
+                    const char *key, const cJSON *optional, int *skipped, m3_err *e)
 {
     int cnt = cJSON_GetArraySize(arr);
     *list = calloc((size_t)(cnt ? cnt : 1), sizeof **list);
@@ -425,6 +435,11 @@ static int add_dirs(char ***list, int *n, const cJSON *arr, const char *root, co
         if (!p)
             return m3_fail(e, "%s: out of memory", where);
         snprintf(p, need, "%s/%s", root, x->valuestring);
+        if (!is_dir(p) && optional && in_list(optional, x->valuestring)) {
+            free(p);
+            (*skipped)++;
+            continue;
+        }
         (*list)[(*n)++] = p;
         if (!is_dir(p))
             return m3_fail(e, "%s: %s entry \"%s\": no such directory %s", where, key,
@@ -474,7 +489,12 @@ int cf_manifest_load(cf_manifest *m, const char *path, m3_err *e)
         m3_fail(e, "%s: \"cases\" must be an array of case directories", path);
         goto done;
     }
-    if (add_dirs(&m->cases, &m->ncases, cases, m->root, path, "cases", e))
+    const cJSON *big = cJSON_GetObjectItemCaseSensitive(root, "big");
+    if (big && !cJSON_IsArray(big)) {
+        m3_fail(e, "%s: \"big\" must be an array of case directories", path);
+        goto done;
+    }
+    if (add_dirs(&m->cases, &m->ncases, cases, m->root, path, "cases", big, &m->nskipped, e))
         goto done;
     const cJSON *mut = cJSON_GetObjectItemCaseSensitive(root, "mutants");
     if (mut) {
@@ -482,7 +502,7 @@ int cf_manifest_load(cf_manifest *m, const char *path, m3_err *e)
             m3_fail(e, "%s: \"mutants\" must be an array of directories", path);
             goto done;
         }
-        if (add_dirs(&m->mutants, &m->nmutants, mut, m->root, path, "mutants", e))
+        if (add_dirs(&m->mutants, &m->nmutants, mut, m->root, path, "mutants", NULL, &m->nskipped, e))
             goto done;
     } else {
         /* no list: every root/mutants/<dir> holding a mutant.json */

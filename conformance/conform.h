@@ -195,6 +195,7 @@ typedef struct cf_manifest {
     int ncases;
     char **mutants;      /* mutant dirs (manifest "mutants" or root/mutants/<*>) */
     int nmutants;
+    int nskipped;        /* "big" cases listed but not generated here */
 } cf_manifest;
 
 /* Load a manifest; entries must be relative, without "..", and exist. */

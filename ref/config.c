@@ -14,13 +14,16 @@
  *  (c) a flat text-only config (the text keys at top level, no text_config).
  * When both spellings of one quantity are present they must agree.
  *
- * Defaults for absent keys are the HF class defaults, except
- * max_position_embeddings (1048576, the released value) and swiglu_beta (1.0).
- * Required: hidden_size, num_hidden_layers, num_attention_heads,
- * num_key_value_heads, vocab_size. head_dim defaults to hidden/heads.
- * Without any attention pattern every layer is dense; without any MLP
- * pattern every layer is MoE (as HF). index_init_blocks (flat spelling of
- * sparse_init_block, which HF v5 lacks and treats as 0) is an m3 extension.
+ * Defaults for absent keys follow spec M3-CFG-2/3: required hidden_size,
+ * intermediate_size, num_hidden_layers, num_attention_heads, vocab_size, and
+ * num_local_experts / num_experts_per_tok when any layer is MoE;
+ * num_key_value_heads = heads, head_dim = hidden/heads, dense_intermediate_size
+ * = intermediate_size, shared_intermediate_size = intermediate_size x
+ * n_shared_experts, rotary = head_dim x 1.0, max_position_embeddings 1048576,
+ * swiglu 1.702 / 7 / 1, bos 200034, eos 200020, index 128 dim / 4 heads /
+ * top-16 / block 128 / local 1 / init 0. Without any attention pattern (or with
+ * use_sparse_attention false) every layer is dense; without any MLP pattern
+ * every layer is MoE. Booleans accept true/false and 0/1.
  * eos_token_id may be a list: its first entry is used.
  * Unknown keys are errors unless opts->lenient (then collected in
  * c->warnings). Duplicate keys in one object are always errors.
@@ -81,7 +84,7 @@ static const char *const text_keys[] = {
     "index_topk_blocks", "index_block_size", "index_local_blocks", "index_init_blocks",
     "use_gemma_norm", "use_qk_norm", "qk_norm_type", "attention_output_gate",
     "attention_bias", "num_mtp_modules", "num_nextn_predict_layers", "use_index_cache",
-    "index_topk_freq", NULL};
+    "index_topk_freq", "index_skip_topk_offset", NULL};
 
 static const char *const sparse_keys[] = {
     "use_sparse_attention", "sparse_index_dim", "sparse_num_index_heads",
@@ -215,10 +218,14 @@ static int rd_bool(ctx *x, const cJSON *obj, const char *path, const char *key, 
     const cJSON *v = get(obj, key);
     if (!v)
         return 0;
+    if (cJSON_IsNumber(v) && (v->valuedouble == 0.0 || v->valuedouble == 1.0)) {
+        *out = v->valuedouble == 1.0;
+        return 1;
+    }
     if (!cJSON_IsBool(v)) {
         char full[256];
         join_path(full, sizeof full, path, key);
-        return m3_fail(x->e, "%s: %s must be true or false", x->name, full);
+        return m3_fail(x->e, "%s: %s must be true or false (or 0 / 1)", x->name, full);
     }
     *out = cJSON_IsTrue(v) ? 1 : 0;
     return 1;
@@ -356,9 +363,9 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
 
     /* required sizes */
     static const char *const req[] = {"hidden_size", "num_hidden_layers",
-                                      "num_attention_heads", "num_key_value_heads",
+                                      "num_attention_heads", "intermediate_size",
                                       "vocab_size"};
-    int *reqdst[] = {&t->hidden_size, &t->num_layers, &t->num_heads, &t->num_kv_heads,
+    int *reqdst[] = {&t->hidden_size, &t->num_layers, &t->num_heads, &t->intermediate_size,
                      &t->vocab_size};
     for (int i = 0; i < 5; i++) {
         r = rd_int(x, o, path, req[i], reqdst[i], 0, BIG);
@@ -375,16 +382,16 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
                        M3_MAX_LAYERS);
     }
 
-    /* defaults (HF class defaults unless noted in the file comment) */
-    t->intermediate_size = 3072;
-    t->dense_intermediate_size = 12288;
-    t->shared_intermediate_size = 3072;
+    /* defaults (spec M3-CFG-2; see the file comment) */
+    t->num_kv_heads = t->num_heads;
+    t->dense_intermediate_size = t->intermediate_size;
+    t->shared_intermediate_size = -1; /* resolved below */
     t->head_dim = t->num_heads > 0 ? t->hidden_size / t->num_heads : 0;
     t->max_position_embeddings = 1048576;
     t->rms_norm_eps = 1e-6f;
     t->rope_theta = 5000000.0;
-    t->num_experts = 128;
-    t->num_experts_per_tok = 4;
+    t->num_experts = 0;         /* required when any layer is MoE */
+    t->num_experts_per_tok = 0; /* required when any layer is MoE */
     t->n_shared_experts = 1;
     t->routed_scaling_factor = 2.0f;
     t->use_routing_bias = 1;
@@ -401,7 +408,7 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
     t->bos_token_id = 200034;
     t->eos_token_id = 200020;
 
-    if (rd_int(x, o, path, "intermediate_size", &t->intermediate_size, 0, BIG) < 0 ||
+    if (rd_int(x, o, path, "num_key_value_heads", &t->num_kv_heads, 0, BIG) < 0 ||
         rd_int(x, o, path, "dense_intermediate_size", &t->dense_intermediate_size, 0, BIG) < 0 ||
         rd_int(x, o, path, "shared_intermediate_size", &t->shared_intermediate_size, 0, BIG) <
             0 ||
@@ -537,7 +544,7 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
         if (rr == 1)
             t->rotary_dim = rdim;
         if (rr == 0 && !has_pf)
-            t->rotary_dim = 64; /* HF class default */
+            t->rotary_dim = t->head_dim; /* partial_rotary_factor 1.0 */
     }
 
     /* MSA: flat index_* (HF v5) vs sparse_attention_config.sparse_* (released) */
@@ -584,6 +591,11 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
         int rb = rd_flags(x, sp, pa, "sparse_attention_freq", b, &nb);
         if (ra < 0 || rb < 0)
             return -1;
+        int use = 1;
+        if (rd_bool(x, sp, pa, "use_sparse_attention", &use) < 0)
+            return -1;
+        if (!use && rb == 1)
+            memset(b, 0, sizeof b); /* M3-CFG-3: false => every layer dense */
         join_path(nm_a, sizeof nm_a, path, "layer_types");
         snprintf(nm_b, sizeof nm_b, "%s.sparse_attention_freq", pa);
         if (ra == 1 && na != t->num_layers)
@@ -593,19 +605,12 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
             return m3_fail(x->e, "%s: %s has %d entries (vs num_hidden_layers %d)", x->name,
                            nm_b, nb, t->num_layers);
         if (ra == 1 && rb == 1 && memcmp(a, b, (size_t)na) != 0)
-            return m3_fail(x->e, "%s: %s disagrees with %s", x->name, nm_a, nm_b);
+            return m3_fail(x->e, "%s: %s disagrees with %s%s", x->name, nm_a, nm_b,
+                           use ? "" : " (use_sparse_attention is false)");
         if (ra == 1)
             memcpy(t->layer_sparse, a, (size_t)na);
         else if (rb == 1)
             memcpy(t->layer_sparse, b, (size_t)nb);
-        int use = 1;
-        if (rd_bool(x, sp, pa, "use_sparse_attention", &use) < 0)
-            return -1;
-        for (int i = 0; !use && i < t->num_layers; i++)
-            if (t->layer_sparse[i])
-                return m3_fail(x->e, "%s: %s.use_sparse_attention is false but layer %d is "
-                                     "marked sparse",
-                               x->name, pa, i);
         int nd = 0;
         int rdv = rd_flags(x, sp, pa, "sparse_disable_index_value", b, &nd);
         if (rdv < 0)
@@ -654,6 +659,19 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
         join_path(nm_a, sizeof nm_a, path, "index_topk_freq");
         return m3_fail(x->e, "%s: %s must be a number or an array", x->name, nm_a);
     }
+    int any_moe = 0;
+    for (int i = 0; i < t->num_layers; i++)
+        any_moe |= t->layer_moe[i];
+    if (any_moe && (t->num_experts == 0 || t->num_experts_per_tok == 0) &&
+        !get(o, t->num_experts == 0 ? "num_local_experts" : "num_experts_per_tok") &&
+        !(t->num_experts == 0 && get(o, "num_experts"))) {
+        join_path(nm_a, sizeof nm_a, path,
+                  t->num_experts == 0 ? "num_local_experts" : "num_experts_per_tok");
+        return m3_fail(x->e, "%s: missing required key '%s' (the config has MoE layers)",
+                       x->name, nm_a);
+    }
+    if (t->shared_intermediate_size < 0)
+        t->shared_intermediate_size = t->intermediate_size * t->n_shared_experts;
     if (t->n_shared_experts == 0)
         t->shared_intermediate_size = 0;
     return 0;
@@ -952,6 +970,8 @@ int m3_config_validate(const m3_config *c, const char *name, m3_err *e)
     if (t->num_layers > M3_MAX_LAYERS)
         return m3_fail(e, "%s: num_hidden_layers too large (%d vs max %d)", name, t->num_layers,
                        M3_MAX_LAYERS);
+    if (t->head_dim % 2 != 0)
+        return m3_fail(e, "%s: head_dim %d must be even", name, t->head_dim);
     if (t->num_heads % t->num_kv_heads != 0)
         return m3_fail(e, "%s: num_attention_heads (%d) is not a multiple of "
                           "num_key_value_heads (%d)",

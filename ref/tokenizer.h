@@ -58,7 +58,7 @@ typedef struct m3_decode_stream {
 void m3_decode_stream_init(m3_decode_stream *s, int skip_special);
 /* Free the stream's buffer (the struct itself belongs to the caller). */
 void m3_decode_stream_free(m3_decode_stream *s);
-/* Feed one id; *text/*len receive the newly complete UTF-8 (possibly empty),
+/* Feed one id; text and len receive the newly complete UTF-8 (possibly empty),
  * valid until the next call on s. */
 int m3_tokenizer_decode_stream(const m3_tokenizer *t, m3_decode_stream *s, int32_t id,
                                const char **text, size_t *len, m3_err *e);

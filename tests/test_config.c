@@ -289,6 +289,28 @@ static void e_use_sparse(cJSON *r, cJSON *t, cJSON *s, cJSON *v)
     (void)r, (void)t, (void)v;
     cJSON_ReplaceItemInObject(s, "use_sparse_attention", cJSON_CreateFalse());
 }
+static void e_use_sparse_types(cJSON *r, cJSON *t, cJSON *s, cJSON *v)
+{
+    e_use_sparse(r, t, s, v);
+    e_disagree_types(r, t, s, v);
+}
+static void e_no_intermediate(cJSON *r, cJSON *t, cJSON *s, cJSON *v)
+{
+    (void)r, (void)s, (void)v;
+    cJSON_DeleteItemFromObject(t, "intermediate_size");
+}
+static void e_no_experts(cJSON *r, cJSON *t, cJSON *s, cJSON *v)
+{
+    (void)r, (void)s, (void)v;
+    cJSON_DeleteItemFromObject(t, "num_local_experts");
+}
+static void e_head_dim_odd(cJSON *r, cJSON *t, cJSON *s, cJSON *v)
+{
+    (void)r, (void)s, (void)v;
+    set_num(t, "head_dim", 127);
+    set_num(t, "rotary_dim", 64);
+    cJSON_DeleteItemFromObject(t, "partial_rotary_factor");
+}
 static void e_rope_scaling(cJSON *r, cJSON *t, cJSON *s, cJSON *v)
 {
     (void)r, (void)s, (void)v;
@@ -345,7 +367,11 @@ static void test_errors_name_field(void **state)
     expect_err(REAL, e_disagree_index, "text_config.index_topk_blocks (8) disagrees with "
                                        "text_config.sparse_attention_config.sparse_topk_blocks (16)");
     expect_err(REAL, e_index_value, "sparse_disable_index_value[5] is 0");
-    expect_err(REAL, e_use_sparse, "use_sparse_attention is false but layer 3 is marked sparse");
+    expect_err(REAL, e_use_sparse_types, "text_config.layer_types disagrees with "
+               "text_config.sparse_attention_config.sparse_attention_freq (use_sparse_attention is false)");
+    expect_err(REAL, e_no_intermediate, "missing required key 'text_config.intermediate_size'");
+    expect_err(REAL, e_no_experts, "missing required key 'text_config.num_local_experts' (the config has MoE layers)");
+    expect_err(REAL, e_head_dim_odd, "head_dim 127 must be even");
     expect_err(REAL, e_rope_scaling, "text_config.rope_scaling is set");
     expect_err(REAL, e_flag_value, "text_config.moe_layer_freq[7] must be 0 or 1");
     expect_err(REAL, e_model_type, "model_type is \"llava\"");
@@ -405,6 +431,32 @@ static void test_lenient_and_syntax(void **state)
     assert_int_equal(c.text.index_local_blocks, 1); /* HF default */
     assert_int_equal(c.has_vision, 0);
     assert_int_equal(m3_config_validate(&c, "config.json", &e), 0);
+    /* defaults of M3-CFG-2 for a minimal dense config; booleans as 0/1 */
+    const char *mini = "{\"hidden_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,"
+                       "\"intermediate_size\":4,\"vocab_size\":5,\"moe_layer_freq\":[0],"
+                       "\"tie_word_embeddings\":1}";
+    m3_config m;
+    if (m3_config_parse(&m, mini, strlen(mini), "config.json", NULL, &e) != 0)
+        fail_msg("%s", e.msg);
+    assert_int_equal(m.text.num_kv_heads, 2);
+    assert_int_equal(m.text.head_dim, 4);
+    assert_int_equal(m.text.rotary_dim, 4);
+    assert_int_equal(m.text.dense_intermediate_size, 4);
+    assert_int_equal(m.text.shared_intermediate_size, 4);
+    assert_int_equal(m.text.tie_word_embeddings, 1);
+    assert_int_equal(m.text.layer_sparse[0], 0);
+
+    /* use_sparse_attention false: every layer dense */
+    j = load_json(REAL);
+    tc = cJSON_GetObjectItem(j, "text_config");
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(tc, "sparse_attention_config"),
+                              "use_sparse_attention", cJSON_CreateFalse());
+    if (parse_json(&m, j, 0, &e) != 0)
+        fail_msg("%s", e.msg);
+    cJSON_Delete(j);
+    for (int i = 0; i < 60; i++)
+        assert_int_equal(m.text.layer_sparse[i], 0);
+
     c.text.num_kv_heads = 0;
     assert_int_equal(m3_config_validate(&c, "config.json", &e), -1);
     assert_non_null(strstr(e.msg, "num_key_value_heads must be positive"));

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/types.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -371,12 +373,74 @@ static void test_sharded(void **state)
     expect_fail(dir, "no \"weight_map\" object", NULL);
 }
 
+
+/* Every truncation of a valid file fails cleanly; every single-byte corruption of
+ * the header either fails with a message or yields tensors inside the file. */
+static void test_truncation_and_corruption(void **state)
+{
+    (void)state;
+    char p[512], q[512];
+    m3_err e = {{0}};
+    m3_st_writer *w = m3_st_writer_new();
+    float a[5] = {1, 2, 3, 4, 5};
+    int64_t s1[1] = {5}, s2[2] = {2, 2};
+    assert_int_equal(m3_st_writer_add(w, "a", M3_F32, 1, s1, a, &e), 0);
+    assert_int_equal(m3_st_writer_add(w, "b.c", M3_BF16, 2, s2, a, &e), 0);
+    assert_int_equal(m3_st_writer_meta(w, "k", "v", &e), 0);
+    pth(p, sizeof p, "good.safetensors");
+    assert_int_equal(m3_st_writer_save(w, p, &e), 0);
+    m3_st_writer_free(w);
+    FILE *f = fopen(p, "rb");
+    unsigned char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_true(n > 8 && n < sizeof buf);
+    pth(q, sizeof q, "cut.safetensors");
+    int fd = open(q, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, buf, n, 0), (ssize_t)n);
+    for (size_t len = n; len-- > 0;) { /* every proper prefix, shrinking in place */
+        assert_int_equal(ftruncate(fd, (off_t)len), 0);
+        m3_store *s = NULL;
+        e.msg[0] = 0;
+        assert_int_equal(m3_store_open(&s, q, &e), -1);
+        assert_null(s);
+        assert_non_null(strstr(e.msg, q));
+    }
+    assert_int_equal(pwrite(fd, buf, n, 0), (ssize_t)n);
+    size_t hlen = buf[0] | (size_t)buf[1] << 8;
+    static const unsigned char vals[] = {'}', '{', '"', ',', ':', '[', ']', '9', '-', 0xff, 0, ' '};
+    for (size_t pos = 8; pos < 8 + hlen; pos++) {
+        for (size_t v = 0; v < sizeof vals; v++) {
+            unsigned char c = vals[v];
+            assert_int_equal(pwrite(fd, &c, 1, (off_t)pos), 1);
+            m3_store *s = NULL;
+            e.msg[0] = 0;
+            int rc = m3_store_open(&s, q, &e);
+            if (rc != 0) {
+                assert_null(s);
+                assert_true(e.msg[0] != 0);
+                continue;
+            }
+            for (size_t i = 0; i < m3_store_count(s); i++) {
+                const m3_tensor *t = m3_store_at(s, i);
+                assert_non_null(t->data);
+                assert_true(t->nbytes <= n - 8 - hlen);
+            }
+            m3_store_close(s);
+        }
+        assert_int_equal(pwrite(fd, &buf[pos], 1, (off_t)pos), 1); /* restore */
+    }
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_header_errors),
         cmocka_unit_test(test_sharded),
+        cmocka_unit_test(test_truncation_and_corruption),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

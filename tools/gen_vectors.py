@@ -1,7 +1,7 @@
 """gen_vectors.py — generate the published M3 text vector suite (M3-VEC).
 
   /usr/bin/python3 tools/gen_vectors.py --out vectors            # every case
-  /usr/bin/python3 tools/gen_vectors.py --out vectors --big-only # only the big ones
+  /usr/bin/python3 tools/gen_vectors.py --out vectors --big-only # only cases marked big (none now)
   /usr/bin/python3 tools/gen_vectors.py --check vectors          # regenerate the
         non-big cases (and models/tiny) in a temp dir, compare every byte
 
@@ -33,29 +33,33 @@ GENERATOR_VERSION = "1+m3np" + m3np.VERSION
 # Spec clause ids cited per component (spec/ defines them).
 CL = {
     "num_fp32": "M3-NUM-MODE-1", "num_bf16": "M3-NUM-BF16-2",
-    "rmsnorm": ["M3-NORM-1"],
-    "rope": ["M3-ROPE-1", "M3-ROPE-2"],
+    "rmsnorm": ["M3-NORM-1", "M3-NORM-2"],
+    "rope": ["M3-ROPE-1", "M3-ROPE-2", "M3-ROPE-3"],
     "attention": ["M3-ATTN-GQA-1", "M3-ATTN-SCORE-1"],
-    "msa_select": ["M3-MSA-SCORE-1", "M3-MSA-BLOCK-1", "M3-MSA-SELECT-1", "M3-MSA-SELECT-2"],
-    "msa_attention": ["M3-MSA-ATTN-1"],
-    "router": ["M3-MOE-ROUTER-1", "M3-MOE-ROUTER-2"],
-    "swiglu": ["M3-MLP-SWIGLU-1"],
-    "mlp": ["M3-MLP-SWIGLU-1", "M3-MLP-DENSE-1"],
-    "moe": ["M3-MOE-ROUTER-1", "M3-MOE-EXPERT-1", "M3-MOE-SHARED-1", "M3-MOE-COMBINE-1"],
-    "model": ["M3-EMB-1", "M3-NORM-1", "M3-ATTN-PROJ-1", "M3-ATTN-QKNORM-1", "M3-ROPE-1",
-              "M3-ATTN-GQA-1", "M3-MODEL-1", "M3-DUMP-1", "M3-CKPT-NAMES-1"],
-    "sparse_model": ["M3-MSA-IDX-1", "M3-MSA-SELECT-1", "M3-MSA-ATTN-1", "M3-MOE-ROUTER-1",
-                     "M3-MOE-COMBINE-1", "M3-MOE-SHARED-1"],
-    "dense_model": ["M3-MLP-DENSE-1"],
+    "msa_select": ["M3-MSA-SCORE-1", "M3-MSA-BLOCK-1", "M3-MSA-BLOCK-2", "M3-MSA-SELECT-1",
+                   "M3-MSA-SELECT-2", "M3-MSA-SELECT-5", "M3-MSA-SELECT-6", "M3-MSA-SELECT-7"],
+    "msa_attention": ["M3-MSA-ATTN-1", "M3-MSA-ATTN-2"],
+    "router": ["M3-MOE-ROUTER-1", "M3-MOE-ROUTER-2", "M3-MOE-ROUTER-3"],
+    "swiglu": ["M3-MLP-SWIGLU-1", "M3-MLP-SWIGLU-2"],
+    "mlp": ["M3-MLP-SWIGLU-1", "M3-MLP-SWIGLU-3", "M3-MLP-DENSE-1"],
+    "moe": ["M3-MOE-ROUTER-1", "M3-MOE-ROUTER-2", "M3-MOE-ROUTER-3", "M3-MOE-EXPERT-1",
+            "M3-MOE-SHARED-1", "M3-MOE-COMBINE-1"],
+    "model": ["M3-EMB-1", "M3-NORM-1", "M3-ATTN-PROJ-1", "M3-ATTN-QKNORM-1", "M3-ATTN-QKNORM-2",
+              "M3-ROPE-3", "M3-ATTN-GQA-1", "M3-ATTN-SCORE-1", "M3-MODEL-1", "M3-MODEL-2", "M3-MODEL-3",
+              "M3-MODEL-4", "M3-DUMP-3", "M3-DUMP-4", "M3-CKPT-NAMES-1", "M3-CFG-1"],
+    "sparse_model": ["M3-MSA-IDX-1", "M3-MSA-IDX-2", "M3-MSA-IDX-3", "M3-MSA-IDX-4", "M3-MSA-SELECT-5",
+                     "M3-MSA-ATTN-1", "M3-MSA-CACHE-1", "M3-MOE-ROUTER-1", "M3-MOE-ROUTER-2",
+                     "M3-MOE-ROUTER-3", "M3-MOE-EXPERT-1", "M3-MOE-COMBINE-1", "M3-MOE-SHARED-1"],
+    "dense_model": ["M3-MLP-DENSE-1", "M3-MLP-SWIGLU-1"],
     "greedy": ["M3-SAMPLE-1"],
-    "chunks": ["M3-CACHE-1"],
+    "chunks": ["M3-CACHE-1", "M3-CACHE-2"],
 }
 # Which clause each mutant violates.
 MUTANT_CLAUSE = {
-    "llama_norm": "M3-NORM-1", "rope_interleaved": "M3-ROPE-1", "rope_full": "M3-ROPE-1",
-    "softmax_routing": "M3-MOE-ROUTER-1", "bias_in_weights": "M3-MOE-ROUTER-2",
-    "no_local_block": "M3-MSA-SELECT-1", "shared_x2": "M3-MOE-SHARED-1",
-    "gqa_modulo": "M3-ATTN-GQA-1", "no_up_plus1": "M3-MLP-SWIGLU-1", "no_clamp": "M3-MLP-SWIGLU-1",
+    "llama_norm": "M3-NORM-1", "rope_interleaved": "M3-ROPE-3", "rope_full": "M3-ROPE-3",
+    "softmax_routing": "M3-MOE-ROUTER-1", "bias_in_weights": "M3-MOE-ROUTER-3",
+    "no_local_block": "M3-MSA-SELECT-1", "shared_x2": "M3-MOE-COMBINE-1",
+    "gqa_modulo": "M3-ATTN-GQA-1", "no_up_plus1": "M3-MLP-SWIGLU-1", "no_clamp": "M3-MLP-SWIGLU-2",
 }
 # Tensor (in the mutant's dump) where each mutant must first diverge on the base case.
 MUTANT_FIRST = {
@@ -86,7 +90,7 @@ def nrm(r, shape, std=1.0):
 
 def clauses(comp, mode, extra=()):
     c = list(CL[comp]) + list(extra)
-    c.append(CL["num_fp32"] if mode == "fp32" else CL["num_bf16"])
+    c += ["M3-NUM-MODE-1", "M3-NUM-MODE-2"] if mode == "fp32" else ["M3-NUM-BF16-1", "M3-NUM-BF16-2"]
     return sorted(set(c))
 
 
@@ -177,22 +181,22 @@ def _msa_select(seed, T, G, d, B, topk, local, init, desc, scores=True, ints=Fal
 
 
 case("msa_select/basic")(lambda: _msa_select(401, 23, 2, 16, 4, 3, 1, 0, "random scores, B 4, top 3, local 1"))
-case("msa_select/seq_lt_block")(lambda: _msa_select(402, 3, 2, 8, 4, 3, 1, 0, "sequence shorter than one block"))
+case("msa_select/seq_lt_block")(lambda: _msa_select(402, 3, 2, 8, 4, 3, 1, 0, "sequence shorter than one block",
+                                                   extra=["M3-MSA-SELECT-4"]))
 case("msa_select/seq_eq_block")(lambda: _msa_select(403, 4, 2, 8, 4, 3, 1, 0, "sequence exactly one block"))
 case("msa_select/block_boundary")(lambda: _msa_select(404, 9, 2, 8, 4, 2, 1, 0,
                                                       "last query at a block's first slot (pos 8, B 4)"))
 case("msa_select/fewer_blocks_than_topk")(lambda: _msa_select(405, 10, 2, 8, 4, 8, 1, 0,
-                                                              "3 blocks, top 8: -1 padding"))
+                                                              "3 blocks, top 8: -1 padding",
+                                                              extra=["M3-MSA-SELECT-4"]))
 case("msa_select/ties")(lambda: _msa_select(406, 40, 2, 4, 4, 3, 1, 0,
                                             "integer iq/ik in {-1,0,1}: exact score ties -> lower block id",
                                             ints=True, extra=["M3-MSA-SELECT-3"]))
-case("msa_select/init_blocks")(lambda: _msa_select(407, 29, 2, 8, 4, 4, 1, 1, "init 1 + local 1 forced",
-                                                   extra=["M3-MSA-SELECT-4"]))
-case("msa_select/init2_local2")(lambda: _msa_select(408, 37, 3, 8, 4, 5, 2, 2, "init 2 + local 2 forced",
-                                                    extra=["M3-MSA-SELECT-4"]))
+case("msa_select/init_blocks")(lambda: _msa_select(407, 29, 2, 8, 4, 4, 1, 1, "init 1 + local 1 forced"))
+case("msa_select/init2_local2")(lambda: _msa_select(408, 37, 3, 8, 4, 5, 2, 2, "init 2 + local 2 forced"))
 case("msa_select/deploy_2200")(lambda: _msa_select(409, 2200, 4, 16, 128, 16, 1, 0,
                                                    "deployment MSA (B 128, top 16, 4 index heads, local 1), 2200 tokens"))
-case("msa_select/deploy_8192", big=True)(lambda: _msa_select(
+case("msa_select/deploy_8192")(lambda: _msa_select(
     410, 8192, 4, 16, 128, 16, 1, 0, "deployment MSA (B 128, top 16, 4 index heads, local 1), 8192 tokens",
     scores=False))
 
@@ -213,7 +217,7 @@ def _msa_attention(mode, seed, T, nh, nkv, hd, B, topk, desc):
 for _m in ("fp32", "bf16"):
     case("msa_attention/basic_" + _m)(lambda m=_m: _msa_attention(m, 501, 23, 4, 2, 16, 4, 3,
                                                                   "block-sparse attention, B 4, top 3"))
-case("msa_attention/deploy_2200_fp32")(lambda: _msa_attention("fp32", 502, 2200, 8, 4, 16, 128, 16,
+case("msa_attention/deploy_2200_fp32")(lambda: _msa_attention("fp32", 502, 2200, 8, 4, 8, 128, 16,
                                                              "block-sparse attention, B 128, top 16, 2200 tokens"))
 
 
@@ -228,7 +232,7 @@ def _router(seed, T, H, E, k, desc, ties=False):
         w[E - 1] = w[0]
         b[E - 1] = b[0]
     idx, wt, sc = m3np.router(x, w, b, k, Num("fp32"))
-    extra = ["M3-MOE-ROUTER-3"] if ties else []
+    extra = ["M3-DECISION-5"] if ties else []
     return comp_case("router", "fp32", seed, desc, {"topk": k}, {"x": x, "weight": w, "bias": b},
                      {"topk_index": idx, "topk_weight": wt, "scores": sc}, extra)
 
@@ -403,19 +407,20 @@ def model_case(desc, mode, seed, model, ids, n_new, chunks, extra_clauses=(), tr
 
 
 TINY_IDS_SEED = 1001
+TINY_NEW = 8
 _IDS = {}
 
 
 def tiny_ids():
     if "tiny" not in _IDS:
-        _IDS["tiny"] = pick_ids(_tiny(), TINY_IDS_SEED, 20, 8, accept=lambda ids: mutants_ok(ids, check=True))
+        _IDS["tiny"] = pick_ids(_tiny(), TINY_IDS_SEED, 20, TINY_NEW, accept=lambda ids: mutants_ok(ids, check=True))
     return _IDS["tiny"]
 
 
 for _m in ("fp32", "bf16"):
     case("model/tiny_" + _m)(lambda m=_m: model_case(
         "models/tiny (5 layers: 3 dense, 2 MoE+MSA), 20 tokens, greedy 8, chunked prefill", m,
-        TINY_IDS_SEED, _tiny(), tiny_ids()[0], 8, [7, 1, 1, 4, 1, 6], trial=tiny_ids()[1]))
+        TINY_IDS_SEED, _tiny(), tiny_ids()[0], TINY_NEW, [7, 1, 1, 4, 1, 6], trial=tiny_ids()[1]))
     case("model/tiny_decode_" + _m)(lambda m=_m: model_case(
         "models/tiny, 20 tokens decoded one at a time (decode == prefill)", m,
         TINY_IDS_SEED, _tiny(), tiny_ids()[0], 0, [1] * 20, trial=tiny_ids()[1]))
@@ -439,7 +444,7 @@ for _m in ("fp32", "bf16"):
 
 
 def _deploy_model():
-    cfg = mtm.tiny_config(L=2, dense_layers=1, H=32, nh=8, nkv=4, hd=16, rd=8, V=128, E=4, topk=2,
+    cfg = mtm.tiny_config(L=2, dense_layers=1, H=16, nh=8, nkv=4, hd=16, rd=8, V=64, E=4, topk=2,
                           I=16, I_shared=16, I_dense=32, idx_dim=16, idx_heads=4, block=128, idx_topk=16,
                           local=1, init=0)
     return _model("deploy", cfg, 1201)
@@ -538,7 +543,15 @@ def mutant_case(name):
     cfg = _tiny()[0]
     d = {}
     flags = [] if name == "faithful_bf16" else [name]
-    m3np.forward(cfg, _tiny()[1], ids, Num("bf16", flags), dump=d)
+    num = Num("bf16", flags)
+    state = m3np.State(cfg)
+    lg = m3np.forward(cfg, _tiny()[1], ids, num, state, d)
+    toks = []
+    for step in range(TINY_NEW):   # the base case asks for a greedy continuation (M3-DUMP-5)
+        toks.append(int(np.argmax(lg[-1])))
+        if step + 1 < TINY_NEW:
+            lg = m3np.forward(cfg, _tiny()[1], np.array([toks[-1]]), num, state)
+    d["greedy_tokens"] = np.array(toks, np.int32)
     meta = {"m3.dump_version": "1", "m3.mode": "bf16",
             "m3.producer": "tools/m3np.py bf16 mode" + ("" if not flags else " + mutant " + name)}
     mj = {"id": "mutant." + name, "case": "model/tiny_fp32", "dump": "dump.safetensors", "profile": "bf16",

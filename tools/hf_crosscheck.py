@@ -74,7 +74,7 @@ CASES = {
                        scale=2.0, idx_dim=16, block=128, idx_topk=16, local=1,
                        sparse=[0, 1], moe=[0, 1],
                        keep=["logits", "layers.1.input", "layers.1.attn.block_*",
-                             "layers.1.moe.topk_*", "greedy_tokens"],
+                             "layers.1.moe.topk_*", "layers.1.moe.scores", "greedy_tokens"],
                        desc="deployment MSA parameters (block 128, top-16, 4 KV/index heads) at "
                             "T = 2300 (18 blocks, last one partial), small hidden"),
 }
@@ -264,16 +264,17 @@ def run_case(name, c, outdir, report, device):
                     "cache_class": type(pkv).__name__,
                     "cache_layer_classes": sorted({type(x).__name__ for x in getattr(pkv, "layers", [])}),
                     "step_logits_max_rel_vs_nocache": [
-                        rel(a[0].float().cpu().numpy(), b.cpu().numpy())["max_rel"]
+                        rel(a[0].detach().float().cpu().numpy(), b.cpu().numpy())["max_rel"]
                         for a, b in zip(gen.logits, st_nc)]}
             # the same prompt with an explicit attention_mask through the plain loop
             am = torch.ones((1, len(ids) + MAX_NEW), dtype=torch.long, device=device)
             seq = torch.cat([input_ids[None, :], gen.sequences[:, len(ids):]], 1)
-            o1 = model(input_ids=seq, attention_mask=am, use_cache=False).logits[0, len(ids) - 1:-1].float()
-            o2 = model(input_ids=seq, use_cache=False).logits[0, len(ids) - 1:-1].float()
+            with torch.no_grad():
+                o1 = model(input_ids=seq, attention_mask=am, use_cache=False).logits[0, len(ids) - 1:-1].float()
+                o2 = model(input_ids=seq, use_cache=False).logits[0, len(ids) - 1:-1].float()
             info["full_forward_mask_vs_nomask_max_rel"] = rel(o1.cpu().numpy(), o2.cpu().numpy())["max_rel"]
             info["full_forward_vs_generate_step_logits_max_rel"] = [
-                rel(a[0].float().cpu().numpy(), o2[i].cpu().numpy())["max_rel"]
+                rel(a[0].detach().float().cpu().numpy(), o2[i].cpu().numpy())["max_rel"]
                 for i, a in enumerate(gen.logits)]
             rep["generate_vs_loop_" + mode] = info
         except Exception as exc:  # record, do not fail
@@ -286,6 +287,21 @@ def run_case(name, c, outdir, report, device):
         st_save_numpy({k: np.ascontiguousarray(v) for k, v in keep.items()},
                       os.path.join(d, "expected_hf_%s.safetensors" % mode), metadata=meta)
     rep["fp32_vs_bf16"] = compare_dumps(dumps["bf16"], dumps["fp32"])
+    # HF bf16 with m3's rounding points patched in (see hf_dump.M3Rounding)
+    hf_dump.set_mode(model, "bf16", routers, "fp32")
+    with hf_dump.M3Rounding(model):
+        res_r = hf_dump.dump(model, input_ids, MAX_NEW)
+        t_nc, _ = hf_dump.greedy(model, input_ids, MAX_NEW, use_cache=False)
+    rep["bf16m3_cache_vs_nocache_tokens_equal"] = t_nc == res_r["greedy_tokens"].tolist()
+    rep["bf16m3_vs_bf16"] = compare_dumps(res_r, dumps["bf16"])
+    rep["bf16m3_vs_fp32"] = compare_dumps(res_r, dumps["fp32"])
+    keep = keep_filter({k: v for k, v in res_r.items() if not k.endswith("block_indices_hf")
+                        and not k.endswith("router_logits")}, c.get("keep"))
+    st_save_numpy({k: np.ascontiguousarray(v) for k, v in keep.items()},
+                  os.path.join(d, "expected_hf_bf16m3.safetensors"),
+                  metadata={"generator": "transformers %s" % transformers.__version__,
+                            "torch": torch.__version__, "mode": "bf16", "rounding": "m3",
+                            "attn_implementation": "eager", "router_dtype": "fp32"})
     # HF's plain bf16 load: router cast to bf16 too
     hf_dump.set_mode(model, "bf16", routers, "model")
     res_m = hf_dump.dump(model, input_ids, MAX_NEW)
@@ -413,7 +429,8 @@ def run_case(name, c, outdir, report, device):
             "profile": "hf-upstream", "tolerance": "hf",
             "seed": c["seed"], "generator": "transformers %s" % transformers.__version__,
             "generator_version": "torch %s, tools/hf_crosscheck.py" % torch.__version__,
-            "expected": {"fp32": "expected_hf_fp32.safetensors", "bf16": "expected_hf_bf16.safetensors"},
+            "expected": {"fp32": "expected_hf_fp32.safetensors", "bf16": "expected_hf_bf16.safetensors",
+                         "bf16m3": "expected_hf_bf16m3.safetensors"},
             "params": {"max_new_tokens": MAX_NEW, "T": int(c["T"]), "attn_implementation": "eager",
                        "experts_implementation": "eager", "bf16_router_dtype": "fp32",
                        "tf32": False, "bf16_reduced_precision_reduction": False,

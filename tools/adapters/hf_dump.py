@@ -287,6 +287,99 @@ def set_mode(model, mode, routers, router_dtype="fp32"):
 
 
 # --------------------------------------------------------------------------
+# optional: HF bf16 with m3's rounding points (--rounding m3)
+# --------------------------------------------------------------------------
+# HF 5.17's bf16 path rounds in three places where m3's bf16 mode (M3-NUM-BF16-2)
+# does not, and computes inv_freq with an fp32 pow. With --rounding m3 these are
+# replaced, on this process's copy of the module only, by variants written here:
+#   attention   q.k^T and the scale in fp32 (HF: bf16 matmul output, bf16 scale)
+#   SwiGLU-OAI  elementwise math in fp32 from the rounded gate/up, output rounded
+#               (HF: every elementwise op in bf16)
+#   MoE combine sum of the rounded w_k * y_k in fp32, ascending expert id, then
+#               rounded (HF: index_add_ into a bf16 buffer, rounding every add)
+#   RoPE        inv_freq = fp32(1 / theta^(2i/rd)) evaluated in double
+# Everything else is HF's own code. The difference between the two bf16 runs is
+# therefore exactly these documented choices.
+
+class M3Rounding:
+    """Context manager that patches the three bf16 rounding differences."""
+
+    def __init__(self, model):
+        self.model = model
+        self.saved = []
+
+    def __enter__(self):
+        m = hfmod
+        self.saved = [(m, "eager_attention_forward", m.eager_attention_forward),
+                      (m.MiniMaxM3VLDenseMLP, "forward", m.MiniMaxM3VLDenseMLP.forward),
+                      (m.MiniMaxM3VLExperts, "_apply_gate", m.MiniMaxM3VLExperts._apply_gate)]
+        m.eager_attention_forward = _attn_fp32_scores
+        m.MiniMaxM3VLDenseMLP.forward = _dense_fp32_swiglu
+        m.MiniMaxM3VLExperts._apply_gate = _gate_fp32
+        self.experts = []
+        for layer in self.model.model.language_model.layers:
+            if isinstance(layer.mlp, m.MiniMaxM3VLSparseMoeBlock):
+                ex = layer.mlp.experts
+                self.experts.append((ex, ex.forward))
+                ex.forward = _experts_fp32_sum.__get__(ex)
+        rot = self.model.model.language_model.rotary_emb
+        self.inv = rot.inv_freq
+        rd = 2 * rot.inv_freq.numel()
+        theta = float(self.model.config.text_config.rope_parameters["rope_theta"])
+        spec = np.array([1.0 / theta ** (2.0 * i / rd) for i in range(rd // 2)], dtype=np.float32)
+        rot.inv_freq = torch.from_numpy(spec).to(rot.inv_freq.device)
+        return self
+
+    def __exit__(self, *exc):
+        for obj, name, val in self.saved:
+            setattr(obj, name, val)
+        for ex, fwd in self.experts:
+            ex.forward = fwd
+        self.model.model.language_model.rotary_emb.inv_freq = self.inv
+        return False
+
+
+def _attn_fp32_scores(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    ks = hfmod.repeat_kv(key, module.num_key_value_groups)
+    vs = hfmod.repeat_kv(value, module.num_key_value_groups)
+    w = torch.matmul(query.float(), ks.float().transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        w = w + attention_mask.float()
+    p = torch.softmax(w, dim=-1, dtype=torch.float32).to(query.dtype)
+    out = torch.matmul(p, vs).transpose(1, 2).contiguous()
+    return out, p
+
+
+def _swiglu_fp32(gate_up, alpha, limit, dtype):
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    gate = gate.clamp(max=limit)
+    up = up.clamp(min=-limit, max=limit)
+    return ((up + 1.0) * (gate * torch.sigmoid(gate * alpha))).to(dtype)
+
+
+def _dense_fp32_swiglu(self, hidden_states):
+    gu = self.gate_up_proj(hidden_states)
+    return self.down_proj(_swiglu_fp32(gu, self.swiglu_alpha, self.swiglu_limit, gu.dtype))
+
+
+def _gate_fp32(self, gate_up):
+    return _swiglu_fp32(gate_up, self.swiglu_alpha, self.swiglu_limit, gate_up.dtype)
+
+
+def _experts_fp32_sum(self, hidden_states, top_k_index, top_k_weights):
+    acc = torch.zeros(hidden_states.shape, dtype=torch.float32, device=hidden_states.device)
+    for e in range(self.num_experts):  # ascending expert id
+        tok, pos = torch.where(top_k_index == e)
+        if tok.numel() == 0:
+            continue
+        cur = self._apply_gate(torch.nn.functional.linear(hidden_states[tok], self.gate_up_proj[e]))
+        cur = torch.nn.functional.linear(cur, self.down_proj[e])  # rounded expert output
+        cur = (cur * top_k_weights[tok, pos, None]).to(hidden_states.dtype)  # rounded w * y
+        acc.index_add_(0, tok, cur.float())
+    return acc.to(hidden_states.dtype)
+
+
+# --------------------------------------------------------------------------
 # capture
 # --------------------------------------------------------------------------
 
@@ -457,6 +550,8 @@ def main(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=0)
     ap.add_argument("--attn", choices=["eager", "sdpa"], default="eager")
     ap.add_argument("--router-dtype", choices=["fp32", "model"], default="fp32")
+    ap.add_argument("--rounding", choices=["hf", "m3"], default="hf",
+                    help="bf16 only: m3 = patch HF's three extra rounding points (see M3Rounding)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args(argv)
     deterministic()
@@ -470,10 +565,14 @@ def main(argv=None):
     if not ids or min(ids) < 0 or max(ids) >= V:
         sys.exit("hf_dump: token ids must be non-empty and in [0, %d)" % V)
     input_ids = torch.tensor(ids, dtype=torch.long, device=a.device)
-    res = dump(model, input_ids, a.max_new_tokens)
+    if a.rounding == "m3" and a.mode == "bf16":
+        with M3Rounding(model):
+            res = dump(model, input_ids, a.max_new_tokens)
+    else:
+        res = dump(model, input_ids, a.max_new_tokens)
     import transformers
     meta = {"generator": "transformers %s" % transformers.__version__, "torch": torch.__version__,
-            "mode": a.mode, "attn_implementation": a.attn, "router_dtype": a.router_dtype,
+            "mode": a.mode, "attn_implementation": a.attn, "router_dtype": a.router_dtype, "rounding": a.rounding,
             "device": a.device}
     st_save_numpy({k: np.ascontiguousarray(v) for k, v in res.items()}, a.out, metadata=meta)
     print("hf_dump: wrote %d tensors to %s" % (len(res), a.out))

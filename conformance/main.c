@@ -1,0 +1,778 @@
+/* main.c — bin/m3-conform, the conformance kit's command line.
+ *
+ *   m3-conform check --case DIR --dump FILE [--profile fp32|bf16] [--json OUT]
+ *                    [--junit OUT] [--plot OUT.png] [--teacher-forced]
+ *   m3-conform run [DIR|MANIFEST...] [--profile P] [--target ref] [--json OUT]
+ *                  [--junit OUT] [--plot OUT.png] [--teacher-forced]
+ *
+ * check exits 0 when the dump conforms, 1 when it does not, 2 for usage
+ * errors and bad input (unreadable case, dump, tolerances) or an internal
+ * error. run exits 0 when every case conforms and every mutant behaves as
+ * its mutant.json says. Spec: M3-VEC-*, M3-DUMP-*, M3-TOL-*; the pass rule
+ * is written in docs/validating-a-port.md.
+ */
+#include "conform.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct opts {
+    const char *cmd;
+    const char *case_dir, *dump, *profile, *json, *junit, *plot, *tolerances, *target, *caps_file;
+    char unsupported[1024];
+    int teacher_forced, verbose, quiet, no_hash, no_mutants;
+    const char *paths[256];
+    int npaths;
+} opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage:\n"
+            "  m3-conform check --case DIR --dump FILE [--profile fp32|bf16] [--json OUT]\n"
+            "                   [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
+            "                   [--declare-unsupported CAP,...] [--capabilities FILE]\n"
+            "                   [--tolerances FILE] [--verbose]\n"
+            "  m3-conform run [DIR|MANIFEST...] [--profile fp32|bf16] [--target ref]\n"
+            "                 [--json OUT] [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
+            "                 [--no-mutants] [--tolerances FILE] [--verbose] [--quiet]\n"
+            "  m3-conform version\n"
+            "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input.\n"
+            "Capabilities a port may declare absent: block_indices router eagle3 greedy vision.\n"
+            "Docs: docs/validating-a-port.md\n");
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int exists(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+static int is_dir(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static void append_caps(char *dst, size_t cap, const char *add)
+{
+    if (!add || !*add)
+        return;
+    size_t n = strlen(dst);
+    snprintf(dst + n, cap - n, "%s%s", n ? "," : "", add);
+}
+
+/* Default tolerance file: ./spec/tolerances.json, else next to the binary. */
+static void default_tolerances(char *out, size_t cap)
+{
+    snprintf(out, cap, "spec/tolerances.json");
+    if (exists(out))
+        return;
+    char exe[2048];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *s = strrchr(exe, '/');
+        if (s) {
+            *s = 0;
+            snprintf(out, cap, "%s/../spec/tolerances.json", exe);
+            if (exists(out))
+                return;
+        }
+    }
+    snprintf(out, cap, "spec/tolerances.json");
+}
+
+static int load_caps_file(const char *path, char *dst, size_t cap, m3_err *e)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return m3_fail(e, "%s: cannot open capabilities file (%s)", path, strerror(errno));
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *root = cJSON_Parse(buf);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return m3_fail(e, "%s: must be a JSON object {\"unsupported\": [..]} or {\"capabilities\": {name: bool}}",
+                       path);
+    }
+    int rc = 0;
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(root, "unsupported");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "capabilities");
+    const cJSON *x;
+    if (u) {
+        if (!cJSON_IsArray(u))
+            rc = m3_fail(e, "%s: \"unsupported\" must be an array of capability names", path);
+        else
+            cJSON_ArrayForEach(x, u)
+            {
+                if (!cJSON_IsString(x)) {
+                    rc = m3_fail(e, "%s: \"unsupported\" entries must be strings", path);
+                    break;
+                }
+                append_caps(dst, cap, x->valuestring);
+            }
+    }
+    if (!rc && c) {
+        if (!cJSON_IsObject(c))
+            rc = m3_fail(e, "%s: \"capabilities\" must be an object {name: true|false}", path);
+        else
+            cJSON_ArrayForEach(x, c) if (cJSON_IsFalse(x)) append_caps(dst, cap, x->string);
+    }
+    if (!rc && !u && !c)
+        rc = m3_fail(e, "%s: needs \"unsupported\" or \"capabilities\"", path);
+    cJSON_Delete(root);
+    return rc;
+}
+
+static int parse_args(opts *o, int argc, char **argv)
+{
+    memset(o, 0, sizeof *o);
+    if (argc < 2)
+        return -1;
+    o->cmd = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+#define VAL(flag, field)                                                                          \
+    if (strcmp(a, flag) == 0) {                                                                   \
+        if (i + 1 >= argc) {                                                                      \
+            fprintf(stderr, "m3-conform: %s needs a value\n", flag);                              \
+            return -1;                                                                            \
+        }                                                                                         \
+        o->field = argv[++i];                                                                     \
+        continue;                                                                                 \
+    }
+        VAL("--case", case_dir)
+        VAL("--dump", dump)
+        VAL("--profile", profile)
+        VAL("--json", json)
+        VAL("--junit", junit)
+        VAL("--plot", plot)
+        VAL("--tolerances", tolerances)
+        VAL("--target", target)
+        VAL("--capabilities", caps_file)
+#undef VAL
+        if (strcmp(a, "--declare-unsupported") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "m3-conform: --declare-unsupported needs a value\n");
+                return -1;
+            }
+            append_caps(o->unsupported, sizeof o->unsupported, argv[++i]);
+        } else if (strcmp(a, "--teacher-forced") == 0) {
+            o->teacher_forced = 1;
+        } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
+            o->verbose = 1;
+        } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+            o->quiet = 1;
+        } else if (strcmp(a, "--no-hash") == 0) {
+            o->no_hash = 1;
+        } else if (strcmp(a, "--no-mutants") == 0) {
+            o->no_mutants = 1;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "m3-conform: unknown option %s\n", a);
+            return -1;
+        } else if (o->npaths < 256) {
+            o->paths[o->npaths++] = a;
+        } else {
+            fprintf(stderr, "m3-conform: too many paths\n");
+            return -1;
+        }
+    }
+    if (o->profile && strcmp(o->profile, "fp32") && strcmp(o->profile, "bf16")) {
+        /* other profile names are allowed if the tolerance file has them; checked later */
+    }
+    static const char *const caps[] = {"block_indices", "router", "eagle3", "greedy", "vision", NULL};
+    for (const char *p = o->unsupported; *p;) {
+        while (*p == ',' || *p == ' ')
+            p++;
+        const char *q = p;
+        while (*q && *q != ',' && *q != ' ')
+            q++;
+        if (q == p)
+            break;
+        int ok = 0;
+        for (int k = 0; caps[k]; k++)
+            ok |= strlen(caps[k]) == (size_t)(q - p) && strncmp(caps[k], p, (size_t)(q - p)) == 0;
+        if (!ok) {
+            fprintf(stderr, "m3-conform: unknown capability \"%.*s\" (known: block_indices router eagle3 greedy vision)\n",
+                    (int)(q - p), p);
+            return -1;
+        }
+        p = q;
+    }
+    return 0;
+}
+
+/* ---- shared per-case machinery ---------------------------------------------------- */
+typedef struct ctx {
+    opts *o;
+    cf_tolerances tol;
+    FILE *jsonl;
+    cf_report *reps; /* reports kept for the plot and JUnit */
+    int nreps, cap;
+    const char *suite;
+    char suite_name[2400]; /* the last suite run, for the JUnit file */
+    int color;
+} ctx;
+
+static cf_report *keep(ctx *c, const cf_report *r)
+{
+    if (c->nreps == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 32;
+        cf_report *n = realloc(c->reps, (size_t)cap * sizeof *n);
+        if (!n)
+            return NULL;
+        c->reps = n;
+        c->cap = cap;
+    }
+    c->reps[c->nreps] = *r;
+    return &c->reps[c->nreps++];
+}
+
+static void emit(ctx *c, cf_report *r, int print, int verbose)
+{
+    if (print)
+        cf_print_report(stdout, r, verbose, c->color);
+    if (c->jsonl) {
+        cf_write_jsonl(c->jsonl, r, c->suite);
+        fflush(c->jsonl);
+    }
+}
+
+static const cf_profile *pick_profile(ctx *c, const cf_case *cs, const char *override, m3_err *e)
+{
+    const char *name = override ? override : cs->profile;
+    const cf_profile *p = cf_tol_profile(&c->tol, name);
+    if (!p)
+        m3_fail(e, "%s: no tolerance profile \"%s\" (case %s)", c->tol.path, name, cs->id);
+    return p;
+}
+
+static void init_report(cf_report *r, const cf_case *cs, const char *suffix, const char *profile,
+                        const char *target)
+{
+    memset(r, 0, sizeof *r);
+    r->first_fail = -1;
+    snprintf(r->id, sizeof r->id, "%s%s", cs ? cs->id : "?", suffix ? suffix : "");
+    snprintf(r->component, sizeof r->component, "%s", cs ? cs->component : "?");
+    snprintf(r->profile, sizeof r->profile, "%s", profile ? profile : "?");
+    snprintf(r->target, sizeof r->target, "%s", target);
+}
+
+static void internal_error(cf_report *r, const m3_err *e)
+{
+    snprintf(r->error, sizeof r->error, "%s", e->msg);
+    r->result = CF_INTERNAL_ERROR;
+    r->first_fail = -1;
+}
+
+/* Golden outputs of a case: expected.safetensors if present, else the reference's. */
+static int golden_of(const cf_case *cs, const m3_model *m, cf_tset *golden, int *computed, m3_err *e)
+{
+    char p[2300];
+    snprintf(p, sizeof p, "%s/expected.safetensors", cs->dir);
+    *computed = 0;
+    if (exists(p))
+        return cf_tset_load(golden, p, e);
+    *computed = 1;
+    if (strcmp(cs->component, "model") != 0)
+        return cf_ref_component(cs, golden, e);
+    cf_tset in = {0};
+    snprintf(p, sizeof p, "%s/inputs.safetensors", cs->dir);
+    int rc = cf_tset_load(&in, p, e);
+    if (!rc)
+        rc = cf_ref_model(cs, m, &in, 0, golden, e);
+    cf_tset_free(&in);
+    return rc;
+}
+
+static int open_model(m3_model *m, const cf_case *cs, m3_err *e)
+{
+    m3_model_opts mo = {0, 1};
+    memset(m, 0, sizeof *m);
+    if (m3_model_open(m, cs->dir, &mo, e))
+        return m3_fail_prefix(e, "case %s", cs->id);
+    return 0;
+}
+
+/* ---- check ---------------------------------------------------------------------------- */
+static int cmd_check(ctx *c)
+{
+    opts *o = c->o;
+    if (!o->case_dir || !o->dump || o->npaths) {
+        fprintf(stderr, "m3-conform check: needs --case DIR and --dump FILE (and no other arguments)\n");
+        usage(stderr);
+        return 2;
+    }
+    m3_err e = {{0}};
+    cf_case cs;
+    if (cf_case_load(&cs, o->case_dir, !o->no_hash, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    int rc = 2, is_model = strcmp(cs.component, "model") == 0, computed = 0;
+    cf_tset dump = {0}, golden = {0}, aux = {0}, tf = {0};
+    m3_model model;
+    int have_model = 0;
+    cf_report r;
+    char meta[512];
+    double t0 = now();
+    const cf_profile *prof = pick_profile(c, &cs, o->profile, &e);
+    if (!prof)
+        goto bad;
+    init_report(&r, &cs, o->teacher_forced ? "#teacher-forced" : "", prof->name, "dump");
+    if (cf_tset_load(&dump, o->dump, &e) || cf_st_meta(o->dump, "m3.unsupported", meta, sizeof meta, &e))
+        goto bad;
+    append_caps(o->unsupported, sizeof o->unsupported, meta);
+    if (is_model) {
+        if (open_model(&model, &cs, &e)) {
+            char p[2300];
+            snprintf(p, sizeof p, "%s/expected.safetensors", cs.dir);
+            if (!exists(p) || o->teacher_forced)
+                goto bad;
+            fprintf(stderr, "m3-conform: note: %s; ties are judged strictly\n", e.msg);
+        } else {
+            have_model = 1;
+        }
+    }
+    if (golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &e))
+        goto bad;
+    if (!is_model && !computed && cf_ref_component(&cs, &aux, &e))
+        goto bad;
+    cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, o->unsupported,
+                       o->teacher_forced};
+    if (o->teacher_forced) {
+        if (!is_model) {
+            fprintf(stderr, "m3-conform: --teacher-forced applies to model cases only\n");
+            goto bad_quiet;
+        }
+        /* golden per layer = the reference layer run on the dump's own layer input */
+        if (cf_ref_teacher_forced(&model, cs.mode, &dump, &tf, &e))
+            goto bad;
+        const cf_tensor *emb = cf_tset_get(&golden, "embeddings");
+        if (emb && cf_tset_add_f(&tf, "embeddings", emb->ndim, emb->shape, emb->f, &e))
+            goto bad;
+        if (cf_judge(&r, &jc, &dump, &tf, &e))
+            goto bad;
+    } else if (cf_judge(&r, &jc, &dump, &golden, &e)) {
+        goto bad;
+    }
+    r.seconds = now() - t0;
+    emit(c, &r, 1, 1);
+    cf_report *kept = keep(c, &r);
+    if (!kept) {
+        cf_report_free(&r);
+        goto bad_quiet;
+    }
+    rc = r.result == CF_INTERNAL_ERROR ? 2 : cf_result_conforms(r.result) ? 0 : 1;
+    goto done;
+bad:
+    fprintf(stderr, "m3-conform: %s\n", e.msg);
+bad_quiet:
+    rc = 2;
+done:
+    cf_tset_free(&dump);
+    cf_tset_free(&golden);
+    cf_tset_free(&aux);
+    cf_tset_free(&tf);
+    if (have_model)
+        m3_model_close(&model);
+    cf_case_free(&cs);
+    return rc;
+}
+
+/* ---- run --------------------------------------------------------------------------------- */
+typedef struct tally {
+    int cases, conform, fail, internal;
+    int mutants, killed, localised, survived, mislocalised, pass_expected, pass_ok;
+} tally;
+
+/* Run the reference on one case and judge it (plus chunked and teacher-forced variants). */
+static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
+{
+    opts *o = c->o;
+    m3_err e = {{0}};
+    cf_case cs;
+    cf_report r;
+    double t0 = now();
+    if (isatty(2) && !o->quiet)
+        cf_progress(stderr, idx, total, dir);
+    if (cf_case_load(&cs, dir, !o->no_hash, &e)) {
+        init_report(&r, NULL, "", o->profile, "ref");
+        snprintf(r.id, sizeof r.id, "%s", dir);
+        internal_error(&r, &e);
+        t->cases++;
+        t->internal++;
+        emit(c, &r, 1, 0);
+        keep(c, &r);
+        return;
+    }
+    const cf_profile *prof = pick_profile(c, &cs, o->profile, &e);
+    int is_model = strcmp(cs.component, "model") == 0;
+    cf_tset golden = {0}, out = {0}, in = {0};
+    m3_model model;
+    int have_model = 0;
+    char p[2300];
+    snprintf(p, sizeof p, "%s/expected.safetensors", cs.dir);
+    init_report(&r, &cs, "", prof ? prof->name : "?", "ref");
+    if (!prof || cf_tset_load(&golden, p, &e)) {
+        internal_error(&r, &e);
+        goto finish;
+    }
+    if (!is_model) {
+        if (cf_ref_component(&cs, &out, &e)) {
+            internal_error(&r, &e);
+            goto finish;
+        }
+        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0};
+        if (cf_judge(&r, &jc, &out, &golden, &e))
+            internal_error(&r, &e);
+        goto finish;
+    }
+    snprintf(p, sizeof p, "%s/inputs.safetensors", cs.dir);
+    if (open_model(&model, &cs, &e) || (have_model = 1, cf_tset_load(&in, p, &e)) ||
+        cf_ref_model(&cs, &model, &in, 0, &out, &e)) {
+        internal_error(&r, &e);
+        goto finish;
+    }
+    {
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0};
+        if (cf_judge(&r, &jc, &out, &golden, &e))
+            internal_error(&r, &e);
+    }
+    /* chunked prefill must give the same activations (and tokens) */
+    if (cs.nchunks > 0) {
+        r.seconds = now() - t0;
+        t->cases++;
+        if (r.result == CF_INTERNAL_ERROR)
+            t->internal++;
+        else if (cf_result_conforms(r.result))
+            t->conform++;
+        else
+            t->fail++;
+        emit(c, &r, !o->quiet && (o->verbose || !cf_result_conforms(r.result)), o->verbose);
+        keep(c, &r);
+        t0 = now();
+        cf_tset ch = {0};
+        init_report(&r, &cs, "#chunked", prof->name, "ref");
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0};
+        if (cf_ref_model(&cs, &model, &in, 1, &ch, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
+            internal_error(&r, &e);
+        cf_tset_free(&ch);
+    }
+    if (o->teacher_forced) {
+        r.seconds = now() - t0;
+        t->cases++;
+        if (r.result == CF_INTERNAL_ERROR)
+            t->internal++;
+        else if (cf_result_conforms(r.result))
+            t->conform++;
+        else
+            t->fail++;
+        emit(c, &r, !o->quiet && (o->verbose || !cf_result_conforms(r.result)), o->verbose);
+        keep(c, &r);
+        t0 = now();
+        cf_tset tf = {0};
+        init_report(&r, &cs, "#teacher-forced", prof->name, "ref");
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1};
+        const cf_tensor *emb = cf_tset_get(&out, "embeddings");
+        if (cf_ref_teacher_forced(&model, cs.mode, &golden, &tf, &e) ||
+            (emb && cf_tset_add_f(&tf, "embeddings", emb->ndim, emb->shape, emb->f, &e)) ||
+            cf_judge(&r, &jc, &tf, &golden, &e))
+            internal_error(&r, &e);
+        /* greedy tokens and eagle3 taps are not per-layer quantities */
+        cf_tset_free(&tf);
+    }
+finish:
+    r.seconds = now() - t0;
+    t->cases++;
+    if (r.result == CF_INTERNAL_ERROR)
+        t->internal++;
+    else if (cf_result_conforms(r.result))
+        t->conform++;
+    else
+        t->fail++;
+    emit(c, &r, !o->quiet && (o->verbose || !cf_result_conforms(r.result)), o->verbose);
+    keep(c, &r);
+    cf_tset_free(&golden);
+    cf_tset_free(&out);
+    cf_tset_free(&in);
+    if (have_model)
+        m3_model_close(&model);
+    cf_case_free(&cs);
+}
+
+/* Judge one mutant dump; returns 1 when it behaved as its mutant.json says. */
+static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char *line, size_t cap)
+{
+    opts *o = c->o;
+    m3_err e = {{0}};
+    cf_mutant mu;
+    cf_case cs;
+    cf_report r;
+    int ok = 0, have_case = 0, have_model = 0;
+    cf_tset dump = {0}, golden = {0}, aux = {0};
+    m3_model model;
+    double t0 = now();
+    memset(&r, 0, sizeof r);
+    if (cf_mutant_load(&mu, dir, root, &e)) {
+        snprintf(line, cap, "%-28s INTERNAL ERROR: %s", dir, e.msg);
+        t->mutants++;
+        return 0;
+    }
+    t->mutants++;
+    if (mu.expect_pass)
+        t->pass_expected++;
+    if (cf_case_load(&cs, mu.case_dir, !o->no_hash, &e)) {
+        snprintf(line, cap, "%-28s INTERNAL ERROR: %s", mu.id, e.msg);
+        return 0;
+    }
+    have_case = 1;
+    const cf_profile *prof = pick_profile(c, &cs, mu.profile[0] ? mu.profile : NULL, &e);
+    int computed = 0;
+    if (!prof) {
+        snprintf(line, cap, "%-28s INTERNAL ERROR: %s", mu.id, e.msg);
+        goto done;
+    }
+    init_report(&r, &cs, "", prof->name, "mutant");
+    snprintf(r.id, sizeof r.id, "mutant:%s", mu.id);
+    if (strcmp(cs.component, "model") == 0) {
+        if (open_model(&model, &cs, &e))
+            goto ierr;
+        have_model = 1;
+    }
+    char caps[1024] = "";
+    if (cf_tset_load(&dump, mu.dump, &e) || cf_st_meta(mu.dump, "m3.unsupported", caps, sizeof caps, &e) ||
+        golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &e))
+        goto ierr;
+    if (!have_model && !computed && cf_ref_component(&cs, &aux, &e))
+        goto ierr;
+    {
+        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0};
+        if (cf_judge(&r, &jc, &dump, &golden, &e))
+            goto ierr;
+    }
+    r.seconds = now() - t0;
+    int conforms = cf_result_conforms(r.result);
+    const cf_record *ff = r.first_fail >= 0 ? &r.rec[r.first_fail] : NULL;
+    char got[300] = "none";
+    if (ff)
+        snprintf(got, sizeof got, "%s [%s]", ff->tensor, ff->component);
+    if (mu.expect_pass) {
+        ok = conforms;
+        t->pass_ok += ok;
+        snprintf(line, cap, "%-28s expect PASS (%s)  -> %s%s", mu.id, prof->name, cf_result_name(r.result),
+                 ok ? "  ok" : "  WRONG: a faithful dump must conform");
+        if (!ok && ff)
+            snprintf(line + strlen(line), cap - strlen(line), "; first divergence %s: %s", got, ff->msg);
+    } else if (conforms) {
+        t->survived++;
+        snprintf(line, cap, "%-28s SURVIVED (%s): the kit did not catch it", mu.id, cf_result_name(r.result));
+    } else {
+        t->killed++;
+        int loc = ff != NULL;
+        if (ff && mu.expect_tensor[0])
+            loc = loc && strcmp(ff->tensor, mu.expect_tensor) == 0;
+        if (ff && mu.expect_layer >= 0)
+            loc = loc && ff->layer == mu.expect_layer;
+        if (ff && mu.expect_component[0])
+            loc = loc && strcmp(ff->component, mu.expect_component) == 0;
+        ok = loc;
+        if (loc)
+            t->localised++;
+        else
+            t->mislocalised++;
+        snprintf(line, cap, "%-28s killed, %s: first divergence %s", mu.id,
+                 loc ? "localised" : "MIS-LOCALISED", got);
+        if (!loc)
+            snprintf(line + strlen(line), cap - strlen(line), " (expected %s%s layer %d%s%s)", mu.expect_tensor,
+                     mu.expect_tensor[0] ? "," : "", mu.expect_layer, mu.expect_component[0] ? ", " : "",
+                     mu.expect_component);
+    }
+    emit(c, &r, o->verbose, 0);
+    keep(c, &r);
+    memset(&r, 0, sizeof r);
+    goto verdict;
+ierr:
+    snprintf(line, cap, "%-28s INTERNAL ERROR: %s", mu.id, e.msg);
+    cf_report_free(&r);
+verdict:
+    /* one synthetic JUnit record per mutant: Pass when it behaved as declared */
+    init_report(&r, &cs, "", prof ? prof->name : "?", "mutant-verdict");
+    snprintf(r.id, sizeof r.id, "mutant:%s", mu.id);
+    snprintf(r.component, sizeof r.component, "mutant");
+    r.result = ok ? CF_PASS : CF_FAIL;
+    if (!ok)
+        snprintf(r.error, sizeof r.error, "%s", line);
+    r.seconds = now() - t0;
+    keep(c, &r);
+    memset(&r, 0, sizeof r);
+done:
+    cf_tset_free(&dump);
+    cf_tset_free(&golden);
+    cf_tset_free(&aux);
+    if (have_model)
+        m3_model_close(&model);
+    if (have_case)
+        cf_case_free(&cs);
+    return ok;
+}
+
+static int cmd_run(ctx *c)
+{
+    opts *o = c->o;
+    if (o->target && strcmp(o->target, "ref") != 0) {
+        fprintf(stderr, "m3-conform run: target \"%s\" is not available in this build (only \"ref\"); "
+                        "judge other implementations with `m3-conform check` on their dumps\n", o->target);
+        return 2;
+    }
+    const char *defaults[1] = {"vectors/manifest.json"};
+    const char **paths = o->npaths ? o->paths : defaults;
+    int np = o->npaths ? o->npaths : 1;
+    tally t;
+    memset(&t, 0, sizeof t);
+    int all_ok = 1;
+    double t0 = now();
+    for (int k = 0; k < np; k++) {
+        m3_err e = {{0}};
+        char mpath[2300];
+        const char *p = paths[k];
+        snprintf(mpath, sizeof mpath, "%s/case.json", p);
+        if (is_dir(p) && exists(mpath)) { /* a single case directory */
+            c->suite = p;
+            run_case(c, p, &t, 0, 1);
+            continue;
+        }
+        if (is_dir(p))
+            snprintf(mpath, sizeof mpath, "%s/manifest.json", p);
+        else
+            snprintf(mpath, sizeof mpath, "%s", p);
+        cf_manifest m;
+        if (cf_manifest_load(&m, mpath, &e)) {
+            fprintf(stderr, "m3-conform: %s\n", e.msg);
+            return 2;
+        }
+        c->suite = m.suite[0] ? m.suite : mpath;
+        snprintf(c->suite_name, sizeof c->suite_name, "%s", c->suite);
+        printf("suite %s %s: %d cases, %d mutants (%s)", m.suite, m.version, m.ncases,
+               o->no_mutants ? 0 : m.nmutants, mpath);
+        if (m.nskipped)
+            printf("; %d big cases not generated here (make vectors-big) skipped", m.nskipped);
+        printf("\n");
+        fflush(stdout);
+        for (int i = 0; i < m.ncases; i++)
+            run_case(c, m.cases[i], &t, i, m.ncases);
+        if (isatty(2) && !o->quiet)
+            cf_progress(stderr, m.ncases, m.ncases, "");
+        if (!o->no_mutants && m.nmutants) {
+            printf("mutants (each dump judged against its case's golden):\n");
+            for (int i = 0; i < m.nmutants; i++) {
+                char line[2048];
+                int ok = run_mutant(c, m.mutants[i], m.root, &t, line, sizeof line);
+                all_ok &= ok;
+                printf("  %s\n", line);
+            }
+        }
+        c->suite = NULL;
+        cf_manifest_free(&m);
+    }
+    int fail_mutants = t.mutants - t.pass_expected;
+    printf("summary: %d cases: %d conform, %d fail, %d internal errors (%.1fs)\n", t.cases, t.conform, t.fail,
+           t.internal, now() - t0);
+    if (t.mutants) {
+        printf("mutation score: %d/%d mutants killed and localised (%d killed, %d mis-localised, %d survived)",
+               t.localised, fail_mutants, t.killed, t.mislocalised, t.survived);
+        if (t.pass_expected)
+            printf("; faithful dumps passing: %d/%d", t.pass_ok, t.pass_expected);
+        printf("\n");
+    }
+    if (t.fail || t.internal || t.mutants != t.localised + t.pass_ok)
+        all_ok = 0;
+    printf("verdict: %s\n", all_ok ? "PASS" : "FAIL");
+    return all_ok ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+                      strcmp(argv[1], "help") == 0)) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc >= 2 && (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0)) {
+        printf("m3-conform protocol %s\n", CF_PROTOCOL_VERSION);
+        return 0;
+    }
+    if (parse_args(&o, argc, argv)) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(o.cmd, "check") && strcmp(o.cmd, "run")) {
+        fprintf(stderr, "m3-conform: unknown command \"%s\"\n", o.cmd);
+        usage(stderr);
+        return 2;
+    }
+    m3_err e = {{0}};
+    if (o.caps_file && load_caps_file(o.caps_file, o.unsupported, sizeof o.unsupported, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    ctx c;
+    memset(&c, 0, sizeof c);
+    c.o = &o;
+    c.color = isatty(1) && !getenv("NO_COLOR");
+    char tolp[2300];
+    if (o.tolerances)
+        snprintf(tolp, sizeof tolp, "%s", o.tolerances);
+    else
+        default_tolerances(tolp, sizeof tolp);
+    if (cf_tol_load(&c.tol, tolp, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    if (o.profile && !cf_tol_profile(&c.tol, o.profile)) {
+        fprintf(stderr, "m3-conform: %s has no profile \"%s\"\n", tolp, o.profile);
+        cf_tol_free(&c.tol);
+        return 2;
+    }
+    if (o.json) {
+        c.jsonl = fopen(o.json, "w");
+        if (!c.jsonl) {
+            fprintf(stderr, "m3-conform: %s: cannot write (%s)\n", o.json, strerror(errno));
+            cf_tol_free(&c.tol);
+            return 2;
+        }
+    }
+    int rc = strcmp(o.cmd, "check") == 0 ? cmd_check(&c) : cmd_run(&c);
+    if (c.jsonl && fclose(c.jsonl)) {
+        fprintf(stderr, "m3-conform: %s: write error\n", o.json);
+        rc = 2;
+    }
+    if (o.junit && c.nreps && cf_write_junit(o.junit, c.suite_name[0] ? c.suite_name : "m3", c.reps, c.nreps, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        rc = 2;
+    }
+    if (o.plot && c.nreps && cf_write_plot(o.plot, c.reps, c.nreps, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        rc = 2;
+    }
+    for (int i = 0; i < c.nreps; i++)
+        cf_report_free(&c.reps[i]);
+    free(c.reps);
+    cf_tol_free(&c.tol);
+    return rc;
+}

@@ -1,0 +1,30 @@
+/* fuzz_dump.c — a port's activation dump as m3-conform reads it (M3-DUMP-*):
+ * cf_tset_load (safetensors → fp32/int32 tensor set), cf_st_meta, and
+ * cf_tset_append_rows of the set onto itself. */
+#include "conform.h"
+#include "common.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *p = m3fuzz_write(0, "dump.safetensors", data, size);
+    if (!p)
+        return 0;
+    m3_err e;
+    char meta[256];
+    cf_st_meta(p, "format", meta, sizeof meta, &e);
+    cf_tset s = {0}, acc = {0};
+    if (cf_tset_load(&s, p, &e) == 0) {
+        for (int i = 0; i < s.n; i++) {
+            const cf_tensor *t = &s.t[i];
+            if (t->is_int)
+                m3fuzz_touch(t->i, t->n * sizeof *t->i);
+            else
+                m3fuzz_touch(t->f, t->n * sizeof *t->f);
+        }
+        if (cf_tset_append_rows(&acc, &s, &e) == 0)
+            cf_tset_append_rows(&acc, &s, &e);
+    }
+    cf_tset_free(&acc);
+    cf_tset_free(&s);
+    return 0;
+}

@@ -1,0 +1,317 @@
+"""m3np_vision.py — independent numpy implementation of the M3 vision path.
+
+Written from the spec notes (B.6-B.12, Decisions 1, 2, 7) and spec/model.md
+M3-VIS-*, not from ref/*.c. numpy + stdlib only; also importable on the
+device machine (tools/vis_device_check.py) where it is compared with the
+upstream processor and tower.
+
+Preprocessing: smart_resize (M3-VIS-PRE-1), torchvision-style antialiased
+bicubic resize of uint8 images (M3-VIS-PRE-2), fused CLIP normalisation
+(M3-VIS-PRE-3), patchify (M3-VIS-PRE-4, M3-VIS-VIDEO-1).
+Tower: patch embedding, LayerNorm, 3D RoPE (78 of 80 dims, T|H|W bands),
+segmented non-causal attention (Decision 2; joint=True gives the HF option),
+exact-erf GELU MLP, projector then 2x2 merge (M3-VIS-*).
+Modes as m3np.Num: "fp32" golden; "bf16" rounds linear/LayerNorm/GELU
+outputs, q/k after the fp32 rotation, attention probabilities and outputs,
+residual adds and the patch embedding output.
+"""
+import math
+
+import numpy as np
+
+import m3np
+from m3np import F32, Num
+
+VERSION = "1"
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+IMAGE_TOKEN, VIDEO_TOKEN, START_TOKEN, END_TOKEN = 200025, 200026, 200029, 200030
+
+
+# ---------------------------------------------------------------- preprocessing
+
+def smart_resize(h, w, factor=28, min_pixels=4 * 28 * 28, max_pixels=451584):
+    """Target (h, w) per M3-VIS-PRE-1 (Python round = half to even)."""
+    if max(h, w) / min(h, w) > 200:
+        raise ValueError("aspect ratio above 200")
+    hb = round(h / factor) * factor
+    wb = round(w / factor) * factor
+    if hb * wb > max_pixels:
+        beta = math.sqrt(h * w / max_pixels)
+        hb = max(factor, math.floor(h / beta / factor) * factor)
+        wb = max(factor, math.floor(w / beta / factor) * factor)
+    elif hb * wb < min_pixels:
+        beta = math.sqrt(min_pixels / (h * w))
+        hb = math.ceil(h * beta / factor) * factor
+        wb = math.ceil(w * beta / factor) * factor
+    return hb, wb
+
+
+def _cubic(x):
+    a = F32(-0.5)
+    x = F32(abs(x))
+    if x < 1:
+        return F32(F32(F32(F32(a + F32(2)) * x - F32(a + F32(3))) * x) * x + F32(1))
+    if x < 2:
+        return F32(F32(F32(F32(F32(a * x) - F32(F32(5) * a)) * x) + F32(F32(8) * a)) * x - F32(F32(4) * a))
+    return F32(0)
+
+
+def aa_weights(n_in, n_out):
+    """Taps (xmin, xsize) and fp32 weights [n_out, maxw] of one axis."""
+    scale = F32(F32(n_in) / F32(n_out))
+    support = F32(2.0 * float(scale)) if scale >= 1 else F32(2)
+    inv = F32(1.0 / float(scale)) if scale >= 1 else F32(1)
+    maxw = int(math.ceil(float(support))) * 2 + 1
+    W = np.zeros((n_out, maxw), F32)
+    xs = []
+    for i in range(n_out):
+        center = F32(float(scale) * (i + 0.5))
+        xmin = max(int(float(F32(center - support)) + 0.5), 0)
+        xmax = min(int(float(F32(center + support)) + 0.5), n_in)
+        size = min(xmax - xmin, maxw)
+        tot = F32(0)
+        for j in range(size):
+            x = F32((float(F32(F32(j + xmin) - center)) + 0.5) * float(inv))
+            W[i, j] = _cubic(x)
+            tot = F32(tot + W[i, j])
+        if tot != 0:
+            W[i, :size] = (W[i, :size] / tot).astype(F32)
+        xs.append((xmin, size))
+    return xs, W
+
+
+def _pass(a, axis, n_out):
+    """Filter float32 array a along axis to n_out samples (ascending taps)."""
+    xs, W = aa_weights(a.shape[axis], n_out)
+    a = np.moveaxis(a, axis, 0)
+    out = np.empty((n_out,) + a.shape[1:], F32)
+    for i, (xmin, size) in enumerate(xs):
+        acc = (a[xmin] * W[i, 0]).astype(F32)
+        for j in range(1, size):
+            acc = (acc + a[xmin + j] * W[i, j]).astype(F32)
+        out[i] = acc
+    return np.moveaxis(out, 0, axis)
+
+
+def resize_bicubic_u8(img, dh, dw):
+    """uint8 [h, w, c] -> uint8 [dh, dw, c] (M3-VIS-PRE-2): width pass, then
+    height pass, fp32; clamp and round half to even."""
+    a = np.asarray(img).astype(F32)
+    if a.shape[1] != dw:
+        a = _pass(a, 1, dw)
+    if a.shape[0] != dh:
+        a = _pass(a, 0, dh)
+    return np.rint(np.clip(a, 0, 255)).astype(np.uint8)
+
+
+def normalize(u8):
+    """uint8 [..., 3] -> float32, (x - fp32(mean*255)) / fp32(std*255) (M3-VIS-PRE-3)."""
+    m = (np.array(CLIP_MEAN, F32) * F32(255)).astype(F32)
+    s = (np.array(CLIP_STD, F32) * F32(255)).astype(F32)
+    return ((np.asarray(u8).astype(F32) - m) / s).astype(F32)
+
+
+def patchify(frames, patch=14, merge=2):
+    """Even list of normalised float32 frames [h, w, 3] -> rows [N, 6*p*p]
+    ordered (group, merge row, merge col, mh, mw), each row (c, t, py, px)."""
+    f = np.stack(frames)                       # [T, h, w, 3]
+    T, h, w, _ = f.shape
+    gh, gw = h // patch, w // patch
+    x = f.reshape(T // 2, 2, gh // merge, merge, patch, gw // merge, merge, patch, 3)
+    # axes: g, t, br, mh, py, bc, mw, px, c  ->  g, br, bc, mh, mw, c, t, py, px
+    x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
+    return np.ascontiguousarray(x.reshape(T // 2 * gh * gw, 3 * 2 * patch * patch)), \
+        [T // 2, gh, gw]
+
+
+def preprocess_video(frames_u8, min_pixels=4 * 28 * 28, max_pixels=768 * 28 * 28, resize=True):
+    """List of uint8 frames -> (rows, grid); all frames to the first frame's target."""
+    h, w = frames_u8[0].shape[:2]
+    th, tw = smart_resize(h, w, 28, min_pixels, max_pixels) if resize else (h, w)
+    out = []
+    for fr in frames_u8:
+        if fr.shape[:2] != (th, tw):
+            fr = resize_bicubic_u8(fr, th, tw)
+        out.append(normalize(fr))
+    if len(out) % 2:
+        out.append(out[-1])
+    return patchify(out)
+
+
+def preprocess_image(img_u8, max_pixels=451584):
+    return preprocess_video([img_u8], max_pixels=max_pixels)
+
+
+def timestamp(g, nframes, fps):
+    return "]<]%.1f seconds[>[" % (min(2 * g, nframes - 1) / fps)
+
+
+# ---------------------------------------------------------------- tower
+
+def gelu(x, num):
+    x = np.asarray(x, F32)
+    erf = np.frompyfunc(math.erf, 1, 1)
+    d = x.astype(np.float64)
+    y = (0.5 * d * (1.0 + erf(d / math.sqrt(2.0)).astype(np.float64))).astype(F32)
+    return num.r(y)
+
+
+def layernorm(x, w, b, eps, num):
+    """fp32 LayerNorm; mean and biased variance accumulated in double."""
+    x = np.asarray(x, F32)
+    mean = x.astype(np.float64).mean(-1, keepdims=True).astype(F32)
+    d = x.astype(np.float64) - mean.astype(np.float64)
+    var = (d * d).mean(-1, keepdims=True)
+    inv = (1.0 / np.sqrt(var + float(F32(eps)))).astype(F32)
+    return num.r(((x - mean) * inv * np.asarray(w, F32) + np.asarray(b, F32)).astype(F32))
+
+
+def linb(x, w, b, num):
+    return num.r(m3np.linear(x, w) + np.asarray(b, F32))
+
+
+def coords(gt, gh, gw, merge=2):
+    """(t, y, x) per patch in merge order [gt*gh*gw, 3]."""
+    out = []
+    for t in range(gt):
+        for br in range(gh // merge):
+            for bc in range(gw // merge):
+                for mh in range(merge):
+                    for mw in range(merge):
+                        out.append((t, br * merge + mh, bc * merge + mw))
+    return np.array(out, np.int64).reshape(-1, 3)
+
+
+def rope_tables(cr, head_dim, theta):
+    """cos, sin [N, 3*nf] for coords cr [N, 3] (M3-VIS-ROPE-1/2), fp32."""
+    axis = 2 * ((head_dim // 3) // 2)
+    nf = axis // 2
+    inv = np.array([F32(1.0 / (float(theta) ** ((2 * i) / axis))) for i in range(nf)], F32)
+    ang = np.concatenate([cr[:, a:a + 1].astype(F32) * inv[None, :] for a in range(3)], axis=1)
+    d = ang.astype(np.float64)
+    return np.cos(d).astype(F32), np.sin(d).astype(F32)
+
+
+def rope_apply(x, cos, sin):
+    """x [N, nh, hd]; rotate-half over the first 2*cos.shape[1] dims, fp32."""
+    h = cos.shape[1]
+    y = x.copy()
+    x1, x2 = x[..., :h], x[..., h:2 * h]
+    c, s = cos[:, None, :], sin[:, None, :]
+    y[..., :h] = x1 * c - x2 * s
+    y[..., h:2 * h] = x2 * c + x1 * s
+    return y
+
+
+def segments(grid, max_groups=4, joint=False, merge=2):
+    """[(start, len)], coords [N, 3] per Decision 2 (or joint)."""
+    segs, cs, row = [], [], 0
+    for (t, h, w) in grid:
+        if joint:
+            cs.append(coords(t, h, w, merge))
+            row += t * h * w
+            continue
+        for t0 in range(0, t, max_groups):
+            nt = min(max_groups, t - t0)
+            cs.append(coords(nt, h, w, merge))
+            segs.append((row, nt * h * w))
+            row += nt * h * w
+    if joint:
+        segs = [(0, row)]
+    return segs, np.concatenate(cs, axis=0)
+
+
+def attention(q, k, v, segs, num):
+    """Non-causal softmax attention within each segment; q, k, v [N, nh, hd]."""
+    N, nh, hd = q.shape
+    out = np.zeros_like(q)
+    scale = F32(1.0 / math.sqrt(hd))
+    for (s0, n) in segs:
+        qs, ks, vs = q[s0:s0 + n], k[s0:s0 + n], v[s0:s0 + n]
+        sc = np.einsum("ihd,jhd->hij", qs, ks).astype(F32) * scale
+        m = sc.max(-1, keepdims=True)
+        e = m3np.exp32(sc - m)
+        p = num.r(e / e.sum(-1, keepdims=True, dtype=F32))
+        out[s0:s0 + n] = np.einsum("hij,jhd->ihd", p, vs).astype(F32)
+    return num.r(out)
+
+
+def tower(cfg, W, pixels, grid, num=Num("fp32"), joint=False, rope=True, dump=None):
+    """Vision tower; returns [N, Hv]. cfg: dict with hidden_size, num_heads,
+    num_layers, layer_norm_eps, rope_theta, segment_max_frames.
+    W: dict of public-layout names without the 'vision_tower.vision_model.' prefix."""
+    Hv, nh = cfg["hidden_size"], cfg["num_heads"]
+    hd = Hv // nh
+    eps = cfg.get("layer_norm_eps", 1e-5)
+    pw = np.asarray(W["embeddings.patch_embedding.weight"], F32).reshape(Hv, -1)
+    x = num.r(m3np.linear(pixels, pw))
+    if dump is not None:
+        dump["vision.patch_embed"] = x
+    h = layernorm(x, W["pre_layrnorm.weight"], W["pre_layrnorm.bias"], eps, num)
+    segs, cr = segments(grid, cfg.get("segment_max_frames", 4), joint)
+    cos, sin = rope_tables(cr, hd, cfg.get("rope_theta", 1e4))
+    N = h.shape[0]
+    for i in range(cfg["num_layers"]):
+        p = "encoder.layers.%d." % i
+        a = layernorm(h, W[p + "layer_norm1.weight"], W[p + "layer_norm1.bias"], eps, num)
+        q = linb(a, W[p + "self_attn.q_proj.weight"], W[p + "self_attn.q_proj.bias"], num)
+        k = linb(a, W[p + "self_attn.k_proj.weight"], W[p + "self_attn.k_proj.bias"], num)
+        v = linb(a, W[p + "self_attn.v_proj.weight"], W[p + "self_attn.v_proj.bias"], num)
+        q, k, v = (t.reshape(N, nh, hd) for t in (q, k, v))
+        if rope:
+            q, k = num.r(rope_apply(q, cos, sin)), num.r(rope_apply(k, cos, sin))
+        o = attention(q, k, v, segs, num).reshape(N, Hv)
+        o = linb(o, W[p + "self_attn.out_proj.weight"], W[p + "self_attn.out_proj.bias"], num)
+        h = num.r(h + o)
+        a = layernorm(h, W[p + "layer_norm2.weight"], W[p + "layer_norm2.bias"], eps, num)
+        m = gelu(linb(a, W[p + "mlp.fc1.weight"], W[p + "mlp.fc1.bias"], num), num)
+        h = num.r(h + linb(m, W[p + "mlp.fc2.weight"], W[p + "mlp.fc2.bias"], num))
+        if dump is not None:
+            dump["vision.layers.%d.output" % i] = h
+    if dump is not None:
+        dump["vision.tower_output"] = h
+    return h
+
+
+def project_merge(P, h, num=Num("fp32"), dump=None, merge_first=False):
+    """Projector per patch, then 2x2 merge (M3-VIS-PROJ-1, M3-VIS-MERGE-1).
+    P: dict with proj1/proj1_b/proj2/proj2_b/merge1/merge1_b/merge2/merge2_b.
+    merge_first=True is the wrong order (for a negative test only)."""
+    if merge_first:
+        raise ValueError("merge before projection changes the widths; not modelled")
+    p = gelu(linb(h, P["proj1"], P["proj1_b"], num), num)
+    p = linb(p, P["proj2"], P["proj2_b"], num)
+    if dump is not None:
+        dump["vision.projected"] = p
+    H = p.shape[1]
+    cat = p.reshape(-1, 4 * H)
+    t = gelu(linb(cat, P["merge1"], P["merge1_b"], num), num)
+    f = linb(t, P["merge2"], P["merge2_b"], num)
+    if dump is not None:
+        dump["vision.image_features"] = f
+    return f
+
+
+def scatter(embeds, ids, feats, token_ids=(IMAGE_TOKEN, VIDEO_TOKEN)):
+    """Replace rows of embeds at placeholder ids by feats in order (M3-EMB-3)."""
+    pos = [i for i, t in enumerate(ids) if t in token_ids]
+    if len(pos) != feats.shape[0]:
+        raise ValueError("placeholder count %d != feature rows %d" % (len(pos), feats.shape[0]))
+    out = np.array(embeds, F32, copy=True)
+    out[pos] = feats
+    return out
+
+
+def expand_image(ids, n_tokens_per_image, marker=IMAGE_TOKEN):
+    """Each marker id -> start + N x image + end (M3-VIS-PLACE-1)."""
+    out, k = [], 0
+    for t in ids:
+        if t == marker:
+            out += [START_TOKEN] + [IMAGE_TOKEN] * n_tokens_per_image[k] + [END_TOKEN]
+            k += 1
+        else:
+            out.append(t)
+    if k != len(n_tokens_per_image):
+        raise ValueError("marker count mismatch")
+    return out
