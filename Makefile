@@ -87,7 +87,7 @@ unit-test: $(TEST_BIN)
 cli-test: bin/m3-ref $(BUILD)/tests/cli_helper
 	sh tests/cli_test.sh bin/m3-ref $(BUILD)/tests/cli_helper
 
-test: all unit-test cli-test coverage-check vectors-check
+test: all unit-test cli-test coverage-check vectors-check conform-test
 	@echo "m3: all tests passed"
 
 # ---- run, bench, vectors ---------------------------------------------------
@@ -156,11 +156,12 @@ fuzz-libfuzzer:
 	@CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" \
 	  $(MAKE) --no-print-directory BUILD=build-fuzz CC="$(CLANG)" build-fuzz/libm3.a \
 	  $(patsubst $(BUILD)/%,build-fuzz/%,$(CONF_LIBOBJ)) >/dev/null
+	@mkdir -p build-fuzz/fuzz
 	@set -e; for t in $(FUZZ_NAMES); do \
 	  $(CLANG) -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	    -std=c11 -D_DEFAULT_SOURCE -D_FILE_OFFSET_BITS=64 -Wall -Wextra -Werror \
 	    -Iref -Iconformance -Ifuzz -I/usr/include/cjson -o build-fuzz/fuzz/$$t fuzz/$$t.c fuzz/common.c \
-	    $(patsubst $(BUILD)/%,build-fuzz/%,$(CONF_LIBOBJ)) build-fuzz/libm3.a $(LDLIBS) 2>&1 | sed 's/^/  /'; \
+	    $(patsubst $(BUILD)/%,build-fuzz/%,$(CONF_LIBOBJ)) build-fuzz/libm3.a $(LDLIBS); \
 	done
 	@set -e; tmp=$$(mktemp -d /tmp/m3_fuzz_smoke.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
 	for t in $(FUZZ_NAMES); do \
@@ -192,3 +193,17 @@ valgrind-test: bin/m3-ref
 	$(VALGRIND) bin/m3-ref generate --model models/tiny --tokens 1,2,3 --max-new-tokens 4 --greedy >/dev/null
 	$(VALGRIND) bin/m3-ref inspect --model models/tiny >/dev/null
 	@echo "valgrind-test: clean"
+
+# ---- conformance kit (conformance/, docs/validating-a-port.md) ---------------
+.PHONY: conform-test
+
+# test_conform links the kit's objects (all but main.o) as well as libm3.a
+$(BUILD)/tests/test_conform: tests/test_conform.c $(wildcard tests/*.h conformance/*.h ref/*.h) $(CONF_LIBOBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -Iconformance -o $@ $< $(CONF_LIBOBJ) $(LIB) $(LDLIBS) -lcmocka
+
+# The reference passes every committed vector (also teacher-forced, layer by
+# layer), every mutant fails at its declared first divergence, and the
+# faithful bf16 dump passes the bf16 profile.
+conform-test: bin/m3-conform
+	bin/m3-conform run vectors/manifest.json --teacher-forced --quiet

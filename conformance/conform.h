@@ -108,7 +108,7 @@ typedef struct cf_setstat {
     long rows_tie;     /* differing, accepted because the swapped candidates tie */
     long rows_bad;     /* differing beyond the tie tolerance, duplicates, bad ids */
     long first_bad;    /* first bad row, -1 none */
-    char why[256];     /* description of the first bad row */
+    char why[300];     /* description of the first bad row */
 } cf_setstat;
 
 /* Compare rows of k ids as sets (-1 entries are padding and ignored).
@@ -259,7 +259,7 @@ typedef struct cf_record {
     float worst_out[4], worst_ref[4]; /* values at m.worst[] */
     const cf_rule *rule;    /* matched rule, NULL for discrete tensors */
     cf_setstat set;
-    char msg[320];
+    char msg[512];
 } cf_record;
 
 typedef struct cf_report {

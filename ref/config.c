@@ -24,7 +24,8 @@
  * top-16 / block 128 / local 1 / init 0. Without any attention pattern (or with
  * use_sparse_attention false) every layer is dense; without any MLP pattern
  * every layer is MoE. Booleans accept true/false and 0/1.
- * eos_token_id may be a list: its first entry is used.
+ * eos_token_id may be a list: its first entry is used. A JSON null value
+ * counts as absent (HF saves bos/eos/pad as null when unset).
  * Unknown keys are errors unless opts->lenient (then collected in
  * c->warnings). Duplicate keys in one object are always errors.
  */
@@ -70,7 +71,7 @@ static const char *const top_keys[] = {
     "image_token_id", "video_token_id", "image_grid_pinpoints", "image_seq_length",
     "img_token_compression_config", "multimodal_projector_bias", "num_reward_heads",
     "process_image_mode", "projector_hidden_act", "projector_hidden_size",
-    "vision_feature_layer", "vision_feature_select_strategy", NULL};
+    "vision_feature_layer", "vision_feature_select_strategy", "merged_hidden_size", NULL};
 
 static const char *const text_keys[] = {
     "hidden_size", "intermediate_size", "dense_intermediate_size",
@@ -748,8 +749,10 @@ static int parse_vision(ctx *x, const cJSON *o, const cJSON *top_compress)
     {
         const cJSON *rp = get(o, "rope_parameters");
         snprintf(pa, sizeof pa, "%s.rope_parameters", path);
+        /* HF 5.17 saves rope_type "axial" for its 2D variant; the weights are the
+         * same and m3 always applies the 3D vision RoPE (Decision 1). */
         if (rp && (!cJSON_IsObject(rp) || check_keys(x, rp, pa, rope_keys, 0) != 0 ||
-                   expect_str(x, rp, pa, "rope_type", "default", NULL) < 0))
+                   expect_str(x, rp, pa, "rope_type", "default", "axial") < 0))
             return cJSON_IsObject(rp) ? -1
                                       : m3_fail(x->e, "%s: %s must be an object", x->name, pa);
         double a = 0, b = 0;
@@ -864,6 +867,17 @@ int m3_config_parse(m3_config *c, const char *json, size_t len, const char *name
             if (parse_vision(&x, vc, tcmp) != 0)
                 goto done;
             c->vision.projector_hidden_size = 6144;
+            int merged = 0;
+            int rm = rd_int(&x, root, "", "merged_hidden_size", &merged, 0, 2147483647);
+            if (rm < 0)
+                goto done;
+            if (rm == 1 && merged != c->text.hidden_size * c->vision.spatial_merge_size *
+                                         c->vision.spatial_merge_size) {
+                m3_fail(e, "%s: merged_hidden_size %d is not hidden_size %d x spatial_merge_size^2 "
+                           "(%d)",
+                        name, merged, c->text.hidden_size, c->vision.spatial_merge_size);
+                goto done;
+            }
             if (rd_int(&x, root, "", "projector_hidden_size", &c->vision.projector_hidden_size, 0,
                        2147483647) < 0)
                 goto done;
@@ -1055,12 +1069,8 @@ int m3_config_validate(const m3_config *c, const char *name, m3_err *e)
             return m3_fail(e, "%s: vision_config.layer_norm_eps must be positive", name);
         if (!(v->rope_theta > 0.0) || !isfinite(v->rope_theta))
             return m3_fail(e, "%s: vision_config.rope_theta must be positive", name);
-        if (c->image_token_id < 0 || c->image_token_id >= t->vocab_size)
-            return m3_fail(e, "%s: image_token_index %d outside the vocabulary (%d)", name,
-                           c->image_token_id, t->vocab_size);
-        if (c->video_token_id < 0 || c->video_token_id >= t->vocab_size)
-            return m3_fail(e, "%s: video_token_index %d outside the vocabulary (%d)", name,
-                           c->video_token_id, t->vocab_size);
+        /* image/video token ids are not checked against the vocabulary here: tiny
+         * test models keep the released ids; they matter only when images are given. */
     }
 #undef POS
     return 0;

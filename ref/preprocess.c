@@ -3,16 +3,18 @@
  *
  * Spec: M3-VIS-PRE-1..4, M3-VIS-VIDEO-1, M3-VIS-PLACE-2.
  *
- * The resize follows the arithmetic of PyTorch's antialiased bicubic
- * interpolation on float32 tensors (what torchvision's resize does for a
- * uint8 image with BICUBIC): per output index i, center = scale*(i+0.5),
- * support = 2*scale (downscale) or 2, taps xmin..xmin+xsize-1 with
- * xmin = trunc(center - support + 0.5) clamped at 0, weights
- * w_j = cubic_{a=-0.5}((j + xmin - center + 0.5) / max(scale, 1)) normalised by
- * their fp32 sum; the width pass runs first and the height pass on its fp32
- * result, each sum accumulated in fp32 in ascending tap order; an axis whose
- * size does not change is not filtered. The result is clamped to [0, 255]
- * and rounded half to even.
+ * The resize follows PyTorch's native uint8 antialiased bicubic kernel
+ * (what torchvision's resize runs for a uint8 CPU tensor with BICUBIC; seen
+ * in torchvision 0.26 on the device machine, docs/vision.md): per axis, in
+ * double, scale = in/out, support = 2*max(scale, 1), for output i
+ * center = scale*(i+0.5), taps xmin = max(trunc(center - support + 0.5), 0)
+ * .. min(trunc(center + support + 0.5), in) - 1, weights
+ * w_j = cubic_{a=-0.5}((j + xmin - center + 0.5) / max(scale, 1)) divided by
+ * their sum; the weights become int16 with P fraction bits, P the largest
+ * value < 22 such that round(wmax * 2^(P+1)) < 2^15, each rounded half away
+ * from zero. A sample is (2^(P-1) + sum_j src_j * w_j) >> P clamped to
+ * [0, 255]. The width pass runs first into a uint8 image, then the height
+ * pass; an axis whose size does not change is not filtered.
  */
 #include "preprocess.h"
 
@@ -80,21 +82,23 @@ int m3_smart_resize(int height, int width, int factor, int64_t min_pixels, int64
 
 /* ---- resize ------------------------------------------------------------ */
 
-static float aa_cubic(float x)
+/* Keys cubic kernel with a = -0.5 (the antialiasing filter), in double. */
+static double aa_cubic(double x)
 {
-    const float a = -0.5f;
-    x = fabsf(x);
-    if (x < 1.0f)
-        return ((a + 2.0f) * x - (a + 3.0f)) * x * x + 1.0f;
-    if (x < 2.0f)
-        return ((a * x - 5.0f * a) * x + 8.0f * a) * x - 4.0f * a;
-    return 0.0f;
+    const double a = -0.5;
+    x = fabs(x);
+    if (x < 1.0)
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+    if (x < 2.0)
+        return ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a;
+    return 0.0;
 }
 
 typedef struct aa_axis {
     int *xmin, *xsize; /* [out] */
-    float *w;          /* [out, maxw] */
+    int16_t *w;        /* [out, maxw] fixed-point weights */
     int maxw;
+    int prec;          /* fraction bits of w */
 } aa_axis;
 
 static void aa_axis_free(aa_axis *a)
@@ -104,29 +108,30 @@ static void aa_axis_free(aa_axis *a)
     free(a->w);
 }
 
-/* Taps and normalised weights of one axis (in -> out samples). */
+/* Taps and int16 fixed-point weights of one axis (in -> out samples). */
 static int aa_axis_build(aa_axis *a, int in, int out, m3_err *e)
 {
     memset(a, 0, sizeof *a);
-    float scale = (float)in / (float)out;
-    /* Mixed float/double expressions mirror the C++ the weights come from:
-     * products with double literals are formed in double, then stored fp32. */
-    float support = scale >= 1.0f ? (float)(2.0 * (double)scale) : 2.0f;
-    float invscale = scale >= 1.0f ? (float)(1.0 / (double)scale) : 1.0f;
-    a->maxw = (int)ceil((double)support) * 2 + 1;
+    double scale = (double)in / (double)out;
+    double support = scale >= 1.0 ? 2.0 * scale : 2.0;
+    double invscale = scale >= 1.0 ? 1.0 / scale : 1.0;
+    a->maxw = (int)ceil(support) * 2 + 1;
     a->xmin = malloc((size_t)out * sizeof *a->xmin);
     a->xsize = malloc((size_t)out * sizeof *a->xsize);
     a->w = calloc((size_t)out * (size_t)a->maxw, sizeof *a->w);
-    if (!a->xmin || !a->xsize || !a->w) {
+    double *wd = calloc((size_t)out * (size_t)a->maxw, sizeof *wd);
+    if (!a->xmin || !a->xsize || !a->w || !wd) {
+        free(wd);
         aa_axis_free(a);
         return m3_fail(e, "resize: out of memory for the filter of %d -> %d samples", in, out);
     }
+    double wmax = 0.0;
     for (int i = 0; i < out; i++) {
-        float center = (float)((double)scale * ((double)i + 0.5));
-        long long xmin = (long long)((double)(center - support) + 0.5);
+        double center = scale * ((double)i + 0.5);
+        long long xmin = (long long)(center - support + 0.5);
         if (xmin < 0)
             xmin = 0;
-        long long xmax = (long long)((double)(center + support) + 0.5);
+        long long xmax = (long long)(center + support + 0.5);
         if (xmax > in)
             xmax = in;
         int xsize = (int)(xmax - xmin);
@@ -137,29 +142,45 @@ static int aa_axis_build(aa_axis *a, int in, int out, m3_err *e)
             if (xmin > in - 1)
                 xmin = in - 1;
         }
-        float *w = a->w + (size_t)i * a->maxw;
-        float total = 0.0f;
+        double *w = wd + (size_t)i * a->maxw;
+        double total = 0.0;
         for (int j = 0; j < xsize; j++) {
-            float x = (float)(((double)((float)(j + xmin) - center) + 0.5) * (double)invscale);
-            w[j] = aa_cubic(x);
+            w[j] = aa_cubic(((double)(j + xmin) - center + 0.5) * invscale);
             total += w[j];
         }
-        if (total != 0.0f)
-            for (int j = 0; j < xsize; j++)
+        for (int j = 0; j < xsize; j++) {
+            if (total != 0.0)
                 w[j] /= total;
+            if (w[j] > wmax)
+                wmax = w[j];
+        }
         a->xmin[i] = (int)xmin;
         a->xsize[i] = xsize;
     }
+    /* Largest precision whose rounded maximum weight still fits int16. */
+    int prec;
+    for (prec = 0; prec < 22; prec++)
+        if ((int)(0.5 + wmax * (double)(1 << (prec + 1))) >= (1 << 15))
+            break;
+    a->prec = prec;
+    for (size_t k = 0; k < (size_t)out * (size_t)a->maxw; k++) {
+        double v = wd[k] * (double)(1 << prec);
+        a->w[k] = (int16_t)(v < 0 ? v - 0.5 : v + 0.5);
+    }
+    free(wd);
     return 0;
 }
 
-static float clamp_round(float v)
+/* One output sample: rounding bias, integer sum, shift, clamp to uint8. */
+static uint8_t fixed_sum(const uint8_t *s, size_t stride, const int16_t *w, int n, int prec)
 {
-    if (v < 0.0f)
-        v = 0.0f;
-    if (v > 255.0f)
-        v = 255.0f;
-    return nearbyintf(v); /* half to even, like torch.round */
+    int64_t acc = prec > 0 ? (int64_t)1 << (prec - 1) : 0;
+    for (int j = 0; j < n; j++)
+        acc += (int64_t)s[(size_t)j * stride] * w[j];
+    if (acc < 0)
+        return 0;
+    acc >>= prec;
+    return (uint8_t)(acc > 255 ? 255 : acc);
 }
 
 int m3_resize_bicubic_u8(uint8_t *dst, int dh, int dw, const uint8_t *src, int sh, int sw,
@@ -168,15 +189,15 @@ int m3_resize_bicubic_u8(uint8_t *dst, int dh, int dw, const uint8_t *src, int s
     if (dh <= 0 || dw <= 0 || sh <= 0 || sw <= 0 || nc <= 0)
         return m3_fail(e, "resize: invalid sizes %dx%d -> %dx%d with %d channels", sh, sw, dh, dw,
                        nc);
-    /* Stage 1 (width) into tmp [sh, dw, nc] fp32; stage 2 (height) into dst. */
+    /* Width pass into tmp [sh, dw, nc] (uint8), then height pass into dst;
+     * an axis whose size does not change is copied. */
     size_t tn = (size_t)sh * (size_t)dw * (size_t)nc;
-    float *tmp = malloc(tn * sizeof *tmp);
+    uint8_t *tmp = malloc(tn);
     if (!tmp)
         return m3_fail(e, "resize: out of memory for %dx%d intermediate", sh, dw);
     aa_axis ax = {0}, ay = {0};
     if (sw == dw) {
-        for (size_t i = 0; i < tn; i++)
-            tmp[i] = (float)src[i];
+        memcpy(tmp, src, tn);
     } else {
         if (aa_axis_build(&ax, sw, dw, e)) {
             free(tmp);
@@ -184,19 +205,15 @@ int m3_resize_bicubic_u8(uint8_t *dst, int dh, int dw, const uint8_t *src, int s
         }
         for (int y = 0; y < sh; y++)
             for (int ox = 0; ox < dw; ox++) {
-                const float *w = ax.w + (size_t)ox * ax.maxw;
+                const int16_t *w = ax.w + (size_t)ox * ax.maxw;
                 const uint8_t *s = src + ((size_t)y * sw + (size_t)ax.xmin[ox]) * nc;
-                for (int c = 0; c < nc; c++) {
-                    float acc = (float)s[c] * w[0];
-                    for (int j = 1; j < ax.xsize[ox]; j++)
-                        acc += (float)s[(size_t)j * nc + c] * w[j];
-                    tmp[((size_t)y * dw + ox) * nc + c] = acc;
-                }
+                for (int c = 0; c < nc; c++)
+                    tmp[((size_t)y * dw + ox) * nc + c] =
+                        fixed_sum(s + c, (size_t)nc, w, ax.xsize[ox], ax.prec);
             }
     }
     if (sh == dh) {
-        for (size_t i = 0; i < tn; i++)
-            dst[i] = (uint8_t)clamp_round(tmp[i]);
+        memcpy(dst, tmp, tn);
     } else {
         if (aa_axis_build(&ay, sh, dh, e)) {
             aa_axis_free(&ax);
@@ -205,15 +222,11 @@ int m3_resize_bicubic_u8(uint8_t *dst, int dh, int dw, const uint8_t *src, int s
         }
         size_t row = (size_t)dw * nc;
         for (int oy = 0; oy < dh; oy++) {
-            const float *w = ay.w + (size_t)oy * ay.maxw;
-            const float *s = tmp + (size_t)ay.xmin[oy] * row;
+            const int16_t *w = ay.w + (size_t)oy * ay.maxw;
+            const uint8_t *s = tmp + (size_t)ay.xmin[oy] * row;
             uint8_t *d = dst + (size_t)oy * row;
-            for (size_t k = 0; k < row; k++) {
-                float acc = s[k] * w[0];
-                for (int j = 1; j < ay.xsize[oy]; j++)
-                    acc += s[(size_t)j * row + k] * w[j];
-                d[k] = (uint8_t)clamp_round(acc);
-            }
+            for (size_t k = 0; k < row; k++)
+                d[k] = fixed_sum(s + k, row, w, ay.xsize[oy], ay.prec);
         }
     }
     aa_axis_free(&ax);

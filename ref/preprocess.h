@@ -2,10 +2,11 @@
  *
  * Spec: M3-VIS-PRE-1 (smart_resize: factor 28, min/max pixels, Python
  * round-half-to-even, aspect ratio > 200 rejected), M3-VIS-PRE-2 (bicubic
- * resize as torchvision performs it on uint8 tensors: float32, antialiased
- * separable filter with a = -0.5 and support 2*scale when downscaling,
- * normalised weights, width pass then height pass, clamp to [0, 255] and
- * round half to even), M3-VIS-PRE-3 (rescale and CLIP normalisation, the
+ * resize as torchvision performs it on a uint8 CPU tensor: PyTorch's native
+ * uint8 antialiased kernel, a = -0.5, support 2*scale when downscaling, int16
+ * fixed-point weights, width pass then height pass through a uint8
+ * intermediate; exact details in preprocess.c and docs/vision.md),
+ * M3-VIS-PRE-3 (rescale and CLIP normalisation, the
  * fused fp32 formula of the upstream processor: (float(x) - fp32(mean*255)) /
  * fp32(std*255)), M3-VIS-PRE-4 (patch rows of 1176 = (c, t, py, px) in the
  * 2x2 merge-block order, the image duplicated into 2 temporal slices),

@@ -352,7 +352,7 @@ static int load_file(m3_store *s, const char *path, m3_err *e)
         nr++;
     }
     cJSON_Delete(root);
-    if (rc == 0) {
+    if (rc == 0 && s->count - first > 1) {
         /* duplicate names within this file */
         qsort(s->tensors + first, s->count - first, sizeof *s->tensors, cmp_tensor_name);
         for (size_t i = first + 1; i < s->count && rc == 0; i++)
@@ -555,7 +555,8 @@ static int load_index(m3_store *s, const char *index_path, m3_err *e)
     }
     /* names unique across shards (each listed once ⇒ each found once), and every
      * listed name present in its shard */
-    qsort(s->tensors, s->count, sizeof *s->tensors, cmp_tensor_name);
+    if (s->count > 1)
+        qsort(s->tensors, s->count, sizeof *s->tensors, cmp_tensor_name);
     for (i = 1; i < s->count; i++)
         if (strcmp(s->tensors[i - 1].name, s->tensors[i].name) == 0) {
             rc = m3_fail(e, "tensor %s: appears in both %s and %s", s->tensors[i].name,
@@ -619,7 +620,7 @@ int m3_store_open(m3_store **out, const char *path, m3_err *e)
     } else {
         rc = load_file(s, path, e);
     }
-    if (rc == 0) {
+    if (rc == 0 && s->count > 1) {
         qsort(s->tensors, s->count, sizeof *s->tensors, cmp_tensor_name);
         for (size_t i = 1; i < s->count; i++)
             if (strcmp(s->tensors[i - 1].name, s->tensors[i].name) == 0) {

@@ -152,5 +152,25 @@ expect_fail "bad top-p" "top-p" "$M3REF" generate --model "$FX" --tokens 1 --top
 expect_fail "bad max-new-tokens" "max-new-tokens" "$M3REF" generate --model "$FX" --tokens 1 --max-new-tokens -3
 expect_fail "unwritable dump" "dump\|open\|create\|write" "$M3REF" forward --model "$FX" --tokens 1 --dump "$TMP/no/such/dir/x.safetensors"
 
+# ---- prompts through the tokenizer (M3-TOK-*, M3-CHAT-*) -------------------
+TOKJSON=$(dirname "$0")/../vectors/tokenizer/minimax_300/tokenizer.json
+if [ -f "$TOKJSON" ]; then
+    cp -r "$FX" "$TMP/tokm" && cp "$TOKJSON" "$TMP/tokm/tokenizer.json"
+    expect_ok "prompt greedy" "$M3REF" generate --model "$TMP/tokm" --prompt "Hello world" --max-new-tokens 4 --greedy --print-ids
+    P1=$(cat "$TMP/out")
+    expect_ok "prompt greedy again" "$M3REF" generate --model "$TMP/tokm" --prompt "Hello world" --max-new-tokens 4 --greedy --print-ids
+    [ "$P1" = "$(cat "$TMP/out")" ] && [ -n "$P1" ] || fail "prompt greedy not repeatable"
+    expect_ok "chat prompt" "$M3REF" generate --model "$TMP/tokm" --prompt "Hi" --chat --thinking disabled --max-new-tokens 2 --greedy --print-ids
+    [ "$P1" != "$(cat "$TMP/out")" ] || fail "chat rendering did not change the prompt"
+    expect_fail "empty prompt" "empty prompt" "$M3REF" generate --model "$TMP/tokm" --prompt ""
+    expect_fail "thinking without chat" "need --chat" "$M3REF" generate --model "$TMP/tokm" --prompt hi --thinking enabled
+    expect_fail "bad thinking mode" "adaptive, enabled or disabled" "$M3REF" generate --model "$TMP/tokm" --prompt hi --chat --thinking maybe
+    expect_fail "chat without prompt" "need --prompt" "$M3REF" generate --model "$TMP/tokm" --tokens 1 --chat
+    printf '{"model": {"type": "WordPiece"}}' >"$TMP/tokm/tokenizer.json"
+    expect_fail "bad tokenizer.json" "tokenizer.json" "$M3REF" generate --model "$TMP/tokm" --prompt hi
+else
+    fail "missing $TOKJSON"
+fi
+
 echo "cli_test: $((N - FAILS))/$N passed"
 [ "$FAILS" -eq 0 ]

@@ -525,11 +525,101 @@ static void test_bind_errors(void **state)
     m3_store_close(s);
 }
 
+
+/* ------------------------------------------------------------ real HF output */
+
+/* vectors/hf/<case>/ holds a public-layout checkpoint and, in hfv5/, the same
+ * model as transformers 5.17 save_pretrained wrote it (fused layout, HF v5
+ * config). Both must load to the same text config and the same values. */
+static long g_cmp, g_diff;
+
+static void cmp_mat(const m3_mat *a, const m3_mat *b)
+{
+    assert_true((a->data == NULL) == (b->data == NULL));
+    if (!a->data)
+        return;
+    assert_int_equal(a->rows, b->rows);
+    assert_int_equal(a->cols, b->cols);
+    for (int r = 0; r < a->rows; r++)
+        for (int c = 0; c < a->cols; c++, g_cmp++)
+            g_diff += m3_mat_at(a, r, c) != m3_mat_at(b, r, c);
+}
+
+static void cmp_vec(const m3_vec *a, const m3_vec *b)
+{
+    m3_mat x = {a->data, a->dtype, 1, a->n}, y = {b->data, b->dtype, 1, b->n};
+    cmp_mat(&x, &y);
+}
+
+static void test_hf_saved_checkpoints(void **state)
+{
+    (void)state;
+    static const char *cases[] = {"vectors/hf/tiny-a", "vectors/hf/tiny-b", "vectors/hf/deploy-msa"};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        m3_config c[2];
+        m3_store *s[2];
+        m3_weights w[2];
+        m3_err e = {{0}};
+        for (int j = 0; j < 2; j++) {
+            char dir[256], p[300];
+            snprintf(dir, sizeof dir, "%s%s", cases[k], j ? "/hfv5" : "");
+            snprintf(p, sizeof p, "%s/config.json", dir);
+            if (m3_config_load(&c[j], p, NULL, &e) != 0 || m3_store_open(&s[j], dir, &e) != 0 ||
+                m3_weights_bind(&w[j], &c[j], s[j], &e) != 0)
+                fail_msg("%s", e.msg);
+        }
+        assert_memory_equal(&c[0].text, &c[1].text, sizeof c[0].text);
+        assert_int_equal(w[0].layout, 0);
+        assert_int_equal(w[1].layout, 1);
+        assert_int_equal(w[1].has_vision, 1);
+        g_cmp = g_diff = 0;
+        cmp_mat(&w[0].embed, &w[1].embed);
+        cmp_mat(&w[0].lm_head, &w[1].lm_head);
+        cmp_vec(&w[0].final_norm, &w[1].final_norm);
+        for (int L = 0; L < c[0].text.num_layers; L++) {
+            const m3_layer_weights *a = &w[0].layers[L], *b = &w[1].layers[L];
+            cmp_vec(&a->input_norm, &b->input_norm);
+            cmp_vec(&a->post_norm, &b->post_norm);
+            cmp_mat(&a->q, &b->q);
+            cmp_mat(&a->k, &b->k);
+            cmp_mat(&a->v, &b->v);
+            cmp_mat(&a->o, &b->o);
+            cmp_vec(&a->q_norm, &b->q_norm);
+            cmp_vec(&a->k_norm, &b->k_norm);
+            cmp_mat(&a->index_q, &b->index_q);
+            cmp_mat(&a->index_k, &b->index_k);
+            cmp_vec(&a->index_q_norm, &b->index_q_norm);
+            cmp_vec(&a->index_k_norm, &b->index_k_norm);
+            cmp_mat(&a->mlp_gate, &b->mlp_gate);
+            cmp_mat(&a->mlp_up, &b->mlp_up);
+            cmp_mat(&a->mlp_down, &b->mlp_down);
+            cmp_mat(&a->router, &b->router);
+            cmp_vec(&a->router_bias, &b->router_bias);
+            assert_true((a->exp_gate == NULL) == (b->exp_gate == NULL));
+            for (int x = 0; a->exp_gate && x < c[0].text.num_experts; x++) {
+                cmp_mat(&a->exp_gate[x], &b->exp_gate[x]);
+                cmp_mat(&a->exp_up[x], &b->exp_up[x]);
+                cmp_mat(&a->exp_down[x], &b->exp_down[x]);
+            }
+            cmp_mat(&a->sh_gate, &b->sh_gate);
+            cmp_mat(&a->sh_up, &b->sh_up);
+            cmp_mat(&a->sh_down, &b->sh_down);
+        }
+        assert_true(g_cmp > 10000);
+        assert_int_equal(g_diff, 0);
+        for (int j = 0; j < 2; j++) {
+            m3_weights_free(&w[j]);
+            m3_store_close(s[j]);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layouts_same_values),
         cmocka_unit_test(test_bind_errors),
+        cmocka_unit_test(test_hf_saved_checkpoints),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

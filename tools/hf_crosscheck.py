@@ -276,6 +276,8 @@ def run_case(name, c, outdir, report, device):
             info["full_forward_vs_generate_step_logits_max_rel"] = [
                 rel(a[0].detach().float().cpu().numpy(), o2[i].cpu().numpy())["max_rel"]
                 for i, a in enumerate(gen.logits)]
+            if not info["equal"] or max(info["step_logits_max_rel_vs_nocache"]) > 1e-3:
+                info["probe"] = generate_probe(model, input_ids)
             rep["generate_vs_loop_" + mode] = info
         except Exception as exc:  # record, do not fail
             rep["generate_vs_loop_" + mode] = {"error": repr(exc)[:300]}
@@ -397,11 +399,21 @@ def run_case(name, c, outdir, report, device):
                                             or "layers" not in k}}
         hv = os.path.join(d, "hfv5")
         os.makedirs(hv, exist_ok=True)
-        shutil.copy(os.path.join(tmp, "config.json"), os.path.join(hv, "config.json"))
         fused = any("experts.gate_up_proj" in k for k in names)
         rep["save_pretrained"]["writes_fused_v5_names"] = fused
-        # the HF v5 fused layout as the modules hold it (text + tiny vision), bf16 / router fp32
-        sd = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+        # the HF v5 fused layout as the modules hold it, text part only (m3 reads no
+        # vision weights for a config without vision_config), bf16 / router fp32, with
+        # HF's saved config.json minus its vision part
+        with open(os.path.join(tmp, "config.json")) as f:
+            saved_cfg = json.load(f)
+        rep["save_pretrained"]["config_json"] = saved_cfg
+        for k in ("vision_config", "merged_hidden_size", "projector_hidden_size"):
+            saved_cfg.pop(k, None)
+        with open(os.path.join(hv, "config.json"), "w") as f:
+            json.dump(saved_cfg, f, indent=2, sort_keys=True)
+            f.write("\n")
+        sd = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
+              if k.startswith("model.language_model.") or k == "lm_head.weight"}
         from safetensors.torch import save_file
         save_file(sd, os.path.join(hv, "model.safetensors"), metadata={"format": "pt"})
         # reload check of what save_pretrained wrote
@@ -449,6 +461,50 @@ def run_case(name, c, outdir, report, device):
         f.write("\n")
     del model
     torch.cuda.empty_cache()
+
+
+@torch.no_grad()
+def generate_probe(model, input_ids):
+    """Where does generate()'s prefill differ from a plain forward? Records the
+    keyword arguments the text model receives and per-layer last-row differences."""
+    lm = model.model.language_model
+    rec = {"calls": [], "layers": {}}
+    cur = {}
+
+    def pre(_m, args, kwargs):
+        rec["calls"].append({k: (type(v).__name__, list(v.shape) if hasattr(v, "shape") else
+                                 (sorted(v) if isinstance(v, dict) else repr(v)[:80]),
+                                 str(getattr(v, "dtype", "")))
+                             for k, v in kwargs.items()})
+        pid = kwargs.get("position_ids")
+        if pid is not None:
+            rec["calls"][-1]["position_ids_range"] = [int(pid.min()), int(pid.max())]
+        cm = kwargs.get("cache_position")
+        if cm is not None:
+            rec["calls"][-1]["cache_position_range"] = [int(cm.min()), int(cm.max())]
+    hs = [lm.register_forward_pre_hook(pre, with_kwargs=True)]
+    for i, layer in enumerate(lm.layers):
+        def fn(_m, _a, out, i=i):
+            cur.setdefault(i, (out[0] if isinstance(out, tuple) else out)[0, -1].float().cpu().numpy())
+        hs.append(layer.register_forward_hook(fn))
+        def afn(_m, _a, kw, i=i):
+            am = kw.get("attention_mask")
+            rec.setdefault("attn_mask_%d" % i, (type(am).__name__, list(am.shape) if hasattr(am, "shape")
+                                                else None, str(getattr(am, "dtype", ""))))
+        hs.append(layer.self_attn.register_forward_pre_hook(afn, with_kwargs=True))
+    model.generate(input_ids=input_ids[None, :], max_new_tokens=1, do_sample=False, pad_token_id=0)
+    gen_rows = dict(cur)
+    cur.clear()
+    first_calls = list(rec["calls"])
+    rec["calls"] = []
+    model(input_ids=input_ids[None, :], use_cache=False)
+    for i in gen_rows:
+        rec["layers"][i] = rel(gen_rows[i], cur[i])["max_rel"]
+    rec["generate_calls"] = first_calls
+    rec["forward_calls"] = rec.pop("calls")
+    for h in hs:
+        h.remove()
+    return rec
 
 
 def _fresh(d, device):

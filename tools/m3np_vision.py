@@ -5,8 +5,9 @@ M3-VIS-*, not from ref/*.c. numpy + stdlib only; also importable on the
 device machine (tools/vis_device_check.py) where it is compared with the
 upstream processor and tower.
 
-Preprocessing: smart_resize (M3-VIS-PRE-1), torchvision-style antialiased
-bicubic resize of uint8 images (M3-VIS-PRE-2), fused CLIP normalisation
+Preprocessing: smart_resize (M3-VIS-PRE-1), torchvision's resize of uint8
+CPU tensors with BICUBIC (PyTorch's native uint8 antialiased kernel with
+int16 fixed-point weights; M3-VIS-PRE-2), fused CLIP normalisation
 (M3-VIS-PRE-3), patchify (M3-VIS-PRE-4, M3-VIS-VIDEO-1).
 Tower: patch embedding, LayerNorm, 3D RoPE (78 of 80 dims, T|H|W bands),
 segmented non-causal attention (Decision 2; joint=True gives the HF option),
@@ -48,61 +49,67 @@ def smart_resize(h, w, factor=28, min_pixels=4 * 28 * 28, max_pixels=451584):
 
 
 def _cubic(x):
-    a = F32(-0.5)
-    x = F32(abs(x))
-    if x < 1:
-        return F32(F32(F32(F32(a + F32(2)) * x - F32(a + F32(3))) * x) * x + F32(1))
-    if x < 2:
-        return F32(F32(F32(F32(F32(a * x) - F32(F32(5) * a)) * x) + F32(F32(8) * a)) * x - F32(F32(4) * a))
-    return F32(0)
+    a = -0.5
+    x = abs(x)
+    if x < 1.0:
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    if x < 2.0:
+        return ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+    return 0.0
 
 
 def aa_weights(n_in, n_out):
-    """Taps (xmin, xsize) and fp32 weights [n_out, maxw] of one axis."""
-    scale = F32(F32(n_in) / F32(n_out))
-    support = F32(2.0 * float(scale)) if scale >= 1 else F32(2)
-    inv = F32(1.0 / float(scale)) if scale >= 1 else F32(1)
-    maxw = int(math.ceil(float(support))) * 2 + 1
-    W = np.zeros((n_out, maxw), F32)
+    """Taps [(xmin, xsize)], int16 weights [n_out, maxw] and their fraction
+    bits for one axis (torch's native uint8 antialiased bicubic kernel)."""
+    scale = n_in / n_out
+    support = 2.0 * scale if scale >= 1.0 else 2.0
+    inv = 1.0 / scale if scale >= 1.0 else 1.0
+    maxw = int(math.ceil(support)) * 2 + 1
+    Wd = np.zeros((n_out, maxw), np.float64)
     xs = []
     for i in range(n_out):
-        center = F32(float(scale) * (i + 0.5))
-        xmin = max(int(float(F32(center - support)) + 0.5), 0)
-        xmax = min(int(float(F32(center + support)) + 0.5), n_in)
+        center = scale * (i + 0.5)
+        xmin = max(int(center - support + 0.5), 0)
+        xmax = min(int(center + support + 0.5), n_in)
         size = min(xmax - xmin, maxw)
-        tot = F32(0)
-        for j in range(size):
-            x = F32((float(F32(F32(j + xmin) - center)) + 0.5) * float(inv))
-            W[i, j] = _cubic(x)
-            tot = F32(tot + W[i, j])
-        if tot != 0:
-            W[i, :size] = (W[i, :size] / tot).astype(F32)
+        ws = [_cubic((j + xmin - center + 0.5) * inv) for j in range(size)]
+        tot = 0.0
+        for w in ws:
+            tot += w
+        for j, w in enumerate(ws):
+            Wd[i, j] = w / tot if tot != 0.0 else w
         xs.append((xmin, size))
-    return xs, W
+    wmax = float(Wd.max())
+    prec = 0
+    while prec < 22 and int(0.5 + wmax * (1 << (prec + 1))) < (1 << 15):
+        prec += 1
+    v = Wd * (1 << prec)
+    Wi = np.trunc(np.where(v < 0, v - 0.5, v + 0.5)).astype(np.int64)
+    return xs, Wi, prec
 
 
 def _pass(a, axis, n_out):
-    """Filter float32 array a along axis to n_out samples (ascending taps)."""
-    xs, W = aa_weights(a.shape[axis], n_out)
-    a = np.moveaxis(a, axis, 0)
-    out = np.empty((n_out,) + a.shape[1:], F32)
+    """Filter uint8 array a along axis to n_out samples (fixed point)."""
+    xs, W, prec = aa_weights(a.shape[axis], n_out)
+    a = np.moveaxis(a, axis, 0).astype(np.int64)
+    out = np.empty((n_out,) + a.shape[1:], np.uint8)
     for i, (xmin, size) in enumerate(xs):
-        acc = (a[xmin] * W[i, 0]).astype(F32)
-        for j in range(1, size):
-            acc = (acc + a[xmin + j] * W[i, j]).astype(F32)
-        out[i] = acc
+        acc = np.full(a.shape[1:], (1 << (prec - 1)) if prec > 0 else 0, np.int64)
+        for j in range(size):
+            acc += a[xmin + j] * W[i, j]
+        out[i] = np.clip(acc >> prec, 0, 255).astype(np.uint8)
     return np.moveaxis(out, 0, axis)
 
 
 def resize_bicubic_u8(img, dh, dw):
     """uint8 [h, w, c] -> uint8 [dh, dw, c] (M3-VIS-PRE-2): width pass, then
-    height pass, fp32; clamp and round half to even."""
-    a = np.asarray(img).astype(F32)
+    height pass through a uint8 intermediate."""
+    a = np.asarray(img, np.uint8)
     if a.shape[1] != dw:
         a = _pass(a, 1, dw)
     if a.shape[0] != dh:
         a = _pass(a, 0, dh)
-    return np.rint(np.clip(a, 0, 255)).astype(np.uint8)
+    return a
 
 
 def normalize(u8):

@@ -22,7 +22,9 @@
 
 #include "err.h"
 #include "inspect.h"
+#include "chat.h"
 #include "model.h"
+#include "tokenizer.h"
 #include "numerics.h"
 #include "safetensors.h"
 #include "sampling.h"
@@ -78,6 +80,7 @@ static const char *HELP_FORWARD =
 static const char *HELP_GENERATE =
     "usage: m3-ref generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
+    "                       [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]\n"
     "                       [--print-ids] [--dtype fp32|bf16] [--lenient-config]\n"
     "\n"
     "Continue the prompt one token at a time (KV cache), streaming each new token as it is\n"
@@ -86,7 +89,13 @@ static const char *HELP_GENERATE =
     "\n"
     "  --model DIR            checkpoint directory\n"
     "  --tokens IDS           prompt token ids, separated by commas and/or spaces\n"
-    "  --prompt TEXT          prompt text (needs DIR/tokenizer.json and tokenizer support)\n"
+    "  --prompt TEXT          prompt text, encoded with DIR/tokenizer.json (special-token\n"
+    "                         strings in it are matched as special tokens)\n"
+    "  --chat                 render --prompt as the user turn of a MiniMax-M3 conversation\n"
+    "                         (bos, default system prompt, ]~b]user ... [e~[, ]~b]ai opener)\n"
+    "  --system TEXT          with --chat: the system turn instead of the default\n"
+    "  --thinking MODE        with --chat: adaptive (default; the model decides), enabled\n"
+    "                         (prompt ends with <mm:think>) or disabled (ends with </mm:think>)\n"
     "  --max-new-tokens N     at most N new tokens (default 32)\n"
     "  --greedy               always take the most likely token (lowest id on ties)\n"
     "  --temperature T        sampling temperature, > 0\n"
@@ -245,6 +254,9 @@ typedef struct cli_opts {
     int print_ids;
     int lenient;
     int help;
+    int chat;             /* --chat: render --prompt as a user turn (M3-CHAT-*) */
+    const char *thinking; /* --thinking adaptive|enabled|disabled */
+    const char *system;   /* --system TEXT (with --chat) */
 } cli_opts;
 
 enum { ALLOW_TOKENS = 1, ALLOW_PROMPT = 2, ALLOW_DUMP = 4, ALLOW_DTYPE = 8, ALLOW_GEN = 16 };
@@ -327,6 +339,17 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
             o->have_seed = 1;
         } else if (!strcmp(a, "--print-ids") && (allow & ALLOW_GEN)) {
             o->print_ids = 1;
+        } else if (!strcmp(a, "--chat") && (allow & ALLOW_PROMPT)) {
+            o->chat = 1;
+        } else if (!strcmp(a, "--thinking") && (allow & ALLOW_PROMPT)) {
+            TAKES_VALUE();
+            if (strcmp(val, "adaptive") && strcmp(val, "enabled") && strcmp(val, "disabled"))
+                return usage_error(cmd, "--thinking must be adaptive, enabled or disabled (got '%s')",
+                                   val);
+            o->thinking = val;
+        } else if (!strcmp(a, "--system") && (allow & ALLOW_PROMPT)) {
+            TAKES_VALUE();
+            o->system = val;
         } else {
             return usage_error(cmd, "unknown option or argument '%s'", a);
         }
@@ -359,6 +382,8 @@ static int open_model(const char *cmd, m3_model *m, const cli_opts *o)
         fprintf(stderr, "m3-ref %s: %s\n", cmd, e.msg);
         return -1;
     }
+    if (m->cfg.n_warnings > 0)
+        fprintf(stderr, "warning: %s\n", m->cfg.warnings);
     if (m->w.ignored_mtp > 0)
         fprintf(stderr, "note: ignored %d mtp.* tensors\n", m->w.ignored_mtp);
     return 0;
@@ -367,33 +392,64 @@ static int open_model(const char *cmd, m3_model *m, const cli_opts *o)
 /* ------------------------------------------------------------------------ */
 /* tokenizer seam                                                           */
 
-/* Turn --prompt TEXT into token ids. This is the one place the tokenizer
- * (ref/tokenizer.h, built separately) is wired in: open DIR/tokenizer.json
- * with m3_tokenizer_open and call m3_tokenizer_encode here (and, for text
- * output, feed each generated id to m3_tokenizer_decode_stream where
- * cmd_generate prints ids without --print-ids). Until then a prompt is
- * refused with a message saying what is missing. */
-static int prompt_to_ids(const char *dir, const char *text, int32_t **ids, int *n, char *why,
-                         size_t whylen)
+/* Open DIR's tokenizer (tokenizer.json, tokenizer_config.json). Returns NULL
+ * with a message in why when there is none or it does not load. */
+static m3_tokenizer *open_tokenizer(const char *dir, char *why, size_t whylen)
 {
-    char path[4200];
+    m3_tokenizer *tok = NULL;
+    m3_err e = {{0}};
+    if (m3_tokenizer_open(&tok, dir, &e) != 0) {
+        snprintf(why, whylen, "%s", e.msg);
+        return NULL;
+    }
+    return tok;
+}
+
+/* Turn --prompt TEXT into token ids with tok: with --chat the text becomes the
+ * user turn of a MiniMax-M3 conversation (M3-CHAT-*) in the chosen thinking
+ * mode; otherwise it is encoded as it is. Special-token strings in the text
+ * are matched as special tokens, as HF tokenizers do by default. */
+static int prompt_to_ids(const m3_tokenizer *tok, const cli_opts *o, int32_t **ids, int *n,
+                         char *why, size_t whylen)
+{
+    m3_err e = {{0}};
+    char *rendered = NULL;
+    const char *text = o->prompt;
+    size_t len = strlen(text);
     *ids = NULL;
     *n = 0;
-    if (!*text) {
+    if (!o->chat && len == 0) {
         snprintf(why, whylen, "empty prompt");
         return -1;
     }
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(why, whylen, "--prompt needs a tokenizer, but %s does not exist; pass token ids "
-                              "with --tokens instead",
-                 path);
+    if (o->chat) {
+        m3_thinking mode = M3_THINK_ADAPTIVE;
+        if (o->thinking && m3_thinking_parse(o->thinking, &mode, &e) != 0)
+            goto fail;
+        m3_chat_msg msgs[2];
+        size_t nm = 0;
+        if (o->system)
+            msgs[nm++] = (m3_chat_msg){"system", o->system, NULL};
+        msgs[nm++] = (m3_chat_msg){"user", o->prompt, NULL};
+        if (m3_chat_render(msgs, nm, mode, 1, &rendered, &len, &e) != 0)
+            goto fail;
+        text = rendered;
+    }
+    size_t count = 0;
+    if (m3_tokenizer_encode(tok, text, len, 1, ids, &count, &e) != 0)
+        goto fail;
+    free(rendered);
+    if (count == 0 || count > INT_MAX) {
+        free(*ids);
+        *ids = NULL;
+        snprintf(why, whylen, "the prompt encodes to %zu tokens", count);
         return -1;
     }
-    fclose(f);
-    snprintf(why, whylen, "--prompt needs tokenizer support, which this build of m3-ref does not "
-                          "have yet; pass token ids with --tokens instead");
+    *n = (int)count;
+    return 0;
+fail:
+    free(rendered);
+    snprintf(why, whylen, "%s", e.msg);
     return -1;
 }
 
@@ -628,10 +684,30 @@ static int cmd_generate(int argc, char **argv)
         fprintf(stderr, "m3-ref generate: --tokens: %s\n", why);
         return EXIT_USAGE;
     }
-    if (o.prompt && prompt_to_ids(o.model, o.prompt, &ids, &T, why, sizeof why) != 0) {
+    if ((o.chat || o.thinking || o.system) && !o.prompt) {
+        usage_error("generate", "%s", "--chat, --thinking and --system need --prompt TEXT");
+        return EXIT_USAGE;
+    }
+    if ((o.thinking || o.system) && !o.chat) {
+        usage_error("generate", "%s", "--thinking and --system need --chat");
+        return EXIT_USAGE;
+    }
+    /* The tokenizer: required for --prompt; used for text output when present. */
+    m3_tokenizer *tokzr = NULL;
+    if (o.prompt || !o.print_ids) {
+        tokzr = open_tokenizer(o.model, why, sizeof why);
+        if (!tokzr && o.prompt) {
+            fprintf(stderr, "m3-ref generate: --prompt needs a tokenizer: %s\n", why);
+            return EXIT_RUN;
+        }
+    }
+    if (o.prompt && prompt_to_ids(tokzr, &o, &ids, &T, why, sizeof why) != 0) {
         fprintf(stderr, "m3-ref generate: %s\n", why);
+        m3_tokenizer_free(tokzr);
         return EXIT_RUN;
     }
+    m3_decode_stream ds;
+    m3_decode_stream_init(&ds, 0);
 
     int rc = EXIT_RUN;
     m3_model m;
@@ -688,17 +764,28 @@ static int cmd_generate(int argc, char **argv)
         goto fail;
     double t_prefill = now_s() - t0;
 
-    if (!o.print_ids)
-        fprintf(stderr, "m3-ref: no tokenizer wired in; printing token ids\n");
+    if (!o.print_ids && !tokzr)
+        fprintf(stderr, "m3-ref: %s has no usable tokenizer; printing token ids\n", o.model);
+    if (tokzr && !o.print_ids && o.prompt) /* echo the prompt: the continuation reads in context */
+        fwrite(o.prompt, 1, strlen(o.prompt), stdout);
     long long produced = 0;
     int stop_eos = 0;
     double t1 = now_s();
     while (produced < o.max_new) {
         int32_t tok = m3_sample(&sp, logits);
-        if (o.print_ids)
+        if (o.print_ids) {
             printf("%s%d", produced ? "," : "", (int)tok);
-        else
+        } else if (tokzr) {
+            const char *txt;
+            size_t txtlen;
+            if (m3_tokenizer_decode_stream(tokzr, &ds, tok, &txt, &txtlen, &e) != 0) {
+                printf("\n");
+                goto fail;
+            }
+            fwrite(txt, 1, txtlen, stdout);
+        } else {
             printf("%s%d", produced ? " " : "", (int)tok);
+        }
         fflush(stdout);
         produced++;
         for (int j = 0; j < g.n_eos; j++)
@@ -713,6 +800,13 @@ static int cmd_generate(int argc, char **argv)
         }
     }
     double t_decode = now_s() - t1;
+    if (tokzr && !o.print_ids) {
+        const char *txt;
+        size_t txtlen;
+        if (m3_decode_stream_flush(&ds, &txt, &txtlen, &e) != 0)
+            goto fail;
+        fwrite(txt, 1, txtlen, stdout);
+    }
     printf("\n");
     fflush(stdout);
     if (stop_eos)
@@ -738,6 +832,8 @@ out:
     m3_state_free(s);
     m3_model_close(&m);
     free(ids);
+    m3_decode_stream_free(&ds);
+    m3_tokenizer_free(tokzr);
     return rc;
 }
 
