@@ -223,13 +223,19 @@ static void judge_float(cf_record *rec, const cf_judge_ctx *ctx, const float *o,
     else if (rule->cos_min >= 0 && !(m->cos >= rule->cos_min))
         snprintf(rec->msg, sizeof rec->msg, "cosine %.9f < %.9f", m->cos, rule->cos_min);
     else {
-        if (m->nmse > rule->nmse / 10) {
-            rec->result = CF_WARNING;
+        /* M3-TOL-6: above a tenth of any bound is a QualityWarning */
+        rec->result = CF_WARNING;
+        if (m->nmse > rule->nmse / 10)
             snprintf(rec->msg, sizeof rec->msg, "NMSE %.3g is within %.3g but above the good bound %.3g",
                      m->nmse, rule->nmse, rule->nmse / 10);
-        } else {
+        else if (m->max_abs > rule->max_abs / 10)
+            snprintf(rec->msg, sizeof rec->msg, "max-abs %.3g is within %.3g but above the good bound %.3g",
+                     m->max_abs, rule->max_abs, rule->max_abs / 10);
+        else if (rule->cos_min >= 0 && 1 - m->cos > (1 - rule->cos_min) / 10)
+            snprintf(rec->msg, sizeof rec->msg, "1 - cosine %.3g is within %.3g but above the good bound %.3g",
+                     1 - m->cos, 1 - rule->cos_min, (1 - rule->cos_min) / 10);
+        else
             rec->result = CF_PASS;
-        }
         return;
     }
     rec->result = CF_FAIL;

@@ -58,6 +58,17 @@ void cf_localise(cf_report *r)
             group_failed = 1;
         }
     }
+    /* M3-TOL-7: a failure after an accepted tie may be its consequence */
+    for (int i = 0; r->first_fail >= 0 && i < r->first_fail; i++) {
+        const cf_record *t = &r->rec[i];
+        if (t->kind == 1 && t->set.rows_tie > 0) {
+            cf_record *f = &r->rec[r->first_fail];
+            size_t n = strlen(f->msg);
+            snprintf(f->msg + n, sizeof f->msg - n, " (after %ld tie-accepted rows of %.120s: may be their consequence)",
+                     t->set.rows_tie, t->tensor);
+            break;
+        }
+    }
     if (r->error[0])
         worst = cf_result_worst(worst, CF_INTERNAL_ERROR);
     r->result = worst;

@@ -616,7 +616,7 @@ verdict:
     snprintf(r.component, sizeof r.component, "mutant");
     r.result = ok ? CF_PASS : CF_FAIL;
     if (!ok)
-        snprintf(r.error, sizeof r.error, "%s", line);
+        snprintf(r.error, sizeof r.error, "%.1000s", line);
     r.seconds = now() - t0;
     keep(c, &r);
     memset(&r, 0, sizeof r);

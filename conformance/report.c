@@ -575,12 +575,12 @@ static void panel_draw(canvas *c, const panel *p, int y0)
         for (int i = 0; i < p->nreps; i++) {
             const cf_report *r = p->reps[i];
             for (int k = 0; k < r->nrec; k++) {
-                snprintf(buf, sizeof buf, "%s/%s", r->id, r->rec[k].tensor);
+                snprintf(buf, sizeof buf, "%.200s/%.160s", r->id, r->rec[k].tensor);
                 buf[60] = 0;
                 text(c, x0, y + 3, buf, 1, black);
                 draw_cell(c, gx + 1, y + 1, &r->rec[k], k == r->first_fail);
                 if (r->rec[k].result != CF_PASS) {
-                    snprintf(buf, sizeof buf, "%s %s", cf_result_name(r->rec[k].result), r->rec[k].msg);
+                    snprintf(buf, sizeof buf, "%.20s %.100s", cf_result_name(r->rec[k].result), r->rec[k].msg);
                     buf[64] = 0;
                     text(c, gx + CELL_W + 6, y + 3, buf, 1, red);
                 }
@@ -602,7 +602,7 @@ static void legend(canvas *c, int y)
         fill(c, x + i, y, 1, 10, col);
     }
     for (int v = -16; v <= 0; v += 4) {
-        char b[8];
+        char b[16];
         snprintf(b, sizeof b, "%d", v);
         text(c, x + (v + 16) * 159 / 16 - 3, y + 13, b, 1, black);
     }

@@ -158,8 +158,8 @@ static int run_rope(inputs *in, cf_tset *out, m3_err *e)
         return -1;
     if (p->dtype != M3_I32 && p->dtype != M3_I64)
         return m3_fail(e, "%s: \"positions\" must be I32 or I64", in->path);
-    int rd;
-    double theta;
+    int rd = 0;
+    double theta = 0;
     if (param_int(in->c, "rotary_dim", 2, (int)xd[2], &rd, e) || cf_case_num(in->c, "theta", &theta, e))
         return -1;
     if (rd % 2)
@@ -276,7 +276,7 @@ static int run_msa_select(inputs *in, cf_tset *out, m3_err *e)
     kd[0] = qd[0];
     kd[1] = qd[2];
     const m3_tensor *ik = need(in, "ik", 2, kd, e);
-    int B, topk, local, init;
+    int B = 1, topk = 1, local = 0, init = 0;
     if (!ik || param_int(in->c, "block_size", 1, 1 << 20, &B, e) ||
         param_int(in->c, "topk", 1, 4096, &topk, e) ||
         param_int(in->c, "local_blocks", 0, 4096, &local, e) ||
@@ -342,7 +342,7 @@ static int run_router(inputs *in, cf_tset *out, m3_err *e)
         return -1;
     bd[0] = wd[0];
     const m3_tensor *b = need(in, "bias", 1, bd, e);
-    int k;
+    int k = 1;
     if (!b || param_int(in->c, "topk", 1, (int)wd[0], &k, e))
         return -1;
     m3_mat rm;
@@ -489,8 +489,8 @@ static int run_moe(inputs *in, cf_tset *out, m3_err *e)
     const m3_tensor *su = need(in, "sh_up", 2, sud, e), *sd = su ? need(in, "sh_down", 2, sdd, e) : NULL;
     m3_text_config tc;
     memset(&tc, 0, sizeof tc);
-    int k;
-    double scale;
+    int k = 1;
+    double scale = 0;
     if (!sd || swiglu_params(in->c, &tc, e) || param_int(in->c, "topk", 1, (int)rd[0], &k, e) ||
         cf_case_num_or(in->c, "routed_scaling_factor", 2.0, &scale, e))
         return -1;

@@ -1,8 +1,7 @@
 /* fuzz_png.c — PNG bytes through m3_image_decode (M3-VIS-DECODE-1).
- * The input is decoded as given, then with every chunk CRC recomputed (when the
- * original CRCs were wrong), so mutations reach the
- * decoder instead of dying at libpng's CRC check; the original bytes are
- * decoded too. */
+ * The input is decoded as given, then (when any chunk CRC was wrong) once more
+ * with every chunk CRC recomputed, so mutations reach the decoder instead of
+ * stopping at libpng's CRC check. */
 #include "common.h"
 #include "image.h"
 

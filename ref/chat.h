@@ -1,11 +1,11 @@
 /* chat.h — render MiniMax-M3 conversations into prompt text (no Jinja).
  *
- * Spec: M3-CHAT-FORMAT (bos "]~!b[", turns "]~b]{role}\n{text}[e~[\n" with roles
- * system / user / ai / tool), M3-CHAT-SYSTEM (default system prompt when the
- * conversation has none), M3-CHAT-THINK (assistant history as
+ * Spec: M3-CHAT-TURN-1 (bos "]~!b[", turns "]~b]{role}\n{text}[e~[\n" with roles
+ * system / user / ai / tool), M3-CHAT-SYS-1 (default system prompt when the
+ * conversation has none), M3-CHAT-THINK-1/2 (assistant history as
  * "<mm:think>{reasoning}</mm:think>{content}" or "</mm:think>{content}"; the
  * generation prompt ends "]~b]ai\n" (adaptive), "]~b]ai\n<mm:think>" (enabled)
- * or "]~b]ai\n</mm:think>" (disabled)), M3-CHAT-MEDIA (image/video markers
+ * or "]~b]ai\n</mm:think>" (disabled)), M3-CHAT-MM-1 (image/video markers
  * "]<]image[>[" / "]<]video[>[" stay in the text for the processor to expand).
  * Tool-call XML and tool descriptions in the system turn are not rendered.
  */

@@ -165,6 +165,12 @@ static int parse_config(m3_eagle3_config *c, const char *path, const m3_model *t
     int rc = -1;
     const int L = t->cfg.text.num_layers;
     memset(c, 0, sizeof *c);
+    for (const cJSON *k = j->child; k; k = k->next)
+        for (const cJSON *q = j->child; q != k; q = q->next)
+            if (!strcmp(q->string, k->string)) {
+                m3_fail(e, "%s: duplicate key \"%s\"", path, k->string);
+                goto out;
+            }
     if (!lenient)
         for (const cJSON *k = j->child; k; k = k->next) {
             int ok = 0;

@@ -1,6 +1,6 @@
 /* tokens.h — parse a token-id list given on a command line ("1,2,3", "1 2 3").
  *
- * Spec: M3-CLI input contract (bad input → a message naming the item and
+ * Spec: M3-CLI-TOKENS-1 (bad input → a message naming the item and
  * offset, never a crash). Each id is a plain decimal in [0, INT32_MAX]; ids
  * are separated by commas and/or blanks (space, tab, newline); empty lists,
  * empty items, signs and any other character are errors. At most

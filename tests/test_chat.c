@@ -1,5 +1,5 @@
 /* test_chat.c — MiniMax-M3 chat rendering, exact strings.
- * Spec: M3-CHAT-FORMAT, M3-CHAT-SYSTEM, M3-CHAT-THINK, M3-CHAT-MEDIA.
+ * Spec: M3-CHAT-TURN-1, M3-CHAT-SYS-1, M3-CHAT-THINK-1, M3-CHAT-THINK-2, M3-CHAT-MM-1.
  * Expected strings are written out from the turn format in the spec notes E.2. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -255,7 +255,10 @@ def run_case(name, c, outdir, report, device):
             "step_logits_max_rel": [rel(a.cpu().numpy(), b.cpu().numpy())["max_rel"]
                                     for a, b in zip(st_c, st_nc)]}
         try:
-            gen = model.generate(input_ids=input_ids[None, :], max_new_tokens=MAX_NEW, do_sample=False,
+            # explicit all-ones attention_mask: without it generate() infers padding from
+            # pad_token_id occurrences in the prompt
+            gen = model.generate(input_ids=input_ids[None, :], attention_mask=torch.ones_like(input_ids[None, :]),
+                                 max_new_tokens=MAX_NEW, do_sample=False,
                                  min_new_tokens=MAX_NEW, pad_token_id=0, output_logits=True,
                                  return_dict_in_generate=True)
             g = gen.sequences[0, len(ids):].tolist()
@@ -492,7 +495,8 @@ def generate_probe(model, input_ids):
             rec.setdefault("attn_mask_%d" % i, (type(am).__name__, list(am.shape) if hasattr(am, "shape")
                                                 else None, str(getattr(am, "dtype", ""))))
         hs.append(layer.self_attn.register_forward_pre_hook(afn, with_kwargs=True))
-    model.generate(input_ids=input_ids[None, :], max_new_tokens=1, do_sample=False, pad_token_id=0)
+    model.generate(input_ids=input_ids[None, :], attention_mask=torch.ones_like(input_ids[None, :]),
+                   max_new_tokens=1, do_sample=False, pad_token_id=0)
     gen_rows = dict(cur)
     cur.clear()
     first_calls = list(rec["calls"])
