@@ -87,12 +87,24 @@ unit-test: $(TEST_BIN)
 cli-test: bin/m3-ref $(BUILD)/tests/cli_helper
 	sh tests/cli_test.sh bin/m3-ref $(BUILD)/tests/cli_helper
 
-test: all unit-test cli-test coverage-check vectors-check conform-test
+test: all unit-test cli-test coverage-check vectors-check conform-test hf-check demo-check fuzz-smoke asan-test valgrind-test
 	@echo "m3: all tests passed"
+
+# upstream agreement: bin/m3-ref against the committed HF transformers outputs
+# (vectors/hf, written on a GPU machine by tools/hf_crosscheck.py); numpy only
+.PHONY: hf-check
+hf-check: bin/m3-ref
+	$(PYTHON) tools/hf_compare.py --impl ref
+
+# demo model (models/demo, trained by tools/train_demo.py): greedy ids and fp32
+# logits of bin/m3-ref against HF transformers' recorded outputs; numpy only
+.PHONY: demo-check
+demo-check: bin/m3-ref
+	$(PYTHON) tools/check_demo.py --bin bin/m3-ref --model models/demo
 
 # ---- run, bench, vectors ---------------------------------------------------
 run: all
-	bin/m3-ref generate --model models/tiny --tokens 1,2,3,4 --max-new-tokens 16 --greedy
+	bin/m3-ref generate --model models/demo --prompt "And God said" --max-new-tokens 48 --greedy
 
 $(BUILD)/bench/bench: bench/bench.c tests/fixture.h $(wildcard ref/*.h) $(LIB)
 	@mkdir -p $(@D)
@@ -128,7 +140,7 @@ FUZZ_SRC     := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_NAMES   := $(patsubst fuzz/%.c,%,$(FUZZ_SRC))
 FUZZ_BIN     := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_NAMES))
 CONF_LIBOBJ   = $(filter-out %/conformance/main.o,$(CONF_OBJ))
-FUZZ_SECONDS ?= 3
+FUZZ_SECONDS ?= 2
 CLANG        ?= $(shell command -v clang 2>/dev/null)
 SAN_FLAGS    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 export ASAN_OPTIONS  ?= halt_on_error=1:abort_on_error=1:detect_leaks=1:allocator_may_return_null=1

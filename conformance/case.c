@@ -320,6 +320,30 @@ fail:
     return -1;
 }
 
+/* Check every files{name: sha256} entry of a parsed case/mutant JSON against
+ * the files in dir. */
+static int verify_files(const cJSON *root, const char *dir, const char *what, m3_err *e)
+{
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
+    const cJSON *x;
+    if (files && !cJSON_IsObject(files))
+        return m3_fail(e, "%s/%s: \"files\" must be an object {name: sha256}", dir, what);
+    cJSON_ArrayForEach(x, files)
+    {
+        char fp[2400], hex[65];
+        if (!cJSON_IsString(x) || !safe_relpath(x->string) || strchr(x->string, '/'))
+            return m3_fail(e, "%s/%s: files entry \"%s\" must be a plain file name with a sha256 string", dir,
+                           what, x->string);
+        snprintf(fp, sizeof fp, "%s/%s", dir, x->string);
+        if (cf_sha256_file(fp, hex, e))
+            return -1;
+        if (strcmp(hex, x->valuestring) != 0)
+            return m3_fail(e, "%s: sha256 is %s but %s says %s (file damaged or edited)", fp, hex, what,
+                           x->valuestring);
+    }
+    return 0;
+}
+
 int cf_case_load(cf_case *c, const char *dir, int verify_hashes, m3_err *e)
 {
     char path[2300];
@@ -332,24 +356,28 @@ int cf_case_load(cf_case *c, const char *dir, int verify_hashes, m3_err *e)
     free(txt);
     if (rc || !verify_hashes)
         return rc;
-    const cJSON *files = cJSON_GetObjectItemCaseSensitive(c->root, "files");
-    const cJSON *x;
-    cJSON_ArrayForEach(x, files)
-    {
-        char fp[2400], hex[65];
-        snprintf(fp, sizeof fp, "%s/%s", dir, x->string);
-        if (cf_sha256_file(fp, hex, e)) {
-            cf_case_free(c);
-            return m3_fail_prefix(e, "case %s", c->id);
-        }
-        if (strcmp(hex, x->valuestring) != 0) {
-            m3_fail(e, "%s: sha256 is %s but case.json says %s (file damaged or edited)", fp, hex,
-                    x->valuestring);
-            cf_case_free(c);
-            return -1;
-        }
+    if (verify_files(c->root, dir, "case.json", e)) {
+        cf_case_free(c);
+        return -1;
     }
     return 0;
+}
+
+int cf_mutant_verify(const cf_mutant *mu, m3_err *e)
+{
+    char path[2300];
+    snprintf(path, sizeof path, "%s/mutant.json", mu->dir);
+    size_t len;
+    char *txt = read_text(path, &len, 1u << 20, e);
+    if (!txt)
+        return -1;
+    cJSON *root = cJSON_ParseWithLength(txt, len);
+    free(txt);
+    if (!root)
+        return m3_fail(e, "%s: not valid JSON", path);
+    int rc = verify_files(root, mu->dir, "mutant.json", e);
+    cJSON_Delete(root);
+    return rc;
 }
 
 int cf_case_num(const cf_case *c, const char *key, double *v, m3_err *e)

@@ -218,6 +218,8 @@ typedef struct cf_mutant {
 
 /* Load dir/mutant.json; paths in it are relative to suite_root (the manifest dir). */
 int cf_mutant_load(cf_mutant *mu, const char *dir, const char *suite_root, m3_err *e);
+/* Check the sha256 sums listed in the mutant's mutant.json "files". */
+int cf_mutant_verify(const cf_mutant *mu, m3_err *e);
 
 /* ---- running the reference (runner_ref.c) --------------------------------- */
 /* Compute the expected outputs of a component case (names of the component

@@ -536,7 +536,7 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
     t->mutants++;
     if (mu.expect_pass)
         t->pass_expected++;
-    if (cf_case_load(&cs, mu.case_dir, !o->no_hash, &e)) {
+    if ((!o->no_hash && cf_mutant_verify(&mu, &e)) || cf_case_load(&cs, mu.case_dir, !o->no_hash, &e)) {
         snprintf(line, cap, "%-28s INTERNAL ERROR: %s", mu.id, e.msg);
         return 0;
     }

@@ -34,6 +34,8 @@ typedef cudaDeviceProp hipDeviceProp_t;
 typedef __nv_bfloat16 hip_bfloat16;
 
 #define hipSuccess cudaSuccess
+#define hipErrorInvalidValue cudaErrorInvalidValue
+#define hipErrorUnknown cudaErrorUnknown
 #define hipMalloc cudaMalloc
 #define hipFree cudaFree
 #define hipMemcpy cudaMemcpy

@@ -14,6 +14,11 @@
 
 #define GPT2_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 #define MAX_PRETOK 16
+/* Documented caps (checked before allocating): token ids are < M3_TOK_MAX_IDS
+ * (the id table is sized by the largest id; the real vocabulary has 200064), and
+ * tokenizer files are at most M3_TOK_MAX_FILE bytes. */
+#define M3_TOK_MAX_IDS (1 << 22)
+#define M3_TOK_MAX_FILE ((size_t)512 << 20)
 
 /* ---------------------------------------------------------------- maps */
 typedef struct strmap { /* string → id, open addressing */
@@ -152,6 +157,7 @@ static char *read_file(const char *path, size_t *n) {
     size_t cap = 0, len = 0;
     for (;;) {
         if (len + 65536 + 1 > cap) {
+            if (cap >= M3_TOK_MAX_FILE) { free(buf); fclose(f); return NULL; } /* over the cap */
             size_t nc = cap ? cap * 2 : 1 << 20;
             char *nb = realloc(buf, nc);
             if (!nb) { free(buf); fclose(f); return NULL; }
@@ -209,9 +215,10 @@ static int load_model(m3_tokenizer *t, const cJSON *model, m3_err *e) {
     size_t nv = 0;
     int64_t maxid = -1;
     for (const cJSON *it = vocab->child; it; it = it->next) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 2147483646.0 ||
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (double)M3_TOK_MAX_IDS ||
             it->valuedouble != (double)(int64_t)it->valuedouble)
-            return m3_fail(e, "%s: model.vocab[\"%.60s\"] is not a non-negative integer id", P, it->string);
+            return m3_fail(e, "%s: model.vocab[\"%.60s\"] is not an integer id in [0, %d)", P, it->string,
+                           M3_TOK_MAX_IDS);
         if ((int64_t)it->valuedouble > maxid) maxid = (int64_t)it->valuedouble;
         nv++;
     }
@@ -303,9 +310,10 @@ static int load_added(m3_tokenizer *t, const cJSON *arr, m3_err *e) {
     for (const cJSON *it = arr->child; it; it = it->next, i++) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "content");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 2147483646.0 ||
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (double)M3_TOK_MAX_IDS ||
             id->valuedouble != (double)(int64_t)id->valuedouble)
-            return m3_fail(e, "%s: added_tokens[%d].id is missing or not a non-negative integer", P, i);
+            return m3_fail(e, "%s: added_tokens[%d].id is missing or not an integer in [0, %d)", P, i,
+                           M3_TOK_MAX_IDS);
         if (!cJSON_IsString(c) || c->valuestring[0] == 0)
             return m3_fail(e, "%s: added_tokens[%d].content is missing, empty or not a string", P, i);
         added_tok *a = &t->added[t->nadded];

@@ -6,6 +6,15 @@
  *       check that DUMP holds exactly the activation names of a T-row forward
  *       of the model in DIR (M3-DUMP-*), with the right shapes and dtypes;
  *       with --bf16 every fp32 value must also be a bf16 value
+ *   cli_helper vfixture DIR [--vocab N]
+ *       write a tiny random multimodal checkpoint (tests/vision_fixture.h)
+ *   cli_helper png FILE W H
+ *       write a W x H RGB gradient PNG (an input for --image)
+ *   cli_helper pixels DUMP OUT
+ *       copy vision.pixel_values / vision.grid_thw of DUMP into OUT as the
+ *       pixel_values / image_grid_thw of a --pixels input file
+ *   cli_helper same DUMP1 DUMP2 NAME
+ *       exit 0 iff tensor NAME has the same dtype, shape and bytes in both
  * Prints "ok ..." and exits 0, or prints the problem and exits 1.
  */
 #include <stdio.h>
@@ -14,6 +23,9 @@
 
 #include "config.h"
 #include "fixture.h"
+#include "vision_fixture.h"
+
+#include <png.h>
 #include "safetensors.h"
 
 static int cmd_fixture(int argc, char **argv)
@@ -142,8 +154,133 @@ static int cmd_dump_check(int argc, char **argv)
     return 0;
 }
 
+static int cmd_vfixture(int argc, char **argv)
+{
+    if (argc != 1 && !(argc == 3 && !strcmp(argv[1], "--vocab") && atoi(argv[2]) > 0)) {
+        fprintf(stderr, "usage: cli_helper vfixture DIR [--vocab N]\n");
+        return 2;
+    }
+    m3_fixture_opts o;
+    m3_vfixture_opts v;
+    m3_fixture_defaults(&o);
+    m3_vfixture_defaults(&v);
+    if (argc == 3)
+        o.vocab_size = atoi(argv[2]);
+    m3_err e = {{0}};
+    if (m3_vfixture_write(argv[0], &o, &v, &e) != 0) {
+        fprintf(stderr, "cli_helper vfixture: %s\n", e.msg);
+        return 1;
+    }
+    printf("ok vfixture %s\n", argv[0]);
+    return 0;
+}
+
+static int cmd_png(int argc, char **argv)
+{
+    if (argc != 3 || atoi(argv[1]) <= 0 || atoi(argv[2]) <= 0) {
+        fprintf(stderr, "usage: cli_helper png FILE W H\n");
+        return 2;
+    }
+    int w = atoi(argv[1]), h = atoi(argv[2]);
+    unsigned char *px = malloc((size_t)w * (size_t)h * 3);
+    if (!px)
+        return 1;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            unsigned char *p = px + ((size_t)y * (size_t)w + (size_t)x) * 3;
+            p[0] = (unsigned char)(255 * x / (w > 1 ? w - 1 : 1));
+            p[1] = (unsigned char)(255 * y / (h > 1 ? h - 1 : 1));
+            p[2] = (unsigned char)((x * 7 + y * 13) & 255);
+        }
+    png_image img;
+    memset(&img, 0, sizeof img);
+    img.version = PNG_IMAGE_VERSION;
+    img.width = (png_uint_32)w;
+    img.height = (png_uint_32)h;
+    img.format = PNG_FORMAT_RGB;
+    int ok = png_image_write_to_file(&img, argv[0], 0, px, 0, NULL);
+    free(px);
+    if (!ok) {
+        fprintf(stderr, "cli_helper png: %s\n", img.message);
+        return 1;
+    }
+    printf("ok png %s %dx%d\n", argv[0], w, h);
+    return 0;
+}
+
+static int cmd_pixels(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: cli_helper pixels DUMP OUT\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    m3_store *st = NULL;
+    m3_st_writer *w = m3_st_writer_new();
+    int rc = 1;
+    if (!w || m3_store_open(&st, argv[0], &e) != 0)
+        goto done;
+    const m3_tensor *pv = m3_store_get(st, "vision.pixel_values");
+    const m3_tensor *g = m3_store_get(st, "vision.grid_thw");
+    if (!pv || !g) {
+        m3_fail(&e, "%s has no vision.pixel_values / vision.grid_thw", argv[0]);
+        goto done;
+    }
+    if (m3_st_writer_add(w, "pixel_values", pv->dtype, pv->ndim, pv->shape, pv->data, &e) != 0 ||
+        m3_st_writer_add(w, "image_grid_thw", g->dtype, g->ndim, g->shape, g->data, &e) != 0 ||
+        m3_st_writer_save(w, argv[1], &e) != 0)
+        goto done;
+    printf("ok pixels %s\n", argv[1]);
+    rc = 0;
+done:
+    if (rc)
+        fprintf(stderr, "cli_helper pixels: %s\n", e.msg);
+    m3_st_writer_free(w);
+    m3_store_close(st);
+    return rc;
+}
+
+static int cmd_same(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: cli_helper same DUMP1 DUMP2 NAME\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    m3_store *a = NULL, *b = NULL;
+    int rc = 1;
+    if (m3_store_open(&a, argv[0], &e) != 0 || m3_store_open(&b, argv[1], &e) != 0) {
+        fprintf(stderr, "cli_helper same: %s\n", e.msg);
+        goto done;
+    }
+    const m3_tensor *x = m3_store_get(a, argv[2]), *y = m3_store_get(b, argv[2]);
+    if (!x || !y) {
+        fprintf(stderr, "cli_helper same: %s missing\n", argv[2]);
+        goto done;
+    }
+    if (x->dtype != y->dtype || x->ndim != y->ndim || x->nbytes != y->nbytes ||
+        memcmp(x->shape, y->shape, sizeof x->shape) || memcmp(x->data, y->data, x->nbytes)) {
+        fprintf(stderr, "cli_helper same: %s differs\n", argv[2]);
+        goto done;
+    }
+    printf("ok same %s\n", argv[2]);
+    rc = 0;
+done:
+    m3_store_close(a);
+    m3_store_close(b);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "pixels"))
+        return cmd_pixels(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "same"))
+        return cmd_same(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "vfixture"))
+        return cmd_vfixture(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "png"))
+        return cmd_png(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "fixture"))
         return cmd_fixture(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "dump-check"))

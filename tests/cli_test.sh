@@ -172,5 +172,34 @@ else
     fail "missing $TOKJSON"
 fi
 
+# ---- images (M3-VIS-*, M3-EMB-3) ----------------------------------------------
+# A multimodal fixture with the real vocabulary size, so the image start/end
+# ids 200029/200030 are ordinary rows of its embedding.
+VM=$TMP/vm
+if "$HELPER" vfixture "$VM" --vocab 200064 >/dev/null && "$HELPER" png "$TMP/a.png" 60 40 >/dev/null; then
+    expect_ok "forward --image" "$M3REF" forward --model "$VM" --tokens 1,2,200025,3 --image "$TMP/a.png" --dump "$TMP/vd.safetensors"
+    grep -q "T=11 " "$TMP/out" || fail "image of 60x40 should expand to 6 merged tokens (T=11)"
+    expect_ok "pixels from dump" "$HELPER" pixels "$TMP/vd.safetensors" "$TMP/px.safetensors"
+    expect_ok "forward --pixels" "$M3REF" forward --model "$VM" --tokens 1,2,200025,3 --pixels "$TMP/px.safetensors" --dump "$TMP/vp.safetensors"
+    for t in vision.image_features embeddings logits; do
+        expect_ok "--pixels == --image ($t)" "$HELPER" same "$TMP/vd.safetensors" "$TMP/vp.safetensors" $t
+    done
+    expect_ok "forward --video" "$M3REF" forward --model "$VM" --tokens 1,200026,3 --video "$TMP/a.png,$TMP/a.png,$TMP/a.png" --fps 1
+    grep -q "T=18 " "$TMP/out" || fail "3 frames pad to 2 temporal groups of 6 tokens + start/end each (T=18)"
+    expect_ok "forward --vision-joint" "$M3REF" forward --model "$VM" --tokens 1,2,200025,3 --image "$TMP/a.png" --vision-joint
+    expect_ok "generate --image" "$M3REF" generate --model "$VM" --tokens 1,2,200025,3 --image "$TMP/a.png" --max-new-tokens 3 --greedy --print-ids
+    printf 'not an image' >"$TMP/bad.png"
+    expect_fail "corrupt image" "bad.png" "$M3REF" forward --model "$VM" --tokens 1,200025 --image "$TMP/bad.png"
+    head -c 60 "$TMP/a.png" >"$TMP/trunc.png"
+    expect_fail "truncated image" "trunc.png" "$M3REF" forward --model "$VM" --tokens 1,200025 --image "$TMP/trunc.png"
+    expect_fail "image without marker" "marker\|placeholder\|image" "$M3REF" forward --model "$VM" --tokens 1,2,3 --image "$TMP/a.png"
+    expect_fail "fps without video" "needs --video" "$M3REF" forward --model "$VM" --tokens 1 --fps 2
+    expect_fail "video without fps" "needs --fps" "$M3REF" forward --model "$VM" --tokens 1,200026 --video "$TMP/a.png,$TMP/a.png"
+    expect_fail "pixels plus image" "one or the other" "$M3REF" forward --model "$VM" --tokens 1 --pixels "$TMP/px.safetensors" --image "$TMP/a.png"
+    expect_fail "image on text-only model" "vision" "$M3REF" forward --model "$FX" --tokens 1,200025 --image "$TMP/a.png"
+else
+    fail "cannot build the multimodal fixture"
+fi
+
 echo "cli_test: $((N - FAILS))/$N passed"
 [ "$FAILS" -eq 0 ]

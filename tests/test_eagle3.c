@@ -318,6 +318,174 @@ static void test_aux_taps(void **state)
     free(aux);
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* drafter forward against an independent double-precision reference       */
+
+/* Element of drafter tensor `name` (row-major), read by name from the file. */
+static double dw(const m3_store *st, const char *name, size_t i)
+{
+    const m3_tensor *t = m3_store_get(st, name);
+    if (!t)
+        fail_msg("reference: no tensor %s", name);
+    assert_int_equal(t->dtype, M3_F32);
+    return ((const float *)t->data)[i];
+}
+
+static void ref_norm(double *y, const double *x, int n, const m3_store *st, const char *name,
+                     int gemma, const m3_vec *borrowed, double eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) {
+        double w = borrowed ? m3_vec_at(borrowed, i) : dw(st, name, (size_t)i);
+        y[i] = x[i] * r * ((gemma || borrowed) ? 1.0 + w : w);
+    }
+}
+
+static void ref_lin(double *y, const double *x, int rows, int cols, const m3_store *st,
+                    const char *name)
+{
+    for (int r = 0; r < rows; r++) {
+        double a = 0;
+        for (int c = 0; c < cols; c++)
+            a += dw(st, name, (size_t)r * cols + c) * x[c];
+        y[r] = a;
+    }
+}
+
+/* M3-EAGLE-DRAFT-2/3/4: combine + 6 chained draft steps equal a plain double
+ * implementation of the clauses (tolerance: fp32 vs double rounding). */
+static void drafter_vs_reference(fx *f, const dopts *o, const char *name)
+{
+    m3_eagle3 d;
+    open_drafter(f, o, name, &d);
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s/model.safetensors", f->dir, name);
+    m3_store *st = NULL;
+    m3_err e = {{0}};
+    assert_int_equal(m3_store_open(&st, path, &e), 0);
+    enum { H = 32, NH = 2, NKV = 1, HD = 16, I = 48, STEPS = 6 };
+    const double eps = 1e-6, theta = 10000.0;
+    const int rd = o->partial ? HD / 2 : HD, Vd = o->d2t ? NV / 2 : NV;
+    m3_eagle3_state *ds = m3_eagle3_state_new(&d, 16, &e);
+    static double kc[STEPS][NKV * HD], vc[STEPS][NKV * HD];
+    double feat[H];
+    float ff[H], faux[3 * H], flog[NV];
+    uint64_t x = 4242;
+    for (int p = 0; p < STEPS; p++) {
+        const int32_t tok = (int32_t)((p * 7 + 3) % NV);
+        if (p < 3) { /* a verified position: feature from (random) taps */
+            double a[3 * H], an[3 * H];
+            for (int i = 0; i < 3 * H; i++)
+                faux[i] = rng_unif(&x, 2.0f), a[i] = faux[i];
+            for (int j = 0; j < 3; j++) {
+                char n[32];
+                snprintf(n, sizeof n, "fc_norm.%d.weight", j);
+                if (o->fc_norm)
+                    ref_norm(an + j * H, a + j * H, H, st, n, o->gemma, NULL, eps);
+                else
+                    memcpy(an + j * H, a + j * H, sizeof(double) * H);
+            }
+            ref_lin(feat, an, H, 3 * H, st, "fc.weight");
+            m3_eagle3_combine(&d, ds, faux, ff);
+            for (int i = 0; i < H; i++)
+                assert_true(fabs(ff[i] - feat[i]) <= 1e-4 * (1 + fabs(feat[i])));
+        }
+        /* reference step */
+        double emb[H], z[2 * H], q[NH * HD], att[NH * HD], h[H], hn[H], g[I], u[I], t[H];
+        for (int i = 0; i < H; i++)
+            emb[i] = o->own_embed ? dw(st, "embed_tokens.weight", (size_t)tok * H + i)
+                                  : m3_mat_at(&f->m.w.embed, tok, i);
+        ref_norm(z, emb, H, st, "layers.0.input_layernorm.weight", o->gemma, NULL, eps);
+        ref_norm(z + H, feat, H, st, "layers.0.hidden_norm.weight", o->gemma, NULL, eps);
+        ref_lin(q, z, NH * HD, 2 * H, st, "layers.0.self_attn.q_proj.weight");
+        ref_lin(kc[p], z, NKV * HD, 2 * H, st, "layers.0.self_attn.k_proj.weight");
+        ref_lin(vc[p], z, NKV * HD, 2 * H, st, "layers.0.self_attn.v_proj.weight");
+        for (int hh = 0; hh < NH + NKV; hh++) { /* rotate-half on [0, rd) */
+            double *v = hh < NH ? q + hh * HD : kc[p] + (hh - NH) * HD;
+            for (int i = 0; i < rd / 2; i++) {
+                double ang = p / pow(theta, 2.0 * i / rd), c = cos(ang), sn = sin(ang);
+                double x1 = v[i], x2 = v[i + rd / 2];
+                v[i] = x1 * c - x2 * sn;
+                v[i + rd / 2] = x2 * c + x1 * sn;
+            }
+        }
+        for (int hh = 0; hh < NH; hh++) {
+            const int kv = hh / (NH / NKV);
+            double sc[STEPS], mx = -INFINITY, sum = 0;
+            for (int k = 0; k <= p; k++) {
+                double a = 0;
+                for (int i = 0; i < HD; i++)
+                    a += q[hh * HD + i] * kc[k][kv * HD + i];
+                sc[k] = a / sqrt((double)HD);
+                mx = fmax(mx, sc[k]);
+            }
+            for (int k = 0; k <= p; k++)
+                sum += (sc[k] = exp(sc[k] - mx));
+            for (int i = 0; i < HD; i++) {
+                double a = 0;
+                for (int k = 0; k <= p; k++)
+                    a += sc[k] / sum * vc[k][kv * HD + i];
+                att[hh * HD + i] = a;
+            }
+        }
+        ref_lin(t, att, H, NH * HD, st, "layers.0.self_attn.o_proj.weight");
+        for (int i = 0; i < H; i++)
+            h[i] = (o->nbr ? z[H + i] : feat[i]) + t[i];
+        ref_norm(hn, h, H, st, "layers.0.post_attention_layernorm.weight", o->gemma, NULL, eps);
+        ref_lin(g, hn, I, H, st, "layers.0.mlp.gate_proj.weight");
+        ref_lin(u, hn, I, H, st, "layers.0.mlp.up_proj.weight");
+        for (int i = 0; i < I; i++)
+            g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+        ref_lin(t, g, H, I, st, "layers.0.mlp.down_proj.weight");
+        for (int i = 0; i < H; i++)
+            h[i] += t[i];
+        const int own_head = o->own_head || o->d2t;
+        ref_norm(feat, h, H, st, "norm.weight", o->gemma, own_head ? NULL : &f->m.w.final_norm,
+                 own_head ? eps : f->m.cfg.text.rms_norm_eps);
+        double lg[NV];
+        for (int r = 0; r < Vd; r++) {
+            double a = 0;
+            for (int c = 0; c < H; c++)
+                a += (own_head ? dw(st, "lm_head.weight", (size_t)r * H + c)
+                               : m3_mat_at(&f->m.w.lm_head, r, c)) * feat[c];
+            lg[r] = a;
+        }
+        /* ours: the feature is g for verified positions, else the recurrence */
+        assert_int_equal(m3_eagle3_step(&d, ds, tok, ff, flog, ff, &e), 0);
+        for (int i = 0; i < H; i++)
+            if (!(fabs(ff[i] - feat[i]) <= 1e-4 * (1 + fabs(feat[i]))))
+                fail_msg("%s step %d: feature[%d] %g vs reference %g", name, p, i, ff[i], feat[i]);
+        for (int r = 0; r < Vd; r++)
+            if (!(fabs(flog[r] - lg[r]) <= 1e-4 * (1 + fabs(lg[r]))))
+                fail_msg("%s step %d: logit[%d] %g vs reference %g", name, p, r, flog[r], lg[r]);
+        for (int i = 0; i < H; i++) /* carry our fp32 feature forward in both */
+            feat[i] = ff[i];
+    }
+    if (o->d2t)
+        for (int i = 0; i < Vd; i++)
+            assert_int_equal(m3_eagle3_to_target(&d, i), 2 * i);
+    m3_eagle3_state_free(ds);
+    m3_store_close(st);
+    m3_eagle3_close(&d);
+}
+
+static void test_drafter_forward(void **state)
+{
+    fx *f = *state;
+    dopts a = {.fc_norm = 1, .seed = 21};
+    dopts b = {.fc_norm = 0, .own_embed = 1, .own_head = 1, .nbr = 1, .seed = 22};
+    dopts c = {.fc_norm = 1, .gemma = 1, .partial = 1, .own_head = 1, .seed = 23};
+    dopts g = {.fc_norm = 1, .d2t = 1, .own_embed = 1, .seed = 24};
+    drafter_vs_reference(f, &a, "ra");
+    drafter_vs_reference(f, &b, "rb");
+    drafter_vs_reference(f, &c, "rc");
+    drafter_vs_reference(f, &g, "rd");
+}
+
 /* ------------------------------------------------------------------------ */
 /* greedy equality and rollback                                             */
 
@@ -772,6 +940,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_aux_taps),
+        cmocka_unit_test(test_drafter_forward),
         cmocka_unit_test(test_rollback),
         cmocka_unit_test(test_greedy_equals_plain),
         cmocka_unit_test(test_sampled_distribution),

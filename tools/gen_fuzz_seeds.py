@@ -236,6 +236,17 @@ def gen_text():
         put("fuzz_regex", "p%d.txt" % i, s)
 
 
+def gen_tokenizer():
+    src = os.path.join(ROOT, "vectors", "tokenizer", "minimax_300", "tokenizer.json")
+    if os.path.exists(src):
+        with open(src, "rb") as f:
+            put("fuzz_tokenizer", "minimax_300.json", f.read())
+    put("fuzz_prompt", "ascii.txt", "Hello, world!")
+    put("fuzz_prompt", "utf8.txt", "caf\u00e9 \u6771\u4eac \U0001F600")
+    put("fuzz_prompt", "invalid.txt", b"bad \xff\xfe \xc3 \xe6\x9d \xed\xa0\x80 \xf4\x90\x80\x80 \xc0\xaf end")
+    put("fuzz_prompt", "special.txt", "<|im_start|>user\nhi<|im_end|>")
+
+
 if __name__ == "__main__":
     gen_safetensors()
     gen_index()
@@ -244,4 +255,5 @@ if __name__ == "__main__":
     gen_jpeg()
     gen_conformance()
     gen_text()
+    gen_tokenizer()
     print("gen_fuzz_seeds: wrote", CORPUS)

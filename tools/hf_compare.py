@@ -14,16 +14,19 @@ Implementations checked: `ref` runs `bin/m3-ref forward --dump` and
 `np` runs tools/m3np.py in-process. Only numpy + stdlib are needed: no torch.
 
 Gates (exit status 1 when one fails; --no-gate only reports):
-  fp32  every float tensor: max|m3 - hf| / max|hf| <= 1e-4 (finite entries; the
-        -inf pattern of block scores must match); block and expert selections
-        identical as sets, a differing row accepted only as a tie (the golden
-        scores of the differing candidates within 1e-4 * max|score| of the row);
-        greedy tokens identical.
-  bf16  HF's bf16 path rounds at places m3's bf16 mode does not (see
-        docs/upstream-agreement.md), so the gate is statistical: logits and final
-        hidden state nmse <= 1e-3; block and expert selections agree on >= 98% of
-        rows (differences outside a 2e-2 tie band counted and reported); greedy
-        tokens are reported, not gated.
+  fp32    expected_hf_fp32 (HF in fp32, TF32 off). Every float tensor:
+          max|m3 - hf| / max|hf| <= 1e-4 over finite entries, same -inf pattern;
+          block and expert selections identical as sets (a differing row is accepted
+          only as a tie: the golden scores of the differing candidates within
+          1e-4 * max|score| of the row); greedy tokens identical.
+  bf16m3  expected_hf_bf16m3 (HF bf16 with its three extra rounding points replaced
+          by m3's, see tools/adapters/hf_dump.py M3Rounding), against m3 --dtype bf16:
+          every float tensor nmse <= 1e-3; selections: differing rows only as ties
+          within 2e-2 * max|score| and at most 1% of rows; greedy tokens identical.
+  bf16    expected_hf_bf16 (HF's own bf16 path, router kept fp32), against m3
+          --dtype bf16: reported; gated only as a sanity bound (logits nmse <= 0.1,
+          every differing selection row a tie within 2e-2 * max|score|). The measured
+          figures and the reasons are in docs/upstream-agreement.md.
 Spec clauses: M3-TOL-*, M3-VEC-*, M3-DUMP-*.
 """
 import argparse
@@ -44,9 +47,10 @@ ROOT = os.path.dirname(HERE)
 
 FP32_MAX_REL = 1e-4
 FP32_TIE = 1e-4
-BF16_NMSE = 1e-3
+BF16M3_NMSE = 1e-3
+BF16M3_SEL_DIFF = 0.01
 BF16_TIE = 2e-2
-BF16_SEL_AGREE = 0.98
+BF16_LOGITS_NMSE = 0.1
 
 
 def max_rel(a, b):
@@ -94,8 +98,14 @@ def is_tie(scores_row, sa, sb, tol):
 
 
 def load_case(d):
+    import hashlib
     with open(os.path.join(d, "case.json")) as f:
         case = json.load(f)
+    for name, want in sorted(case.get("files", {}).items()):
+        with open(os.path.join(d, name), "rb") as f:
+            got = hashlib.sha256(f.read()).hexdigest()
+        if got != want:
+            raise SystemExit("hf_compare: %s/%s: sha256 %s, case.json says %s" % (d, name, got, want))
     ids = st.load(os.path.join(d, "inputs.safetensors"))["input_ids"].astype(np.int64)
     return case, ids
 
@@ -146,8 +156,8 @@ def compare(dump, gen, exp, bias, mode):
     tie = FP32_TIE if mode == "fp32" else BF16_TIE
     for k in sorted(exp):
         e = exp[k]
-        if k == "greedy_tokens":
-            continue
+        if k == "greedy_tokens" or k.endswith(("block_indices_hf", "router_logits")):
+            continue  # adapter extras (--extras), not spec names
         if k not in dump:
             if k.endswith("block_scores"):
                 continue  # optional in m3 dumps; used here for ties only
@@ -177,12 +187,12 @@ def compare(dump, gen, exp, bias, mode):
                     hard.append((r, sorted(sa), sorted(sb)))
             res["selection"][k] = {"rows": n, "differ": len(bad), "ties": ties, "hard": len(hard),
                                    "first_hard": hard[:3]}
-            if mode == "fp32" and hard:
+            if hard:
                 res["fail"].append("%s: %d of %d rows choose differently (not ties), first %s"
                                    % (k, len(hard), n, hard[0]))
-            if mode == "bf16" and len(bad) > (1 - BF16_SEL_AGREE) * n:
-                res["fail"].append("%s: %d of %d rows differ (> %.0f%%)" % (k, len(bad), n,
-                                                                          100 * (1 - BF16_SEL_AGREE)))
+            lim = {"bf16m3": BF16M3_SEL_DIFF}.get(mode)
+            if lim is not None and len(bad) > lim * n:
+                res["fail"].append("%s: %d of %d rows differ (> %g%%)" % (k, len(bad), n, 100 * lim))
             continue
         if a.shape != e.shape:
             res["fail"].append("%s: shape %s, HF %s" % (k, a.shape, e.shape))
@@ -193,14 +203,16 @@ def compare(dump, gen, exp, bias, mode):
             res["fail"].append("%s: -inf/inf pattern differs" % k)
         if mode == "fp32" and mr > FP32_MAX_REL:
             res["fail"].append("%s: max rel error %.3g > %g" % (k, mr, FP32_MAX_REL))
-        if mode == "bf16" and (k in ("logits", "final_norm")) and nm > BF16_NMSE:
-            res["fail"].append("%s: nmse %.3g > %g" % (k, nm, BF16_NMSE))
+        if mode == "bf16m3" and nm > BF16M3_NMSE:
+            res["fail"].append("%s: nmse %.3g > %g" % (k, nm, BF16M3_NMSE))
+        if mode == "bf16" and k == "logits" and nm > BF16_LOGITS_NMSE:
+            res["fail"].append("%s: nmse %.3g > %g" % (k, nm, BF16_LOGITS_NMSE))
     if "greedy_tokens" in exp and gen is not None:
         g = [int(x) for x in exp["greedy_tokens"]]
         same = g == list(gen)
         first = next((i for i, (x, y) in enumerate(zip(g, gen)) if x != y), None)
         res["greedy"] = {"equal": same, "hf": g, "m3": list(gen), "first_difference": first}
-        if mode == "fp32" and not same:
+        if mode in ("fp32", "bf16m3") and not same:
             res["fail"].append("greedy tokens differ from step %s: m3 %s, HF %s" % (first, gen, g))
     if res["tensors"]:
         worst = max(res["tensors"].items(), key=lambda kv: kv[1]["max_rel"])
@@ -212,7 +224,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="*")
     ap.add_argument("--impl", default="ref")
-    ap.add_argument("--modes", default="fp32,bf16")
+    ap.add_argument("--modes", default="fp32,bf16m3,bf16")
     ap.add_argument("--ref", default=os.path.join(ROOT, "bin", "m3-ref"))
     ap.add_argument("--json")
     ap.add_argument("--no-gate", action="store_true")

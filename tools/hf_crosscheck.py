@@ -14,8 +14,11 @@ tools/adapters/hf_dump.py:
     OUTDIR/<case>/inputs.safetensors           input_ids int32 [T]
     OUTDIR/<case>/expected_hf_fp32.safetensors HF fp32 activations (spec dump names)
     OUTDIR/<case>/expected_hf_bf16.safetensors HF bf16 activations (router kept fp32)
-    OUTDIR/<case>/hfv5/{config.json,model.safetensors}  the same model as HF 5.x
-                                               save_pretrained writes it (tiny vision tower)
+    OUTDIR/<case>/expected_hf_bf16m3.safetensors HF bf16 with m3's rounding points
+                                               (hf_dump.M3Rounding)
+    OUTDIR/<case>/hfv5/{config.json,model.safetensors}  the same text model in the HF v5
+                                               fused layout (module names), HF's saved
+                                               config.json minus its vision part
     OUTDIR/<case>/case.json
     OUTDIR/report.json                         every check below, with figures
 
@@ -452,8 +455,8 @@ def run_case(name, c, outdir, report, device):
                        "device": torch.cuda.get_device_name(0) if device == "cuda" else device},
             "note": "Expected values are the upstream implementation's, not m3's golden numerics: "
                     "compare with tools/hf_compare.py (tolerances documented in "
-                    "docs/upstream-agreement.md). hfv5/ holds the same model in the HF v5 fused "
-                    "layout with HF's saved config.json (tiny random vision tower included).",
+                    "docs/upstream-agreement.md). hfv5/ holds the same text model in the HF v5 fused "
+                    "layout (module names) with HF's saved config.json minus its vision part.",
             "files": {f: sha256(os.path.join(d, f)) for f in files}}
     hv = os.path.join(d, "hfv5")
     if os.path.isdir(hv):

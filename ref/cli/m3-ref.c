@@ -24,6 +24,7 @@
 #include "inspect.h"
 #include "chat.h"
 #include "model.h"
+#include "multimodal.h"
 #include "tokenizer.h"
 #include "numerics.h"
 #include "safetensors.h"
@@ -54,6 +55,7 @@ static const char *HELP_MAIN =
 
 static const char *HELP_FORWARD =
     "usage: m3-ref forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
+    "                      [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
     "                      [--lenient-config]\n"
     "\n"
     "Run the T token ids through the model in one pass (positions 0..T-1) and print T and the\n"
@@ -73,6 +75,15 @@ static const char *HELP_FORWARD =
     "                         .moe.scores [T,E] (MoE layers); final_norm [T,H]; logits [T,V];\n"
     "                         eagle3.aux [T,3H] (residual streams entering layers\n"
     "                         min(2,L-1), L/2, max(L-3,0))\n"
+    "  --image FILE           a PNG or JPEG for the next image marker (repeatable, in prompt\n"
+    "                         order): each marker id 200025 in the ids becomes start, N image\n"
+    "                         tokens and end (N = merged 28x28 windows after smart_resize)\n"
+    "  --video F1,F2,...      the frames of one video (for marker id 200026), with --fps R\n"
+    "  --fps R                frames per second of --video (timestamps)\n"
+    "  --pixels FILE          preprocessed pixel_values fp32 [N,1176] and image_grid_thw\n"
+    "                         int32 [n,3] (safetensors) instead of image files\n"
+    "  --vision-joint         one attention over all images (HF's behaviour, for comparisons;\n"
+    "                         default: one segment per image / 4-group video segment)\n"
     "  --lenient-config       warn about unknown config.json keys instead of failing\n"
     "\n"
     "example: m3-ref forward --model models/tiny --tokens 1,2,3 --dump /tmp/acts.safetensors\n";
@@ -80,6 +91,7 @@ static const char *HELP_FORWARD =
 static const char *HELP_GENERATE =
     "usage: m3-ref generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
+    "                       [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
     "                       [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]\n"
     "                       [--print-ids] [--dtype fp32|bf16] [--lenient-config]\n"
     "\n"
@@ -105,7 +117,16 @@ static const char *HELP_GENERATE =
     "                         Defaults of T, P, K (and greedy when do_sample is false) come\n"
     "                         from DIR/generation_config.json when present, else\n"
     "                         temperature 1.0, top_p 0.95, top_k 40.\n"
-    "  --print-ids            stdout carries only the generated ids, comma-separated\n"
+    "  --print-ids            stdout carries only the generated ids, comma-separated\n"    "  --image FILE           a PNG or JPEG for the next image marker (repeatable, in prompt\n"
+    "                         order): each marker id 200025 in the ids becomes start, N image\n"
+    "                         tokens and end (N = merged 28x28 windows after smart_resize)\n"
+    "  --video F1,F2,...      the frames of one video (for marker id 200026), with --fps R\n"
+    "  --fps R                frames per second of --video (timestamps)\n"
+    "  --pixels FILE          preprocessed pixel_values fp32 [N,1176] and image_grid_thw\n"
+    "                         int32 [n,3] (safetensors) instead of image files\n"
+    "  --vision-joint         one attention over all images (HF's behaviour, for comparisons;\n"
+    "                         default: one segment per image / 4-group video segment)\n"
+
     "  --dtype fp32|bf16      numeric mode (default fp32)\n"
     "  --lenient-config       warn about unknown config.json keys instead of failing\n"
     "\n"
@@ -240,6 +261,9 @@ static int parse_tokens(const char *s, int32_t **out, int *n, char *why, size_t 
     return 0;
 }
 
+#define CLI_MAX_IMAGES 64
+#define CLI_MAX_FRAMES 4096
+
 typedef struct cli_opts {
     const char *model;
     const char *tokens;
@@ -257,9 +281,24 @@ typedef struct cli_opts {
     int chat;             /* --chat: render --prompt as a user turn (M3-CHAT-*) */
     const char *thinking; /* --thinking adaptive|enabled|disabled */
     const char *system;   /* --system TEXT (with --chat) */
+    /* multimodal (M3-VIS-*) */
+    const char *images[CLI_MAX_IMAGES]; /* --image FILE, repeatable, prompt order */
+    int n_images;
+    const char *video;    /* --video F1,F2,... (frames of one video) */
+    float fps;            /* --fps R */
+    int have_fps;
+    const char *pixels;   /* --pixels INPUTS.safetensors */
+    int vision_joint;     /* --vision-joint */
 } cli_opts;
 
-enum { ALLOW_TOKENS = 1, ALLOW_PROMPT = 2, ALLOW_DUMP = 4, ALLOW_DTYPE = 8, ALLOW_GEN = 16 };
+enum {
+    ALLOW_TOKENS = 1,
+    ALLOW_PROMPT = 2,
+    ALLOW_DUMP = 4,
+    ALLOW_DTYPE = 8,
+    ALLOW_GEN = 16,
+    ALLOW_VISION = 32
+};
 
 static int usage_error(const char *cmd, const char *fmt, const char *arg)
 {
@@ -339,6 +378,26 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
             o->have_seed = 1;
         } else if (!strcmp(a, "--print-ids") && (allow & ALLOW_GEN)) {
             o->print_ids = 1;
+        } else if (!strcmp(a, "--image") && (allow & ALLOW_VISION)) {
+            TAKES_VALUE();
+            if (o->n_images == CLI_MAX_IMAGES)
+                return usage_error(cmd, "at most 64 --image options (got more at '%s')", val);
+            o->images[o->n_images++] = val;
+        } else if (!strcmp(a, "--video") && (allow & ALLOW_VISION)) {
+            TAKES_VALUE();
+            if (!*val)
+                return usage_error(cmd, "%s: empty frame list", "--video");
+            o->video = val;
+        } else if (!strcmp(a, "--fps") && (allow & ALLOW_VISION)) {
+            TAKES_VALUE();
+            if (parse_float(val, &o->fps) || !(o->fps > 0.0f))
+                return usage_error(cmd, "--fps needs a number > 0 (got '%s')", val);
+            o->have_fps = 1;
+        } else if (!strcmp(a, "--pixels") && (allow & ALLOW_VISION)) {
+            TAKES_VALUE();
+            o->pixels = val;
+        } else if (!strcmp(a, "--vision-joint") && (allow & ALLOW_VISION)) {
+            o->vision_joint = 1;
         } else if (!strcmp(a, "--chat") && (allow & ALLOW_PROMPT)) {
             o->chat = 1;
         } else if (!strcmp(a, "--thinking") && (allow & ALLOW_PROMPT)) {
@@ -386,6 +445,88 @@ static int open_model(const char *cmd, m3_model *m, const cli_opts *o)
         fprintf(stderr, "warning: %s\n", m->cfg.warnings);
     if (m->w.ignored_mtp > 0)
         fprintf(stderr, "note: ignored %d mtp.* tensors\n", m->w.ignored_mtp);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* images and video                                                         */
+
+static int mm_requested(const cli_opts *o)
+{
+    return o->n_images > 0 || o->video || o->pixels;
+}
+
+/* Check the combination of multimodal options; prints and returns -1 on misuse. */
+static int mm_check(const char *cmd, const cli_opts *o)
+{
+    if (o->pixels && (o->n_images > 0 || o->video))
+        return usage_error(cmd, "%s", "--pixels replaces --image/--video; give one or the other");
+    if (o->have_fps && !o->video)
+        return usage_error(cmd, "%s", "--fps needs --video");
+    if (o->video && !o->have_fps)
+        return usage_error(cmd, "%s", "--video needs --fps R (frames per second of the frames)");
+    if (o->vision_joint && !mm_requested(o))
+        return usage_error(cmd, "%s", "--vision-joint needs --image, --video or --pixels");
+    return 0;
+}
+
+/* Run the multimodal front end (ref/multimodal.h) on ids [*T]: on success
+ * *x holds the input embeddings [*T', H] (T' after placeholder expansion) and
+ * *T is updated. frames_buf/frames are scratch owned by the caller. */
+static int mm_prepare(const m3_model *m, const cli_opts *o, m3_mode mode, int32_t **ids, int *T,
+                      float **x, m3_st_writer *dump, m3_err *e)
+{
+    char *buf = NULL;
+    const char **frames = NULL;
+    int nframes = 0;
+    if (o->video) {
+        buf = strdup(o->video);
+        frames = malloc(CLI_MAX_FRAMES * sizeof *frames);
+        if (!buf || !frames) {
+            free(buf);
+            free(frames);
+            return m3_fail(e, "out of memory for the --video frame list");
+        }
+        for (char *p = buf, *tok; (tok = strsep(&p, ",")) != NULL;) {
+            if (!*tok) {
+                free(buf);
+                free(frames);
+                return m3_fail(e, "--video: empty frame name in the list");
+            }
+            if (nframes == CLI_MAX_FRAMES) {
+                free(buf);
+                free(frames);
+                return m3_fail(e, "--video: more than %d frames", CLI_MAX_FRAMES);
+            }
+            frames[nframes++] = tok;
+        }
+    }
+    m3_mm_request r = {
+        .image_paths = o->images,
+        .n_images = o->n_images,
+        .video_paths = frames,
+        .n_video_frames = nframes,
+        .fps = o->fps,
+        .pixels_path = o->pixels,
+        .joint = o->vision_joint,
+        .mode = mode,
+    };
+    int32_t *ids2 = NULL;
+    int64_t n2 = 0;
+    int rc = m3_mm_prepare(m, &r, *ids, *T, x, &ids2, &n2, dump, e);
+    free(buf);
+    free(frames);
+    if (rc != 0)
+        return -1;
+    if (n2 <= 0 || n2 > INT_MAX) {
+        free(*x);
+        free(ids2);
+        *x = NULL;
+        return m3_fail(e, "the multimodal prompt has %lld positions", (long long)n2);
+    }
+    free(*ids);
+    *ids = ids2;
+    *T = (int)n2;
     return 0;
 }
 
@@ -459,7 +600,9 @@ fail:
 static int cmd_forward(int argc, char **argv)
 {
     cli_opts o;
-    if (parse_opts("forward", argc, argv, ALLOW_TOKENS | ALLOW_DUMP | ALLOW_DTYPE, &o) != 0)
+    if (parse_opts("forward", argc, argv, ALLOW_TOKENS | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION,
+                   &o) != 0 ||
+        mm_check("forward", &o) != 0)
         return EXIT_USAGE;
     if (o.help) {
         fputs(HELP_FORWARD, stdout);
@@ -482,12 +625,20 @@ static int cmd_forward(int argc, char **argv)
     m3_state *s = NULL;
     m3_st_writer *w = NULL;
     float *logits = NULL;
+    float *x = NULL; /* input embeddings of a multimodal prompt */
     m3_err e = {{0}};
     memset(&m, 0, sizeof m);
     if (open_model("forward", &m, &o) != 0)
         goto out;
     const int V = m.cfg.text.vocab_size;
     const m3_mode mode = mode_of(&o);
+    if (o.dump && !(w = m3_st_writer_new())) {
+        m3_fail(&e, "cannot allocate the dump writer");
+        goto fail;
+    }
+    double t0 = now_s();
+    if (mm_requested(&o) && mm_prepare(&m, &o, mode, &ids, &T, &x, w, &e) != 0)
+        goto fail;
     s = m3_state_new(&m, T, mode, &e);
     if (!s)
         goto fail;
@@ -496,12 +647,7 @@ static int cmd_forward(int argc, char **argv)
         m3_fail(&e, "cannot allocate logits [%d, %d]", T, V);
         goto fail;
     }
-    if (o.dump && !(w = m3_st_writer_new())) {
-        m3_fail(&e, "cannot allocate the dump writer");
-        goto fail;
-    }
-    double t0 = now_s();
-    if (m3_forward(&m, s, ids, T, logits, w, &e) != 0)
+    if (x ? m3_forward_embeds(&m, s, x, T, logits, w, &e) : m3_forward(&m, s, ids, T, logits, w, &e))
         goto fail;
     double dt = now_s() - t0;
     if (w) {
@@ -543,6 +689,7 @@ static int cmd_forward(int argc, char **argv)
 fail:
     fprintf(stderr, "m3-ref forward: %s\n", e.msg);
 out:
+    free(x);
     free(logits);
     m3_st_writer_free(w);
     m3_state_free(s);
@@ -662,7 +809,8 @@ static int cmd_generate(int argc, char **argv)
 {
     cli_opts o;
     if (parse_opts("generate", argc, argv,
-                   ALLOW_TOKENS | ALLOW_PROMPT | ALLOW_DTYPE | ALLOW_GEN, &o) != 0)
+                   ALLOW_TOKENS | ALLOW_PROMPT | ALLOW_DTYPE | ALLOW_GEN | ALLOW_VISION, &o) != 0 ||
+        mm_check("generate", &o) != 0)
         return EXIT_USAGE;
     if (o.help) {
         fputs(HELP_GENERATE, stdout);
@@ -713,6 +861,7 @@ static int cmd_generate(int argc, char **argv)
     m3_model m;
     m3_state *s = NULL;
     float *logits = NULL;
+    float *x = NULL; /* input embeddings of a multimodal prompt */
     m3_sampler sp;
     int have_sampler = 0;
     m3_err e = {{0}};
@@ -738,6 +887,8 @@ static int cmd_generate(int argc, char **argv)
         goto fail;
     }
     have_sampler = 1;
+    if (mm_requested(&o) && mm_prepare(&m, &o, mode_of(&o), &ids, &T, &x, NULL, &e) != 0)
+        goto fail;
 
     /* capacity: prompt + new tokens, capped by the context length (generation stops there) */
     int64_t cap = (int64_t)T + o.max_new;
@@ -756,12 +907,20 @@ static int cmd_generate(int argc, char **argv)
         goto fail;
     }
 
-    /* prefill: all but the last prompt token without logits, then the last with */
+    /* prefill: all but the last prompt position without logits, then the last with */
     double t0 = now_s();
-    if (T > 1 && m3_forward(&m, s, ids, T - 1, NULL, NULL, &e) != 0)
-        goto fail;
-    if (m3_forward(&m, s, ids + T - 1, 1, logits, NULL, &e) != 0)
-        goto fail;
+    if (x) {
+        const size_t H = (size_t)m.cfg.text.hidden_size;
+        if (T > 1 && m3_forward_embeds(&m, s, x, T - 1, NULL, NULL, &e) != 0)
+            goto fail;
+        if (m3_forward_embeds(&m, s, x + (size_t)(T - 1) * H, 1, logits, NULL, &e) != 0)
+            goto fail;
+    } else {
+        if (T > 1 && m3_forward(&m, s, ids, T - 1, NULL, NULL, &e) != 0)
+            goto fail;
+        if (m3_forward(&m, s, ids + T - 1, 1, logits, NULL, &e) != 0)
+            goto fail;
+    }
     double t_prefill = now_s() - t0;
 
     if (!o.print_ids && !tokzr)
@@ -828,6 +987,7 @@ fail:
 out:
     if (have_sampler)
         m3_sampler_free(&sp);
+    free(x);
     free(logits);
     m3_state_free(s);
     m3_model_close(&m);

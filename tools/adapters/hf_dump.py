@@ -8,7 +8,7 @@ result can be compared with `bin/m3-ref forward --dump` or `bin/m3-conform`.
 
     python3 tools/adapters/hf_dump.py CASE_DIR --mode fp32|bf16 --out DUMP.safetensors
             [--tokens 1,2,3] [--max-new-tokens N] [--attn eager|sdpa]
-            [--router-dtype fp32|model] [--device cuda|cpu]
+            [--router-dtype fp32|model] [--rounding hf|m3] [--extras] [--device cuda|cpu]
 
 CASE_DIR holds config.json (released dialect with `sparse_attention_config`,
 `moe_layer_freq`, `rope_theta`, ... or the HF v5 saved form), model.safetensors
@@ -21,6 +21,9 @@ Modes:
         weight and e_score_correction_bias, which stay fp32 (--router-dtype fp32,
         the m3 decision; HF 5.17 itself declares no keep-in-fp32 module, so
         --router-dtype model reproduces a plain bf16 load with a bf16 router).
+        The fp32 inv_freq buffer is kept, as from_pretrained(dtype=bfloat16) keeps it.
+        --rounding m3 replaces HF's three extra bf16 rounding points by m3's
+        (see M3Rounding below; docs/upstream-agreement.md).
 
 Written names (all fp32 unless said; rows are the T prompt positions):
   embeddings, layers.{i}.input, layers.{i}.attn_norm, layers.{i}.attn.output,
@@ -553,6 +556,9 @@ def main(argv=None):
     ap.add_argument("--rounding", choices=["hf", "m3"], default="hf",
                     help="bf16 only: m3 = patch HF's three extra rounding points (see M3Rounding)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--extras", action="store_true",
+                    help="also write layers.{i}.attn.block_indices_hf (HF's own order, K = min(topk, blocks)) "
+                         "and layers.{i}.moe.router_logits")
     a = ap.parse_args(argv)
     deterministic()
     model, cfg, routers = load_case_model(a.case_dir, a.device, a.attn)
@@ -570,6 +576,8 @@ def main(argv=None):
             res = dump(model, input_ids, a.max_new_tokens)
     else:
         res = dump(model, input_ids, a.max_new_tokens)
+    if not a.extras:
+        res = {k: v for k, v in res.items() if not k.endswith(("block_indices_hf", "router_logits"))}
     import transformers
     meta = {"generator": "transformers %s" % transformers.__version__, "torch": torch.__version__,
             "mode": a.mode, "attn_implementation": a.attn, "router_dtype": a.router_dtype, "rounding": a.rounding,

@@ -1,0 +1,113 @@
+/* kernels.h — host launchers of the gpu/ kernels (one .cu file each group).
+ *
+ * Every launcher enqueues on `st` and returns hipSuccess or the launch error;
+ * none synchronises, none allocates (callers own all buffers, device memory).
+ * Shapes follow the reference (the ref/ headers); each launcher names the reference
+ * function it must match and the spec clauses. mode: 0 fp32 golden, 1 bf16
+ * (M3-NUM-MODE-1, M3-NUM-BF16-2). Activations are fp32 [rows, cols], row-major.
+ *
+ * Paged caches: a cache is [pages * B, width] fp32 rows; logical position p
+ * lives in row page_table[p / B] * B + p % B (page == MSA block, B = block
+ * size, M3-MSA-CACHE-1). Dense layers use the same layout.
+ */
+#ifndef M3_GPU_KERNELS_H
+#define M3_GPU_KERNELS_H
+
+#include <stdint.h>
+#include "../hip_compat.h"
+
+/* A weight matrix on the device: [rows, cols] row-major, fp32 or raw bf16. */
+typedef struct m3g_mat {
+    const void *data;
+    int dtype; /* M3G_F32 0, M3G_BF16 1 */
+    int rows, cols;
+} m3g_mat;
+
+typedef struct m3g_blas m3g_blas;
+
+/* ---- norm_rope.cu ------------------------------------------------------ */
+/* x [T, n] += y (rounded, M3-NUM-BF16-2 item 9) when y != NULL, then
+ * out [T, n] = GemmaRMSNorm(x) * (1 + w) (ref m3_rmsnorm, M3-NORM-1). */
+hipError_t m3g_residual_rmsnorm(float *x, const float *y, float *out, const void *w, int w_dtype,
+                                int T, int n, float eps, int mode, hipStream_t st);
+
+/* Per-head QK-norm then partial rotate-half RoPE (ref m3_rmsnorm_heads +
+ * m3_rope_apply; M3-ATTN-QKNORM-1, M3-ROPE-1..3). src [T, nheads, hd];
+ * result row t goes to dst + slot(t) * nheads * hd, slot(t) = the paged slot
+ * of position pos0 + t when page_table != NULL, else t (dst may be src).
+ * cos_t/sin_t [T, rd/2] are the reference tables (m3_rope_table) uploaded. */
+hipError_t m3g_headnorm_rope(const float *src, float *dst, const int32_t *page_table, int B,
+                             int64_t pos0, const void *w, int w_dtype, int T, int nheads, int hd,
+                             int rd, const float *cos_t, const float *sin_t, float eps, int mode,
+                             hipStream_t st);
+
+/* ---- attention.cu ------------------------------------------------------ */
+/* out [T, nh, hd] for queries q [T, nh, hd] at positions pos0 + t over the
+ * paged caches kc/vc [slots, nkv, hd] (ref m3_attention_row; M3-ATTN-GQA-1,
+ * M3-ATTN-SCORE-1, M3-MSA-ATTN-1). blocks == NULL: dense causal; else
+ * blocks [nkv, T, topk] (the dump layout of block_indices), -1 = empty.
+ * Needs hd % 32 == 0 and hd <= 256. */
+hipError_t m3g_attention(float *out, const float *q, const float *kc, const float *vc,
+                         const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
+                         int hd, const int32_t *blocks, int topk, int mode, hipStream_t st);
+
+/* ---- msa.cu ------------------------------------------------------------ */
+/* bs [T, G, nbmax]: for query t (pos0 + t) and index head g, the block max
+ * of iq[t, g] . ik[j] over keys j <= pos in each block, -inf for blocks the
+ * query cannot see (ref m3_msa_block_scores; M3-MSA-SCORE-1, M3-MSA-BLOCK-1).
+ * ikc: paged index-K cache [slots, d]. nbmax = (pos0 + T - 1) / B + 1. */
+hipError_t m3g_msa_block_scores(float *bs, const float *iq, const float *ikc,
+                                const int32_t *page_table, int B, int64_t pos0, int T, int G,
+                                int d, int nbmax, hipStream_t st);
+
+/* out [G, T, topk] golden-order selections from bs [T, G, nbmax] (ref
+ * m3_msa_select; M3-MSA-SELECT-*). topk <= 32. */
+hipError_t m3g_msa_select(int32_t *out, const float *bs, int64_t pos0, int T, int G, int nbmax,
+                          int B, int topk, int local_blocks, int init_blocks, hipStream_t st);
+
+/* ---- moe.cu ------------------------------------------------------------ */
+/* Router for T tokens (ref m3_router; M3-MOE-ROUTER-*): fp32 logits of
+ * router [E, H] . x, sigmoid scores [T, E], top-k of score + bias (ties to
+ * the lower id) → idx [T, k] ascending, w [T, k] renormalised. bias may be
+ * NULL. k <= 32, E <= 1024. */
+hipError_t m3g_router(int32_t *idx, float *w, float *scores, const float *x, m3g_mat router,
+                      const void *bias, int bias_dtype, int T, int k, hipStream_t st);
+
+/* act [R, I] = round(SwiGLU-OAI(gate, up)), gate/up [R, I] already rounded
+ * linear outputs (ref m3_swiglu_oai; M3-MLP-SWIGLU-1). act may alias gate. */
+hipError_t m3g_swiglu(float *act, const float *gate, const float *up, int64_t n, float alpha,
+                      float limit, float beta, int mode, hipStream_t st);
+
+/* MoE combine (ref m3_moe; M3-MOE-COMBINE-1): y [T, H] =
+ * round(round(round(sum_k round(w_k * ye[t, k])) * scale) + shared[t]) with
+ * ye [T, k, H] the expert outputs in ascending expert order; shared may be NULL. */
+hipError_t m3g_moe_combine(float *y, const float *ye, const float *w, const float *shared, int T,
+                           int k, int H, float scale, int mode, hipStream_t st);
+
+/* ---- gemv.cu / gemm.cu -------------------------------------------------- */
+/* Y [T, W.rows] = X [T, W.cols] W^T, fp32 accumulation, output rounded per
+ * mode (ref m3_matmul + round; M3-NUM-BF16-2 item 3). Small T uses the
+ * streaming GEMV; large T uses BLAS when built with it (bf16 weights, bf16
+ * mode), else the tiled fallback GEMM. ldy: row stride of Y (>= W.rows). */
+hipError_t m3g_linear(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
+                      m3g_blas *blas, hipStream_t st);
+
+/* Grouped GEMV for MoE (M3-MOE-EXPERT-1): for token t and slot s < k,
+ * Y[t, s, :rows] = W_e X[t*xs + s*xk, :] with e = idx[t, k], W_e = base +
+ * e * expert_stride elements (all experts share dtype and shape).
+ * xs/xk: row strides of X per token / per slot (xk = 0 to share one input). */
+hipError_t m3g_gemv_grouped(float *Y, const float *X, int64_t xs, int64_t xk, const void *base,
+                            int64_t expert_stride, int dtype, int rows, int cols,
+                            const int32_t *idx, int T, int k, int mode, hipStream_t st);
+
+/* Round x [n] to bf16 in place when mode == 1. */
+hipError_t m3g_round(float *x, int64_t n, int mode, hipStream_t st);
+
+/* BLAS context for m3g_linear: handle + a bf16 staging buffer for X of at
+ * most max_x elements. NULL (or a build without M3_HAVE_BLAS) means the
+ * hand-written kernels only. m3g_blas_new returns NULL on failure or when
+ * BLAS is not compiled in; the caller frees with m3g_blas_free (NULL ok). */
+m3g_blas *m3g_blas_new(hipStream_t st, size_t max_x);
+void m3g_blas_free(m3g_blas *b);
+
+#endif

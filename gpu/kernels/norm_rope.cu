@@ -1,0 +1,101 @@
+/* norm_rope.cu — fused residual add + GemmaRMSNorm; per-head QK-norm fused
+ * with partial RoPE and the (paged) cache write.
+ *
+ * Must match: ref/norm.c m3_rmsnorm, m3_rmsnorm_heads; ref/rope.c
+ * m3_rope_apply; ref/model.c add_round (residual).
+ * Spec: M3-NORM-1 (y = x * rsqrt(mean(x^2) + eps) * (1 + w), fp32 math),
+ * M3-ATTN-QKNORM-1 (per-head norm before RoPE), M3-ROPE-1..3 (rotate-half,
+ * pairs (j, j + rd/2), dims >= rd pass through), M3-NUM-BF16-2 items 2, 4, 9.
+ *
+ * Known difference from ref: the sum of squares is a block tree reduction,
+ * not the ascending serial sum (within the fp32 tolerance, not bitwise).
+ *
+ * Performance structure: one block per row, coalesced strided loops, one
+ * block reduction. Tuning next: float4 loads, fuse the residual-norm of the
+ * next layer into the o_proj / down GEMV epilogue when T is small.
+ */
+#include "common.cuh"
+#include "kernels.h"
+
+__global__ void k_residual_rmsnorm(float *x, const float *y, float *out, const void *w,
+                                   int w_dtype, int n, float eps, int mode)
+{
+    __shared__ float sh[32];
+    float *xr = x + (size_t)blockIdx.x * n;
+    float *orow = out + (size_t)blockIdx.x * n;
+    const float *yr = y ? y + (size_t)blockIdx.x * n : NULL;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i];
+        if (yr) {
+            v = m3d_round(v + yr[i], mode);
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    ss = m3d_block_sum(ss, sh);
+    const float r = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = (xr[i] * r) * (1.0f + m3d_load(w, w_dtype, i));
+        orow[i] = m3d_round(v, mode);
+    }
+}
+
+hipError_t m3g_residual_rmsnorm(float *x, const float *y, float *out, const void *w, int w_dtype,
+                                int T, int n, float eps, int mode, hipStream_t st)
+{
+    if (T <= 0)
+        return hipSuccess;
+    hipLaunchKernelGGL(k_residual_rmsnorm, dim3(T), dim3(256), 0, st, x, y, out, w, w_dtype, n,
+                       eps, mode);
+    return hipGetLastError();
+}
+
+/* grid (nheads, T), block hd threads (hd % 32 == 0, hd <= 1024). */
+__global__ void k_headnorm_rope(const float *src, float *dst, const int32_t *page_table, int B,
+                                int64_t pos0, const void *w, int w_dtype, int nheads, int hd,
+                                int rd, const float *cos_t, const float *sin_t, float eps,
+                                int mode)
+{
+    extern __shared__ float xs[]; /* [hd] */
+    __shared__ float sh[32];
+    const int h = blockIdx.x, t = blockIdx.y, j = threadIdx.x;
+    const float *s = src + ((size_t)t * nheads + h) * hd;
+    const float v = s[j];
+    const float ss = m3d_block_sum(v * v, sh);
+    const float r = 1.0f / sqrtf(ss / (float)hd + eps);
+    xs[j] = m3d_round((v * r) * (1.0f + m3d_load(w, w_dtype, j)), mode);
+    __syncthreads();
+
+    const int half = rd / 2;
+    float o = xs[j];
+    if (j < rd) {
+        const int i = j < half ? j : j - half;
+        const float c = cos_t[(size_t)t * half + i], sn = sin_t[(size_t)t * half + i];
+        const float x1 = xs[i], x2 = xs[i + half];
+        if (j < half) {
+            const float a = m3d_round(x1 * c, mode), b = m3d_round(x2 * sn, mode);
+            o = m3d_round(a - b, mode);
+        } else {
+            const float d = m3d_round(x2 * c, mode), e = m3d_round(x1 * sn, mode);
+            o = m3d_round(d + e, mode);
+        }
+    }
+    const int64_t slot = page_table ? m3d_slot(page_table, pos0 + t, B) : (int64_t)t;
+    dst[((size_t)slot * nheads + h) * hd + j] = o;
+}
+
+hipError_t m3g_headnorm_rope(const float *src, float *dst, const int32_t *page_table, int B,
+                             int64_t pos0, const void *w, int w_dtype, int T, int nheads, int hd,
+                             int rd, const float *cos_t, const float *sin_t, float eps, int mode,
+                             hipStream_t st)
+{
+    if (T <= 0 || nheads <= 0)
+        return hipSuccess;
+    if (hd % 32 != 0 || hd > 1024 || rd > hd || rd % 2 != 0)
+        return hipErrorInvalidValue;
+    hipLaunchKernelGGL(k_headnorm_rope, dim3(nheads, T), dim3(hd), hd * sizeof(float), st, src,
+                       dst, page_table, B, pos0, w, w_dtype, nheads, hd, rd, cos_t, sin_t, eps,
+                       mode);
+    return hipGetLastError();
+}
