@@ -92,7 +92,7 @@ static int track(dev_model *dm, void *p)
 static void dev_model_free(dev_model *dm)
 {
     for (int i = 0; i < dm->nallocs; i++)
-        hipFree(dm->allocs[i]);
+        (void)hipFree(dm->allocs[i]);
     free(dm->allocs);
     free(dm->layers);
     memset(dm, 0, sizeof *dm);
@@ -600,7 +600,7 @@ int main(int argc, char **argv)
     }
     const char *dir = NULL, *toks = NULL, *dumpp = NULL;
     int mode = 0;
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
             fputs(USAGE, stdout);
@@ -622,7 +622,6 @@ int main(int argc, char **argv)
             fprintf(stderr, "m3-gpu forward: unknown option or value '%s %s'\n%s", a, v, USAGE);
             return EXIT_USAGE;
         }
-        i++;
     }
     int32_t *ids = NULL;
     int T = 0;
@@ -695,7 +694,7 @@ int main(int argc, char **argv)
 out:
     dev_model_free(&dm);
     if (st)
-        hipStreamDestroy(st);
+        (void)hipStreamDestroy(st);
     m3_st_writer_free(w);
     free(logits);
     free(ids);

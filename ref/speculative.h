@@ -52,7 +52,8 @@ typedef struct m3_spec_stats {
  * and ds the same. sp chooses greedy (sp->greedy or temperature <= 0) or
  * sampled decoding and supplies the uniforms. On return ts holds the prompt
  * and all output tokens but the last (as after plain decoding); ds holds the
- * positions whose target features are known (a prefix of those). st may be NULL. */
+ * positions whose target features are known (a prefix of those). st may be NULL.
+ * On error both states are valid but hold an unspecified prefix: free or reset them. */
 int m3_spec_generate(const m3_model *m, m3_state *ts, const m3_eagle3 *d, m3_eagle3_state *ds,
                      const int32_t *prompt, int n_prompt, m3_sampler *sp,
                      const m3_spec_opts *opts, int32_t *out, int *n_out, m3_spec_stats *st,

@@ -490,10 +490,11 @@ static void test_drafter_forward(void **state)
 /* greedy equality and rollback                                             */
 
 /* Plain greedy decoding: n_new tokens after prompt. */
-static void plain_greedy(fx *f, const int32_t *prompt, int np, int n_new, int32_t *out)
+static void plain_greedy_mode(fx *f, const int32_t *prompt, int np, int n_new, int32_t *out,
+                              m3_mode mode)
 {
     m3_err e = {{0}};
-    m3_state *s = m3_state_new(&f->m, np + n_new, M3_MODE_FP32, &e);
+    m3_state *s = m3_state_new(&f->m, np + n_new, mode, &e);
     float lg[NV];
     float *all = malloc(sizeof(float) * (size_t)np * NV);
     assert_int_equal(m3_forward(&f->m, s, prompt, np, all, NULL, &e), 0);
@@ -505,6 +506,11 @@ static void plain_greedy(fx *f, const int32_t *prompt, int np, int n_new, int32_
             assert_int_equal(m3_forward(&f->m, s, &out[i], 1, lg, NULL, &e), 0);
     }
     m3_state_free(s);
+}
+
+static void plain_greedy(fx *f, const int32_t *prompt, int np, int n_new, int32_t *out)
+{
+    plain_greedy_mode(f, prompt, np, n_new, out, M3_MODE_FP32);
 }
 
 /* M3-CACHE-3 after a speculative run: the target state (prompt + out[0..n-2])
@@ -616,6 +622,41 @@ static void test_greedy_equals_plain(void **state)
     /* the accept paths were exercised, not only rejections */
     assert_true(acc > 0);
     assert_true(deep > 0);
+}
+
+/* bf16 target mode (M3-NUM-BF16-2): verification rows still equal decode rows,
+ * so greedy speculation still reproduces plain greedy decoding. */
+static void test_greedy_bf16(void **state)
+{
+    fx *f = *state;
+    m3_eagle3 d;
+    dopts o = {.fc_norm = 1, .seed = 31};
+    open_drafter(f, &o, "gbf", &d);
+    m3_err e = {{0}};
+    m3_sampler sp;
+    assert_int_equal(m3_sampler_init(&sp, NV, 1, 1.0f, 0, 1.0f, 1), 0);
+    const int n_new = 16;
+    for (int pi = 0; pi < 4; pi++) {
+        int32_t prompt[8], ref[32], out[32];
+        const int np = 2 + pi;
+        for (int i = 0; i < np; i++)
+            prompt[i] = (int32_t)((pi * 5 + i * 3 + 1) % NV);
+        plain_greedy_mode(f, prompt, np, n_new, ref, M3_MODE_BF16);
+        for (int K = 1; K <= 5; K++) {
+            m3_state *ts = m3_state_new(&f->m, np + n_new, M3_MODE_BF16, &e);
+            m3_eagle3_state *ds = m3_eagle3_state_new(&d, np + n_new, &e);
+            m3_spec_opts so = {.k = K, .max_new_tokens = n_new};
+            int n = 0;
+            if (m3_spec_generate(&f->m, ts, &d, ds, prompt, np, &sp, &so, out, &n, NULL, &e) != 0)
+                fail_msg("bf16 K=%d: %s", K, e.msg);
+            assert_int_equal(n, n_new);
+            assert_memory_equal(out, ref, sizeof(int32_t) * n_new);
+            m3_state_free(ts);
+            m3_eagle3_state_free(ds);
+        }
+    }
+    m3_sampler_free(&sp);
+    m3_eagle3_close(&d);
 }
 
 /* Explicit rollback (M3-CACHE-3): a verification over rejected drafts, rolled
@@ -899,7 +940,7 @@ static void test_errors(void **state)
     assert_int_equal(m3_sampler_init(&sp, NV, 1, 1.0f, 0, 1.0f, 1), 0);
     m3_state *ts = m3_state_new(&f->m, 16, M3_MODE_FP32, &e);
     m3_eagle3_state *ds = m3_eagle3_state_new(&d, 16, &e);
-    int32_t prompt[2] = {1, 2}, bad[2] = {1, NV}, out[8];
+    int32_t prompt[2] = {1, 2}, bad[2] = {1, NV}, out[32];
     int n = 0;
     m3_spec_opts so = {.k = 0, .max_new_tokens = 4};
     assert_int_equal(m3_spec_generate(&f->m, ts, &d, ds, prompt, 2, &sp, &so, out, &n, NULL, &e), -1);
@@ -943,6 +984,7 @@ int main(void)
         cmocka_unit_test(test_drafter_forward),
         cmocka_unit_test(test_rollback),
         cmocka_unit_test(test_greedy_equals_plain),
+        cmocka_unit_test(test_greedy_bf16),
         cmocka_unit_test(test_sampled_distribution),
         cmocka_unit_test(test_errors),
     };

@@ -420,9 +420,10 @@ def _cat(a, b):
     return b if a is None else np.concatenate([a, b], axis=0)
 
 
-def forward(cfg, W, ids, num, state=None, dump=None, want_scores=False):
+def forward(cfg, W, ids, num, state=None, dump=None, want_scores=False, embeds=None):
     """Run tokens ids at positions state.n.. ; returns logits [T, V]. dump (dict)
-    receives the activation names of the team contract (M3-DUMP)."""
+    receives the activation names of the team contract (M3-DUMP). embeds [T, H]
+    (optional) replaces the embedding lookup (multimodal rows scattered in)."""
     if state is None:
         state = State(cfg)
     ids = np.asarray(ids, np.int64)
@@ -433,7 +434,7 @@ def forward(cfg, W, ids, num, state=None, dump=None, want_scores=False):
     cos, sin = rope_tables(pos, rd, cfg.theta, num)
     ird = cfg.idx_dim if num.has("rope_full") else cfg.rd
     icos, isin = (cos, sin) if ird == rd else rope_tables(pos, ird, cfg.theta, num)
-    h = num.r(W[P + "embed_tokens.weight"][ids])
+    h = num.r(W[P + "embed_tokens.weight"][ids] if embeds is None else embeds)
     d["embeddings"] = h
     taps = cfg.taps()
     for i in range(cfg.L):

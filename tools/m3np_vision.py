@@ -23,7 +23,16 @@ import numpy as np
 import m3np
 from m3np import F32, Num
 
-VERSION = "1"
+VERSION = "2"
+# Deliberately wrong variants (negative tests of the conformance kit only).
+VISION_MUTANTS = {
+    "merge_before_project": "2x2 merge MLP applied to the tower rows before the projector "
+                            "(needs vision hidden == text hidden)",
+    "tanh_gelu": "GELU by the tanh approximation instead of the exact erf form",
+    "rope_2d": "transformers 5.17.0 axial-2D vision RoPE: 20 frequencies over 40 dims on (t, h), "
+               "width dropped, all 80 dims rotated (notes B.7)",
+    "joint_attention": "HF joint attention over all images of the prompt (Decision 2 violated)",
+}
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 IMAGE_TOKEN, VIDEO_TOKEN, START_TOKEN, END_TOKEN = 200025, 200026, 200029, 200030
@@ -156,12 +165,18 @@ def timestamp(g, nframes, fps):
 
 # ---------------------------------------------------------------- tower
 
-def gelu(x, num):
-    x = np.asarray(x, F32)
-    erf = np.frompyfunc(math.erf, 1, 1)
-    d = x.astype(np.float64)
-    y = (0.5 * d * (1.0 + erf(d / math.sqrt(2.0)).astype(np.float64))).astype(F32)
-    return num.r(y)
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu(x, num, tanh=False):
+    """Exact erf GELU in double, rounded to fp32 (M3-VIS-MLP-1); tanh=True is
+    the wrong approximation (mutant tanh_gelu)."""
+    d = np.asarray(x, F32).astype(np.float64)
+    if tanh:
+        y = 0.5 * d * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (d + 0.044715 * d * d * d)))
+    else:
+        y = 0.5 * d * (1.0 + _ERF(d / math.sqrt(2.0)))
+    return num.r(y.astype(F32))
 
 
 def layernorm(x, w, b, eps, num):
@@ -196,6 +211,16 @@ def rope_tables(cr, head_dim, theta):
     nf = axis // 2
     inv = np.array([F32(1.0 / (float(theta) ** ((2 * i) / axis))) for i in range(nf)], F32)
     ang = np.concatenate([cr[:, a:a + 1].astype(F32) * inv[None, :] for a in range(3)], axis=1)
+    d = ang.astype(np.float64)
+    return np.cos(d).astype(F32), np.sin(d).astype(F32)
+
+
+def rope_tables_2d(cr, head_dim, theta):
+    """Mutant rope_2d: transformers 5.17.0 axial tables [N, head_dim/2] from
+    columns t and h only (20 frequencies over 40 dims for head_dim 80)."""
+    dim = head_dim // 2
+    inv = (1.0 / (F32(theta) ** (np.arange(0, dim, 2, dtype=F32) / F32(dim)))).astype(F32)
+    ang = np.concatenate([cr[:, a:a + 1].astype(F32) * inv[None, :] for a in (0, 1)], axis=1)
     d = ang.astype(np.float64)
     return np.cos(d).astype(F32), np.sin(d).astype(F32)
 
@@ -244,10 +269,14 @@ def attention(q, k, v, segs, num):
     return num.r(out)
 
 
-def tower(cfg, W, pixels, grid, num=Num("fp32"), joint=False, rope=True, dump=None):
+def tower(cfg, W, pixels, grid, num=Num("fp32"), joint=False, rope=True, dump=None, flags=()):
     """Vision tower; returns [N, Hv]. cfg: dict with hidden_size, num_heads,
     num_layers, layer_norm_eps, rope_theta, segment_max_frames.
-    W: dict of public-layout names without the 'vision_tower.vision_model.' prefix."""
+    W: dict of public-layout names without the 'vision_tower.vision_model.' prefix.
+    flags: VISION_MUTANTS names (negative tests only)."""
+    for f in flags:
+        assert f in VISION_MUTANTS, f
+    joint = joint or "joint_attention" in flags
     Hv, nh = cfg["hidden_size"], cfg["num_heads"]
     hd = Hv // nh
     eps = cfg.get("layer_norm_eps", 1e-5)
@@ -257,7 +286,10 @@ def tower(cfg, W, pixels, grid, num=Num("fp32"), joint=False, rope=True, dump=No
         dump["vision.patch_embed"] = x
     h = layernorm(x, W["pre_layrnorm.weight"], W["pre_layrnorm.bias"], eps, num)
     segs, cr = segments(grid, cfg.get("segment_max_frames", 4), joint)
-    cos, sin = rope_tables(cr, hd, cfg.get("rope_theta", 1e4))
+    if "rope_2d" in flags:
+        cos, sin = rope_tables_2d(cr, hd, cfg.get("rope_theta", 1e4))
+    else:
+        cos, sin = rope_tables(cr, hd, cfg.get("rope_theta", 1e4))
     N = h.shape[0]
     for i in range(cfg["num_layers"]):
         p = "encoder.layers.%d." % i
@@ -272,7 +304,8 @@ def tower(cfg, W, pixels, grid, num=Num("fp32"), joint=False, rope=True, dump=No
         o = linb(o, W[p + "self_attn.out_proj.weight"], W[p + "self_attn.out_proj.bias"], num)
         h = num.r(h + o)
         a = layernorm(h, W[p + "layer_norm2.weight"], W[p + "layer_norm2.bias"], eps, num)
-        m = gelu(linb(a, W[p + "mlp.fc1.weight"], W[p + "mlp.fc1.bias"], num), num)
+        m = gelu(linb(a, W[p + "mlp.fc1.weight"], W[p + "mlp.fc1.bias"], num), num,
+                 "tanh_gelu" in flags)
         h = num.r(h + linb(m, W[p + "mlp.fc2.weight"], W[p + "mlp.fc2.bias"], num))
         if dump is not None:
             dump["vision.layers.%d.output" % i] = h
@@ -281,19 +314,32 @@ def tower(cfg, W, pixels, grid, num=Num("fp32"), joint=False, rope=True, dump=No
     return h
 
 
-def project_merge(P, h, num=Num("fp32"), dump=None, merge_first=False):
+def project_merge(P, h, num=Num("fp32"), dump=None, flags=()):
     """Projector per patch, then 2x2 merge (M3-VIS-PROJ-1, M3-VIS-MERGE-1).
     P: dict with proj1/proj1_b/proj2/proj2_b/merge1/merge1_b/merge2/merge2_b.
-    merge_first=True is the wrong order (for a negative test only)."""
-    if merge_first:
-        raise ValueError("merge before projection changes the widths; not modelled")
-    p = gelu(linb(h, P["proj1"], P["proj1_b"], num), num)
+    flags: VISION_MUTANTS names; merge_before_project is the wrong order
+    (concatenate 4 tower rows, merge MLP, then projector; its "projected"
+    dump is the projector output per merged row)."""
+    tg = "tanh_gelu" in flags
+    if "merge_before_project" in flags:
+        Hv = h.shape[1]
+        if P["merge1"].shape[1] != 4 * Hv:
+            raise ValueError("merge_before_project needs merge input width 4*Hv")
+        t = gelu(linb(h.reshape(-1, 4 * Hv), P["merge1"], P["merge1_b"], num), num, tg)
+        t = linb(t, P["merge2"], P["merge2_b"], num)
+        p = gelu(linb(t, P["proj1"], P["proj1_b"], num), num, tg)
+        f = linb(p, P["proj2"], P["proj2_b"], num)
+        if dump is not None:
+            dump["vision.projected"] = f
+            dump["vision.image_features"] = f
+        return f
+    p = gelu(linb(h, P["proj1"], P["proj1_b"], num), num, tg)
     p = linb(p, P["proj2"], P["proj2_b"], num)
     if dump is not None:
         dump["vision.projected"] = p
     H = p.shape[1]
     cat = p.reshape(-1, 4 * H)
-    t = gelu(linb(cat, P["merge1"], P["merge1_b"], num), num)
+    t = gelu(linb(cat, P["merge1"], P["merge1_b"], num), num, tg)
     f = linb(t, P["merge2"], P["merge2_b"], num)
     if dump is not None:
         dump["vision.image_features"] = f

@@ -46,8 +46,8 @@ __global__ void k_attention(float *out, const float *q, const float *kc, const f
     const int t = blockIdx.x, g = blockIdx.y;
     const int hpg = nh / nkv;
     const int nw = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int h = g * hpg + blockIdx.z * ATT_MAXW + w; /* this warp's query head */
-    const int active = (blockIdx.z * ATT_MAXW + w) < hpg;
+    const int h = g * hpg + (int)blockIdx.z * ATT_MAXW + w; /* this warp's query head */
+    const int active = (int)blockIdx.z * ATT_MAXW + w < hpg;
     const int64_t pos = pos0 + t;
     const int ks = hd + 1; /* padded K row: lane j reads row j without bank conflicts */
     float *qs = smem;                  /* [nw][hd] */
@@ -129,7 +129,7 @@ hipError_t m3g_attention(float *out, const float *q, const float *kc, const floa
 {
     if (T <= 0)
         return hipSuccess;
-    if (hd % 32 != 0 || hd > ATT_MAXHD || nkv <= 0 || nh % nkv != 0 || B <= 0)
+    if (hd <= 0 || hd > ATT_MAXHD || nkv <= 0 || nh % nkv != 0 || B <= 0)
         return hipErrorInvalidValue;
     const int hpg = nh / nkv;
     const int nw = hpg < ATT_MAXW ? hpg : ATT_MAXW;

@@ -46,7 +46,7 @@ hipError_t m3g_headnorm_rope(const float *src, float *dst, const int32_t *page_t
  * paged caches kc/vc [slots, nkv, hd] (ref m3_attention_row; M3-ATTN-GQA-1,
  * M3-ATTN-SCORE-1, M3-MSA-ATTN-1). blocks == NULL: dense causal; else
  * blocks [nkv, T, topk] (the dump layout of block_indices), -1 = empty.
- * Needs hd % 32 == 0 and hd <= 256. */
+ * Needs hd <= 128 (any hd; lanes >= hd idle when hd < 32). */
 hipError_t m3g_attention(float *out, const float *q, const float *kc, const float *vc,
                          const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
                          int hd, const int32_t *blocks, int topk, int mode, hipStream_t st);

@@ -228,7 +228,7 @@ void m3g_blas_free(m3g_blas *b)
     if (!b)
         return;
 #ifdef M3_HAVE_BLAS
-    hipFree(b->xb);
+    (void)hipFree(b->xb);
     hipblasDestroy(b->h);
 #endif
     free(b);

@@ -51,7 +51,8 @@ hipError_t m3g_residual_rmsnorm(float *x, const float *y, float *out, const void
     return hipGetLastError();
 }
 
-/* grid (nheads, T), block hd threads (hd % 32 == 0, hd <= 1024). */
+/* grid (nheads, T), block hd rounded up to a multiple of 32 (<= 1024);
+ * thread j owns dim j (threads j >= hd only join the reduction). */
 __global__ void k_headnorm_rope(const float *src, float *dst, const int32_t *page_table, int B,
                                 int64_t pos0, const void *w, int w_dtype, int nheads, int hd,
                                 int rd, const float *cos_t, const float *sin_t, float eps,
@@ -61,11 +62,14 @@ __global__ void k_headnorm_rope(const float *src, float *dst, const int32_t *pag
     __shared__ float sh[32];
     const int h = blockIdx.x, t = blockIdx.y, j = threadIdx.x;
     const float *s = src + ((size_t)t * nheads + h) * hd;
-    const float v = s[j];
+    const float v = j < hd ? s[j] : 0.0f;
     const float ss = m3d_block_sum(v * v, sh);
     const float r = 1.0f / sqrtf(ss / (float)hd + eps);
-    xs[j] = m3d_round((v * r) * (1.0f + m3d_load(w, w_dtype, j)), mode);
+    if (j < hd)
+        xs[j] = m3d_round((v * r) * (1.0f + m3d_load(w, w_dtype, j)), mode);
     __syncthreads();
+    if (j >= hd)
+        return;
 
     const int half = rd / 2;
     float o = xs[j];
@@ -92,9 +96,9 @@ hipError_t m3g_headnorm_rope(const float *src, float *dst, const int32_t *page_t
 {
     if (T <= 0 || nheads <= 0)
         return hipSuccess;
-    if (hd % 32 != 0 || hd > 1024 || rd > hd || rd % 2 != 0)
+    if (hd <= 0 || hd > 1024 || rd > hd || rd % 2 != 0)
         return hipErrorInvalidValue;
-    hipLaunchKernelGGL(k_headnorm_rope, dim3(nheads, T), dim3(hd), hd * sizeof(float), st, src,
+    hipLaunchKernelGGL(k_headnorm_rope, dim3(nheads, T), dim3((hd + 31) / 32 * 32), hd * sizeof(float), st, src,
                        dst, page_table, B, pos0, w, w_dtype, nheads, hd, rd, cos_t, sin_t, eps,
                        mode);
     return hipGetLastError();
