@@ -179,7 +179,9 @@ static int copy_str(char *dst, size_t cap, const cJSON *o, const char *key, int 
 
 static const char *const k_components[] = {"rmsnorm", "rope", "attention", "msa_select",
                                            "msa_attention", "router", "swiglu", "mlp", "moe",
-                                           "model", NULL};
+                                           "vision_resize", "vision_preprocess", "vision_rope",
+                                           "vision_patch_embed", "vision_layer", "vision_tower",
+                                           "vision_projector", "model", NULL};
 
 /* ---- case.json ------------------------------------------------------------ */
 void cf_case_free(cf_case *c)
@@ -214,7 +216,8 @@ int cf_case_parse(cf_case *c, const char *json, size_t len, const char *dir, m3_
         known |= strcmp(k_components[i], c->component) == 0;
     if (!known) {
         m3_fail(e, "%s: unknown component \"%s\" (known: rmsnorm rope attention msa_select "
-                   "msa_attention router swiglu mlp moe model)", where, c->component);
+                   "msa_attention router swiglu mlp moe vision_resize vision_preprocess vision_rope "
+                   "vision_patch_embed vision_layer vision_tower vision_projector model)", where, c->component);
         goto fail;
     }
     char mode[16];

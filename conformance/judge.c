@@ -70,10 +70,43 @@ static const struct {
 static const char *const k_comp_order[] = {"block_scores", "block_indices", "scores", "topk_index",
                                            "topk_weight", "cos", "sin", "out", "y", NULL};
 
+/* Vision dump names (M3-DUMP, spec/dump.md): computed before the embeddings,
+ * so their ranks are negative. 1 and sets order/component when t is one. */
+static int classify_vision(const char *t, char *component, size_t cap, int *order)
+{
+    static const struct {
+        const char *name, *component;
+        int order;
+    } vis[] = {{"vision.pixel_values", "vision-input", -900000},
+               {"vision.grid_thw", "vision-input", -899999},
+               {"vision.patch_embed", "vision-patch", -800000},
+               {"vision.tower_output", "vision-tower", -300000},
+               {"vision.projected", "vision-projector", -200000},
+               {"vision.image_features", "vision-merge", -100000}};
+    for (size_t k = 0; k < sizeof vis / sizeof vis[0]; k++)
+        if (strcmp(t, vis[k].name) == 0) {
+            snprintf(component, cap, "%s", vis[k].component);
+            *order = vis[k].order;
+            return 1;
+        }
+    if (strncmp(t, "vision.layers.", 14) == 0) {
+        char *end;
+        long j = strtol(t + 14, &end, 10);
+        if (end != t + 14 && strcmp(end, ".output") == 0 && j >= 0 && j < 100000) {
+            snprintf(component, cap, "vision-layer");
+            *order = -700000 + (int)j;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 void cf_classify(const char *t, const char *case_component, int is_moe_layer, char *component,
                  size_t cap, int *layer, int *order)
 {
     *layer = -1;
+    if (classify_vision(t, component, cap, order))
+        return;
     if (strcmp(case_component, "model") != 0) {
         snprintf(component, cap, "%s", case_component);
         *order = 90;
@@ -436,6 +469,9 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
             continue;
         /* teacher forcing re-runs single layers: tokens and taps are not per-layer */
         if (ctx->teacher_forced && (strcmp(g->name, "greedy_tokens") == 0 || strcmp(g->name, "eagle3.aux") == 0))
+            continue;
+        /* the vision tower runs before the embeddings: judged by the whole-forward run only */
+        if (ctx->teacher_forced && strncmp(g->name, "vision.", 7) == 0)
             continue;
         cf_record *rec = cf_report_add(r);
         if (!rec)

@@ -18,7 +18,11 @@
 
 #include <stdio.h>
 
-#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+#if defined(M3_EMU)
+/* ------------------------------------------- CPU emulation (tests only) */
+#include "emu/hip_emu.h"
+
+#elif defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
 /* ---------------------------------------------------------------- NVIDIA */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -129,6 +133,11 @@ __device__ __forceinline__ float m3_shfl(float v, int src)
 #include <hipblas.h>
 #define HIPBLAS_COMPUTE_32F HIPBLAS_R_32F
 #endif
+#endif
+
+#ifndef M3_DYN_SHARED
+/* The dynamic shared-memory array of a kernel (emulation: a per-block buffer). */
+#define M3_DYN_SHARED(type, name) extern __shared__ type name[]
 #endif
 
 /* Check a runtime call; on failure print where and why, return -1. */

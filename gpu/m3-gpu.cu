@@ -286,7 +286,7 @@ static int eagle_tap(int L, int l, int *slot)
 }
 
 static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int T, int mode,
-                       m3_st_writer *dump, float *logits_host, hipStream_t st)
+                       m3_st_writer *dump, float *logits_host, m3g_blas *blas, hipStream_t st)
 {
     const m3_text_config *c = &m->cfg.text;
     const int H = c->hidden_size, nh = c->num_heads, nkv = c->num_kv_heads, hd = c->head_dim;
@@ -298,7 +298,9 @@ static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int
     const float eps = c->rms_norm_eps;
     const size_t N = (size_t)T;
     const int npages = (T + B - 1) / B, nbmax = npages;
-    const int Imax = I * (kx > 0 ? kx : 1) > Id ? I * (kx > 0 ? kx : 1) : Id;
+    int Imax = I * (kx > 0 ? kx : 1);
+    Imax = Imax > Id ? Imax : Id;
+    Imax = Imax > Is ? Imax : Is;
     run_bufs b;
     char name[160];
     float *hbuf = NULL, *aux = NULL;
@@ -421,17 +423,17 @@ static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int
         }
 
         /* attention: projections, QK-norm + RoPE into the paged caches */
-        CK(m3g_linear(b.q, nh * hd, b.xn, d->q, T, mode, NULL, st));
-        CK(m3g_linear(b.kraw, nkv * hd, b.xn, d->k, T, mode, NULL, st));
-        CK(m3g_linear(b.vc[l], nkv * hd, b.xn, d->v, T, mode, NULL, st)); /* identity pages */
+        CK(m3g_linear(b.q, nh * hd, b.xn, d->q, T, mode, blas, st));
+        CK(m3g_linear(b.kraw, nkv * hd, b.xn, d->k, T, mode, blas, st));
+        CK(m3g_linear(b.vc[l], nkv * hd, b.xn, d->v, T, mode, blas, st)); /* identity pages */
         CK(m3g_headnorm_rope(b.q, b.q, NULL, B, 0, d->q_norm, d->q_norm_dt, T, nh, hd, rd,
                              b.cos_t, b.sin_t, eps, mode, st));
         CK(m3g_headnorm_rope(b.kraw, b.kc[l], b.pages, B, 0, d->k_norm, d->k_norm_dt, T, nkv, hd,
                              rd, b.cos_t, b.sin_t, eps, mode, st));
         const int32_t *blocks = NULL;
         if (sparse) {
-            CK(m3g_linear(b.iq, G * ihd, b.xn, d->iq, T, mode, NULL, st));
-            CK(m3g_linear(b.ikraw, ihd, b.xn, d->ik, T, mode, NULL, st));
+            CK(m3g_linear(b.iq, G * ihd, b.xn, d->iq, T, mode, blas, st));
+            CK(m3g_linear(b.ikraw, ihd, b.xn, d->ik, T, mode, blas, st));
             CK(m3g_headnorm_rope(b.iq, b.iq, NULL, B, 0, d->iq_norm, d->iq_norm_dt, T, G, ihd, rd,
                                  b.cos_t, b.sin_t, eps, mode, st));
             CK(m3g_headnorm_rope(b.ikraw, b.ikc[l], b.pages, B, 0, d->ik_norm, d->ik_norm_dt, T, 1,
@@ -448,7 +450,7 @@ static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int
         }
         CK(m3g_attention(b.att, b.q, b.kc[l], b.vc[l], b.pages, B, 0, T, nh, nkv, hd, blocks,
                          sparse ? K : 0, mode, st));
-        CK(m3g_linear(b.tmp, H, b.att, d->o, T, mode, NULL, st));
+        CK(m3g_linear(b.tmp, H, b.att, d->o, T, mode, blas, st));
         CK(m3g_residual_rmsnorm(b.h, b.tmp, b.xn, d->post_norm, d->post_norm_dt, T, H, eps, mode,
                                 st));
         if (dump) {
@@ -476,11 +478,11 @@ static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int
                                 T, kx, mode, st));
             const float *shared = NULL;
             if (c->n_shared_experts > 0 && d->sg.data) {
-                CK(m3g_linear(b.g, Is, b.xn, d->sg, T, mode, NULL, st));
-                CK(m3g_linear(b.u, Is, b.xn, d->su, T, mode, NULL, st));
+                CK(m3g_linear(b.g, Is, b.xn, d->sg, T, mode, blas, st));
+                CK(m3g_linear(b.u, Is, b.xn, d->su, T, mode, blas, st));
                 CK(m3g_swiglu(b.g, b.g, b.u, (int64_t)N * Is, c->swiglu_alpha, c->swiglu_limit,
                               c->swiglu_beta, mode, st));
-                CK(m3g_linear(b.sh, H, b.g, d->sd, T, mode, NULL, st));
+                CK(m3g_linear(b.sh, H, b.g, d->sd, T, mode, blas, st));
                 shared = b.sh;
             }
             CK(m3g_moe_combine(b.tmp, b.ye, b.rw, shared, T, kx, H, c->routed_scaling_factor,
@@ -498,11 +500,11 @@ static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int
             }
         } else {
             const int Il = d->gate.rows;
-            CK(m3g_linear(b.g, Il, b.xn, d->gate, T, mode, NULL, st));
-            CK(m3g_linear(b.u, Il, b.xn, d->up, T, mode, NULL, st));
+            CK(m3g_linear(b.g, Il, b.xn, d->gate, T, mode, blas, st));
+            CK(m3g_linear(b.u, Il, b.xn, d->up, T, mode, blas, st));
             CK(m3g_swiglu(b.g, b.g, b.u, (int64_t)N * Il, c->swiglu_alpha, c->swiglu_limit,
                           c->swiglu_beta, mode, st));
-            CK(m3g_linear(b.tmp, H, b.g, d->down, T, mode, NULL, st));
+            CK(m3g_linear(b.tmp, H, b.g, d->down, T, mode, blas, st));
         }
         if (dump) {
             snprintf(name, sizeof name, "layers.%d.mlp.output", l);
@@ -514,7 +516,7 @@ static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int
     /* last residual fused with the final norm; lm_head */
     CK(m3g_residual_rmsnorm(b.h, b.tmp, b.xn, dm->final_norm, dm->final_norm_dt, T, H, eps, mode,
                             st));
-    CK(m3g_linear(b.logits, V, b.xn, dm->lm_head, T, mode, NULL, st));
+    CK(m3g_linear(b.logits, V, b.xn, dm->lm_head, T, mode, blas, st));
     CK(hipStreamSynchronize(st));
     CK(hipMemcpy(logits_host, b.logits, N * V * sizeof(float), hipMemcpyDeviceToHost));
     if (dump) {
@@ -638,6 +640,7 @@ int main(int argc, char **argv)
     m3_st_writer *w = NULL;
     float *logits = NULL;
     hipStream_t st = NULL;
+    m3g_blas *blas = NULL;
     memset(&m, 0, sizeof m);
     memset(&dm, 0, sizeof dm);
     memset(&e, 0, sizeof e);
@@ -658,7 +661,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "m3-gpu: out of host memory\n");
         goto out;
     }
-    if (gpu_forward(&m, &dm, ids, T, mode, w, logits, st) != 0)
+    /* vendor BLAS for prefill GEMMs only in bf16 mode (exact there: X is
+     * already bf16); fp32 mode keeps the hand-written fp32 kernels */
+    if (mode == 1 && T > 8) {
+        const m3_text_config *c = &m.cfg.text;
+        size_t wmax = (size_t)c->hidden_size;
+        const size_t cand[3] = {(size_t)c->num_heads * c->head_dim,
+                                (size_t)c->dense_intermediate_size,
+                                (size_t)c->shared_intermediate_size};
+        for (int i = 0; i < 3; i++)
+            wmax = cand[i] > wmax ? cand[i] : wmax;
+        blas = m3g_blas_new(st, (size_t)T * wmax); /* NULL: fallback kernels */
+    }
+    if (gpu_forward(&m, &dm, ids, T, mode, w, logits, blas, st) != 0)
         goto out;
     if (w) {
         char buf[32];
@@ -692,6 +707,7 @@ int main(int argc, char **argv)
     }
     rc = 0;
 out:
+    m3g_blas_free(blas);
     dev_model_free(&dm);
     if (st)
         (void)hipStreamDestroy(st);

@@ -575,6 +575,10 @@ for _n in ["faithful_bf16"] + sorted(m3np.MUTANTS):
     case("mutants/" + _n)(lambda n=_n: mutant_case(n))
 
 
+# vision cases and mutants (tools/gen_vectors_vision.py)
+import gen_vectors_vision  # noqa: E402
+gen_vectors_vision.register(case)
+
 # ------------------------------------------------------------------ driver
 
 def write_case(out, rel, res):
@@ -587,7 +591,8 @@ def write_case(out, rel, res):
         files[name] = hashlib.sha256(data).hexdigest()
     meta = dict(res["meta"])
     meta.setdefault("id", rel.replace("/", "."))
-    meta.update({"generator": GENERATOR, "generator_version": GENERATOR_VERSION, "files": files})
+    meta.update({"generator": res.get("generator", GENERATOR),
+                 "generator_version": res.get("generator_version", GENERATOR_VERSION), "files": files})
     with open(os.path.join(d, res.get("json_name", "case.json")), "w") as f:
         f.write(json.dumps(meta, indent=1, sort_keys=True) + "\n")
 

@@ -42,7 +42,7 @@ __global__ void k_attention(float *out, const float *q, const float *kc, const f
                             int nkv, int hd, const int32_t *blocks, int topk, float scale,
                             int mode)
 {
-    extern __shared__ float smem[];
+    M3_DYN_SHARED(float, smem);
     const int t = blockIdx.x, g = blockIdx.y;
     const int hpg = nh / nkv;
     const int nw = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;

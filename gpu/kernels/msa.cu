@@ -33,7 +33,7 @@ __global__ void k_msa_block_scores(float *bs, const float *iq, const float *ikc,
                                    const int32_t *page_table, int B, int64_t pos0, int G, int d,
                                    int nbmax)
 {
-    extern __shared__ float smem[];
+    M3_DYN_SHARED(float, smem);
     const int b = blockIdx.x, t = blockIdx.y;
     const int nw = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t pos = pos0 + t;

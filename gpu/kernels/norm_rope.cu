@@ -58,7 +58,7 @@ __global__ void k_headnorm_rope(const float *src, float *dst, const int32_t *pag
                                 int rd, const float *cos_t, const float *sin_t, float eps,
                                 int mode)
 {
-    extern __shared__ float xs[]; /* [hd] */
+    M3_DYN_SHARED(float, xs); /* [hd] */
     __shared__ float sh[32];
     const int h = blockIdx.x, t = blockIdx.y, j = threadIdx.x;
     const float *s = src + ((size_t)t * nheads + h) * hd;

@@ -29,6 +29,7 @@
 #include "numerics.h"
 #include "safetensors.h"
 #include "sampling.h"
+#include "speculative.h"
 
 #define EXIT_RUN 1
 #define EXIT_USAGE 2
@@ -117,7 +118,14 @@ static const char *HELP_GENERATE =
     "                         Defaults of T, P, K (and greedy when do_sample is false) come\n"
     "                         from DIR/generation_config.json when present, else\n"
     "                         temperature 1.0, top_p 0.95, top_k 40.\n"
-    "  --print-ids            stdout carries only the generated ids, comma-separated\n"    "  --image FILE           a PNG or JPEG for the next image marker (repeatable, in prompt\n"
+    "  --print-ids            stdout carries only the generated ids, comma-separated\n"
+    "  --draft DIR            speculative decoding with the Eagle3 drafter in DIR (its\n"
+    "                         embed_tokens / lm_head / norm default to the target's); the\n"
+    "                         output follows the same distribution as without it (greedy:\n"
+    "                         identical tokens); acceptance rate and tokens per target\n"
+    "                         forward go to stderr at the end\n"
+    "  --spec-tokens K        drafts per verification forward with --draft (default 3, <= 32)\n"
+    "  --image FILE           a PNG or JPEG for the next image marker (repeatable, in prompt\n"
     "                         order): each marker id 200025 in the ids becomes start, N image\n"
     "                         tokens and end (N = merged 28x28 windows after smart_resize)\n"
     "  --video F1,F2,...      the frames of one video (for marker id 200026), with --fps R\n"
@@ -289,6 +297,8 @@ typedef struct cli_opts {
     int have_fps;
     const char *pixels;   /* --pixels INPUTS.safetensors */
     int vision_joint;     /* --vision-joint */
+    const char *draft;    /* --draft DIR: Eagle3 drafter, speculative decoding */
+    long long spec_k;     /* --spec-tokens K (default 3) */
 } cli_opts;
 
 enum {
@@ -313,6 +323,7 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
 {
     memset(o, 0, sizeof *o);
     o->max_new = 32;
+    o->spec_k = 3;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
@@ -376,6 +387,13 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
             if (parse_ll(val, 0, LLONG_MAX, &o->seed))
                 return usage_error(cmd, "--seed needs an integer >= 0 (got '%s')", val);
             o->have_seed = 1;
+        } else if (!strcmp(a, "--draft") && (allow & ALLOW_GEN)) {
+            TAKES_VALUE();
+            o->draft = val;
+        } else if (!strcmp(a, "--spec-tokens") && (allow & ALLOW_GEN)) {
+            TAKES_VALUE();
+            if (parse_ll(val, 1, M3_SPEC_MAX_K, &o->spec_k))
+                return usage_error(cmd, "--spec-tokens needs an integer in [1, 32] (got '%s')", val);
         } else if (!strcmp(a, "--print-ids") && (allow & ALLOW_GEN)) {
             o->print_ids = 1;
         } else if (!strcmp(a, "--image") && (allow & ALLOW_VISION)) {
@@ -907,19 +925,55 @@ static int cmd_generate(int argc, char **argv)
         goto fail;
     }
 
-    /* prefill: all but the last prompt position without logits, then the last with */
+    /* --draft: speculative decoding (M3-EAGLE-VERIFY-1/2) produces all tokens first; the
+     * loop below then prints them (spec_out) instead of sampling */
+    int32_t *spec_out = NULL;
+    int spec_n = 0;
+    m3_spec_stats spec_st;
+    memset(&spec_st, 0, sizeof spec_st);
     double t0 = now_s();
-    if (x) {
-        const size_t H = (size_t)m.cfg.text.hidden_size;
-        if (T > 1 && m3_forward_embeds(&m, s, x, T - 1, NULL, NULL, &e) != 0)
+    if (o.draft) {
+        if (x) {
+            m3_fail(&e, "--draft works on token prompts only (no --image, --video or --pixels)");
             goto fail;
-        if (m3_forward_embeds(&m, s, x + (size_t)(T - 1) * H, 1, logits, NULL, &e) != 0)
+        }
+        m3_eagle3 d;
+        m3_eagle3_opts dop = {.lenient_config = o.lenient};
+        long long n_max = o.max_new;
+        if (capped && n_max > cap - T + 1) /* what plain decoding can reach */
+            n_max = cap - T + 1;
+        if (m3_eagle3_open(&d, o.draft, &m, &dop, &e) != 0)
             goto fail;
+        m3_eagle3_state *dst = m3_eagle3_state_new(&d, cap, &e);
+        spec_out = malloc(sizeof(int32_t) * (size_t)(n_max > 0 ? n_max : 1));
+        m3_spec_opts so = {.k = (int)o.spec_k, .max_new_tokens = (int)n_max, .eos = g.eos,
+                           .n_eos = g.n_eos};
+        int src = dst && spec_out ? 0 : -1;
+        if (!spec_out)
+            m3_fail(&e, "cannot allocate %lld output tokens", n_max);
+        if (src == 0 && n_max > 0)
+            src = m3_spec_generate(&m, s, &d, dst, ids, T, &sp, &so, spec_out, &spec_n, &spec_st,
+                                   &e);
+        m3_eagle3_state_free(dst);
+        m3_eagle3_close(&d);
+        if (src != 0) {
+            free(spec_out);
+            goto fail;
+        }
     } else {
-        if (T > 1 && m3_forward(&m, s, ids, T - 1, NULL, NULL, &e) != 0)
-            goto fail;
-        if (m3_forward(&m, s, ids + T - 1, 1, logits, NULL, &e) != 0)
-            goto fail;
+        /* prefill: all but the last prompt position without logits, then the last with */
+        if (x) {
+            const size_t H = (size_t)m.cfg.text.hidden_size;
+            if (T > 1 && m3_forward_embeds(&m, s, x, T - 1, NULL, NULL, &e) != 0)
+                goto fail;
+            if (m3_forward_embeds(&m, s, x + (size_t)(T - 1) * H, 1, logits, NULL, &e) != 0)
+                goto fail;
+        } else {
+            if (T > 1 && m3_forward(&m, s, ids, T - 1, NULL, NULL, &e) != 0)
+                goto fail;
+            if (m3_forward(&m, s, ids + T - 1, 1, logits, NULL, &e) != 0)
+                goto fail;
+        }
     }
     double t_prefill = now_s() - t0;
 
@@ -930,8 +984,8 @@ static int cmd_generate(int argc, char **argv)
     long long produced = 0;
     int stop_eos = 0;
     double t1 = now_s();
-    while (produced < o.max_new) {
-        int32_t tok = m3_sample(&sp, logits);
+    while (produced < (spec_out ? spec_n : o.max_new)) {
+        int32_t tok = spec_out ? spec_out[produced] : m3_sample(&sp, logits);
         if (o.print_ids) {
             printf("%s%d", produced ? "," : "", (int)tok);
         } else if (tokzr) {
@@ -951,6 +1005,8 @@ static int cmd_generate(int argc, char **argv)
             stop_eos |= tok == g.eos[j];
         if (stop_eos || produced == o.max_new)
             break;
+        if (spec_out)
+            continue;
         if (m3_state_len(s) >= cap)
             break;
         if (m3_forward(&m, s, &tok, 1, logits, NULL, &e) != 0) {
@@ -959,6 +1015,16 @@ static int cmd_generate(int argc, char **argv)
         }
     }
     double t_decode = now_s() - t1;
+    if (spec_out) {
+        free(spec_out);
+        fprintf(stderr,
+                "m3-ref: speculative (K %lld): %lld tokens in %lld target forwards (%.2f tokens per "
+                "target forward); acceptance %.1f%% (%lld of %lld drafts); %.3f s (%.2f tokens/s)\n",
+                o.spec_k, (long long)spec_st.generated, (long long)spec_st.target_forwards,
+                spec_st.tokens_per_forward, 100.0 * spec_st.acceptance_rate,
+                (long long)spec_st.accepted, (long long)spec_st.drafted, t_prefill,
+                t_prefill > 0 ? (double)spec_st.generated / t_prefill : 0.0);
+    }
     if (tokzr && !o.print_ids) {
         const char *txt;
         size_t txtlen;
@@ -975,11 +1041,12 @@ static int cmd_generate(int argc, char **argv)
                 (long long)maxpos);
     /* produced tokens came from produced - 1 decode steps plus the prefill */
     long long steps = produced > 0 ? produced - 1 : 0;
-    fprintf(stderr,
-            "m3-ref: %s; prefill %d tokens in %.3f s (%.1f tokens/s); decode %lld tokens in "
-            "%.3f s (%.2f tokens/s)\n",
-            greedy ? "greedy" : "sampled", T, t_prefill, t_prefill > 0 ? T / t_prefill : 0.0,
-            steps, t_decode, t_decode > 0 ? (double)steps / t_decode : 0.0);
+    if (!o.draft) /* --draft printed its own line */
+        fprintf(stderr,
+                "m3-ref: %s; prefill %d tokens in %.3f s (%.1f tokens/s); decode %lld tokens in "
+                "%.3f s (%.2f tokens/s)\n",
+                greedy ? "greedy" : "sampled", T, t_prefill, t_prefill > 0 ? T / t_prefill : 0.0,
+                steps, t_decode, t_decode > 0 ? (double)steps / t_decode : 0.0);
     rc = 0;
     goto out;
 fail:

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""bench_torch.py - the PyTorch yardstick for `make bench-gpu` (issue 8).
+
+Runs torch.matmul and torch.nn.functional.scaled_dot_product_attention at
+the shapes of gpu/bench.cu, with the same protocol: one CUDA graph of R
+launches over R rotated copies (together > 2x L2, so reads are cold),
+5 warm-up replays, >= 20 timed replays, median / min / max / CV per launch,
+ratios to 4.8 TB/s and 989 TFLOP/s. Prints a markdown table to paste next
+to the bench-gpu table in docs/performance.md.
+
+Device-only helper: needs torch with CUDA (or ROCm) on the GPU machine. It is
+not part of the product and not run by `make test`. Written by H13, never
+run yet (no device time in that session).
+
+    python3 tools/bench_torch.py [--reps 20] [--prefill-len 131072]
+"""
+import argparse
+import math
+import statistics
+import sys
+
+HBM = 4.8e12
+PEAK = 989.4e12
+H, NH, NKV, HD, V, I, ID = 6144, 64, 4, 128, 200064, 3072, 12288
+
+
+def rotations(nbytes, l2):
+    return max(2, min(64, math.ceil(2 * l2 / nbytes) + 1))
+
+
+def bench(torch, name, make, nbytes, flops, reps, l2, nrot=None):
+    """make(r) -> a zero-argument callable doing one launch on copy r."""
+    nrot = nrot or rotations(nbytes, l2)
+    fns = [make(r) for r in range(nrot)]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm the allocator / kernels before capture
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in fns:
+            f()
+    for _ in range(5):
+        g.replay()
+    torch.cuda.synchronize()
+    us = []
+    for _ in range(reps):
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        us.append(1000.0 * e0.elapsed_time(e1) / nrot)
+    med = statistics.median(us)
+    cv = statistics.stdev(us) / statistics.mean(us) if reps > 1 else 0.0
+    bw, fl = nbytes / (med * 1e-6), flops / (med * 1e-6)
+    print(f"| torch {name:<34} | {med:9.2f} | {min(us):8.2f} | {max(us):8.2f} | {100*cv:5.1f}% "
+          f"| {bw/1e9:8.1f} | {100*bw/HBM:5.1f}% | {fl/1e12:8.1f} | {100*fl/PEAK:5.1f}% | {nrot:3d} |")
+    return med
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--prefill-len", type=int, default=131072)
+    ap.add_argument("--prefill-chunk", type=int, default=2048)
+    a = ap.parse_args()
+    if a.reps < 20:
+        sys.exit("bench_torch: --reps must be >= 20")
+    import torch
+    import torch.nn.functional as F
+    dev = torch.device("cuda")
+    prop = torch.cuda.get_device_properties(0)
+    l2 = getattr(prop, "L2_cache_size", 50 << 20)
+    print(f"device: {prop.name}, torch {torch.__version__}, L2 {l2 >> 20} MiB")
+    print("| case | median us | min us | max us | cv | GB/s | of 4.8 TB/s | TFLOP/s | of 989 | rot |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    bf = torch.bfloat16
+
+    def linear_case(name, rows, cols, m):
+        nbytes = 2 * rows * cols + 2 * m * (rows + cols)
+        def make(r):
+            w = torch.randn(rows, cols, device=dev, dtype=bf) * 0.05
+            x = torch.randn(m, cols, device=dev, dtype=bf)
+            return lambda: torch.matmul(x, w.t())
+        bench(torch, name, make, nbytes, 2.0 * rows * cols * m, a.reps, l2)
+
+    linear_case("matmul q_proj 8192x6144 M1", NH * HD, H, 1)
+    linear_case("matmul k_proj 512x6144 M1", NKV * HD, H, 1)
+    linear_case("matmul o_proj 6144x8192 M1", H, NH * HD, 1)
+    linear_case("matmul dense gate 12288x6144 M1", ID, H, 1)
+    linear_case("matmul dense down 6144x12288 M1", H, ID, 1)
+    linear_case("matmul shared gate 3072x6144 M1", I, H, 1)
+    linear_case("matmul lm_head 200064x6144 M1", V, H, 1)
+    linear_case("matmul q_proj M4096", NH * HD, H, 4096)
+    linear_case("matmul dense gate M4096", ID, H, 4096)
+
+    # MSA decode equivalent: one query, 64 q / 4 kv heads over the 2048 selected keys
+    keys = 16 * 128
+    def make_dec(r):
+        q = torch.randn(1, NH, 1, HD, device=dev, dtype=bf)
+        k = torch.randn(1, NKV, keys, HD, device=dev, dtype=bf)
+        v = torch.randn(1, NKV, keys, HD, device=dev, dtype=bf)
+        return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    bench(torch, "sdpa decode 2048 keys 64q/4kv", make_dec, 2 * keys * NKV * HD * 2,
+          4.0 * NH * keys * HD, a.reps, l2, nrot=8)
+
+    # Dense causal prefill at N: time the last C query rows against all N keys
+    # (non-causal over N, the same work as those rows under the causal mask up
+    # to the last C keys) and extrapolate the full causal cost as
+    # t_chunk / C * N / 2. A DERIVED figure: say so wherever it is quoted.
+    n, c = a.prefill_len, a.prefill_chunk
+    def make_pf(r):
+        q = torch.randn(1, NH, c, HD, device=dev, dtype=bf)
+        k = torch.randn(1, NKV, n, HD, device=dev, dtype=bf)
+        v = torch.randn(1, NKV, n, HD, device=dev, dtype=bf)
+        return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    t = bench(torch, f"sdpa {c} rows x {n} keys", make_pf, 2 * 2 * n * NKV * HD,
+              4.0 * NH * c * n * HD, a.reps, l2, nrot=2)
+    print(f"\nderived: dense causal SDPA over {n} tokens ~ {t / c * n / 2 / 1e3:.1f} ms "
+          f"(t_chunk / {c} * {n} / 2; not measured directly)")
+
+
+if __name__ == "__main__":
+    main()
