@@ -7,6 +7,9 @@
  * against CUDA 13, so we do not use them. Anything not listed here is not
  * used by gpu/: add the mapping here before using a new HIP name.
  *
+ * With M3_EMU defined (g++, tests only) it includes gpu/emu/hip_emu.h, a
+ * slow CPU emulation used by `make gpu-emu-test`.
+ *
  * Also: M3_HIP_CHECK(call) (prints file:line and the error string, returns
  * -1 from the enclosing int function) and the warp helpers m3_shfl_xor /
  * m3_warp_size used by every kernel (AMD wavefronts are 64 wide on gfx9;

@@ -11,7 +11,13 @@
  * M3-NUM-BF16-2 (all rounding points are in the kernels, see
  * gpu/kernels/kernels.h), M3-MSA-CACHE-1 (paged caches, page == MSA block).
  *
- * Status (written by H13, compile-checked only, NEVER RUN ON A GPU yet):
+ * Status (written by H13): NEVER RUN ON A GPU yet. Compiled with nvcc
+ * (sm_90) and hipcc (gfx90a, gfx940); the same sources built against the CPU
+ * emulation of the HIP subset (gpu/emu/hip_emu.h, `make gpu-emu-test`) pass
+ * bin/m3-conform on the model vectors tiny_fp32/bf16, layer_sparse_moe_*,
+ * layer_dense_* (greedy declared absent), and agree with bin/m3-ref dumps
+ * for T = 1, 3, 8 (the GEMV path). What that does not show: GPU memory-model
+ * or occupancy bugs, the cuBLAS path (emulation uses the fallback GEMM), speed.
  *  - complete in code: checkpoint load through build/libm3.a, weight upload
  *    (fp32 / bf16 kept as stored; other dtypes widened to fp32 on the host),
  *    embeddings (host lookup, exact), RoPE tables (host m3_rope_table,

@@ -10,9 +10,12 @@
 
 #include "unicode.h"
 
-#define MAX_PROG 200000
+#define MAX_PROG 20000 /* real pre-tokenizer patterns compile to a few hundred; see fuzz/regressions */
 #define MAX_REPEAT 1000
 #define MAX_LOOK_DEPTH 4
+/* Nested counted repeats of empty bodies (e.g. "(){60}{60}{210}") emit no
+ * instructions but multiply the generator's work; cap that work too. */
+#define MAX_GEN_CALLS 1000000L
 
 /* ------------------------------------------------------------------ data */
 enum { CI_RANGE, CI_GC, CI_NOTGC, CI_SPACE, CI_NOTSPACE, CI_WORD, CI_NOTWORD };
@@ -39,6 +42,7 @@ typedef struct parser {
     int icase;
     m3_err *e;
     int failed;
+    long gen_calls; /* code generation work, capped by MAX_GEN_CALLS */
 } parser;
 
 static int pfail(parser *p, const char *what) {
@@ -424,6 +428,7 @@ static int emit(parser *p, int op, int x, int y, uint32_t c) {
 
 static int gen(parser *p, int ni, int depth) {
     if (depth > 2000) return pfail(p, "pattern nested too deeply");
+    if (++p->gen_calls > MAX_GEN_CALLS) return pfail(p, "pattern too large once its repeats are expanded");
     node n = p->nodes[ni];
     m3_regex *re = p->re;
     switch (n.type) {

@@ -111,46 +111,59 @@ inline float m3_shfl(float v, int src) { return m3emu_xchg(v, src, m3emu.wslot);
 
 #define M3_DYN_SHARED(type, name) type *name = (type *)m3emu.dyn
 
-/* Run a kernel: blocks in order, one std::thread per thread of the block. */
+/* Run a kernel: blocks in order on one team of std::threads (one per
+ * thread of a block, created once per launch). Each block has fresh
+ * barriers, so a thread that returns early simply drops out of them;
+ * `done` (which every thread reaches) separates consecutive blocks. */
 template <typename K, typename... A>
 void m3emu_launch(K k, dim3 g, dim3 b, size_t shm, A... args)
 {
     const int nt = (int)(b.x * b.y * b.z), nw = (nt + 31) / 32;
+    const long nb = (long)g.x * g.y * g.z;
     std::vector<char> dyn(shm + 16);
     std::vector<float> ws((size_t)nw * 32);
     std::vector<int> wsi((size_t)nw * 32);
-    for (unsigned bz = 0; bz < g.z; bz++)
-        for (unsigned by = 0; by < g.y; by++)
-            for (unsigned bx = 0; bx < g.x; bx++) {
-                std::barrier<> bar(nt);
-                std::vector<std::barrier<> *> wb((size_t)nw);
-                for (int w = 0; w < nw; w++)
-                    wb[(size_t)w] = new std::barrier<>(nt - 32 * w < 32 ? nt - 32 * w : 32);
-                std::vector<std::thread> th;
-                th.reserve((size_t)nt);
-                for (int t = 0; t < nt; t++)
-                    th.emplace_back([&, t]() {
-                        m3emu.tid = dim3(t % b.x, (t / b.x) % b.y, t / (b.x * b.y));
-                        m3emu.bid = dim3(bx, by, bz);
-                        m3emu.bdim = b;
-                        m3emu.gdim = g;
-                        m3emu.block_bar = &bar;
-                        m3emu.warp_bar = wb.data();
-                        m3emu.wslot = ws.data();
-                        m3emu.wslot_i = wsi.data();
-                        m3emu.dyn = dyn.data();
-                        k(args...);
-                        /* a thread that returns early leaves the barriers
-                         * (the gpu/ kernels only return after their last
-                         * block barrier, or as a whole warp/block) */
-                        bar.arrive_and_drop();
-                        wb[(size_t)(t / 32)]->arrive_and_drop();
-                    });
-                for (auto &x : th)
-                    x.join();
-                for (auto *p : wb)
-                    delete p;
+    std::barrier<> done(nt);
+    std::barrier<> *bar = nullptr;
+    std::vector<std::barrier<> *> wb((size_t)nw, nullptr);
+    auto setup = [&]() { /* fresh per-block barriers (one thread, between blocks) */
+        delete bar;
+        bar = new std::barrier<>(nt);
+        for (int w = 0; w < nw; w++) {
+            delete wb[(size_t)w];
+            wb[(size_t)w] = new std::barrier<>(nt - 32 * w < 32 ? nt - 32 * w : 32);
+        }
+    };
+    setup();
+    std::vector<std::thread> th;
+    th.reserve((size_t)nt);
+    for (int t = 0; t < nt; t++)
+        th.emplace_back([&, t]() {
+            m3emu.tid = dim3(t % b.x, (t / b.x) % b.y, t / (b.x * b.y));
+            m3emu.bdim = b;
+            m3emu.gdim = g;
+            m3emu.wslot = ws.data();
+            m3emu.wslot_i = wsi.data();
+            m3emu.dyn = dyn.data();
+            for (long i = 0; i < nb; i++) {
+                m3emu.bid = dim3((unsigned)(i % g.x), (unsigned)((i / g.x) % g.y),
+                                 (unsigned)(i / ((long)g.x * g.y)));
+                m3emu.block_bar = bar;
+                m3emu.warp_bar = wb.data();
+                k(args...);
+                bar->arrive_and_drop();
+                wb[(size_t)(t / 32)]->arrive_and_drop();
+                done.arrive_and_wait();
+                if (t == 0)
+                    setup();
+                done.arrive_and_wait();
             }
+        });
+    for (auto &x : th)
+        x.join();
+    delete bar;
+    for (auto *p : wb)
+        delete p;
 }
 #define hipLaunchKernelGGL(k, grid, block, shm, stream, ...) \
     ((void)(stream), m3emu_launch(k, dim3(grid), dim3(block), (size_t)(shm), __VA_ARGS__))

@@ -26,6 +26,7 @@
 #include "model.h"
 #include "multimodal.h"
 #include "tokenizer.h"
+#include "tokens.h"
 #include "numerics.h"
 #include "safetensors.h"
 #include "sampling.h"
@@ -182,90 +183,20 @@ static int parse_float(const char *s, float *out)
     return 0;
 }
 
-/* Parse "1,2,3" / "1 2 3" / "1, 2, 3" into a fresh array. Each id is a plain
+/* Parse "1,2,3" / "1 2 3" / "1, 2, 3" into a fresh array (ref/tokens.h). Each id is a plain
  * decimal in [0, INT32_MAX]; empty lists, empty items, signs and other
  * characters are rejected with a message in why. */
 static int parse_tokens(const char *s, int32_t **out, int *n, char *why, size_t whylen)
 {
+    m3_err e = {{0}};
+    size_t cnt = 0;
     *out = NULL;
     *n = 0;
-    size_t cap = 16, cnt = 0;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    if (!ids) {
-        snprintf(why, whylen, "out of memory");
+    if (m3_parse_token_list(s, strlen(s), "token list", out, &cnt, &e) != 0) {
+        snprintf(why, whylen, "%s", e.msg);
         return -1;
     }
-    const char *p = s;
-    int item = 0;
-    for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\n')
-            p++;
-        if (*p == '\0')
-            break;
-        if (*p < '0' || *p > '9') {
-            if (*p == ',')
-                snprintf(why, whylen, "empty item before the comma at offset %d", (int)(p - s));
-            else
-                snprintf(why, whylen, "item %d: '%c' at offset %d is not a digit (ids are "
-                                      "non-negative integers)",
-                         item, *p, (int)(p - s));
-            free(ids);
-            return -1;
-        }
-        long long v = 0;
-        const char *start = p;
-        while (*p >= '0' && *p <= '9') {
-            v = v * 10 + (*p - '0');
-            if (v > INT32_MAX) {
-                snprintf(why, whylen, "item %d starting at offset %d is larger than %d", item,
-                         (int)(start - s), INT32_MAX);
-                free(ids);
-                return -1;
-            }
-            p++;
-        }
-        if (cnt == cap) {
-            cap *= 2;
-            int32_t *bigger = realloc(ids, cap * sizeof *ids);
-            if (!bigger) {
-                free(ids);
-                snprintf(why, whylen, "out of memory");
-                return -1;
-            }
-            ids = bigger;
-        }
-        ids[cnt++] = (int32_t)v;
-        item++;
-        while (*p == ' ' || *p == '\t' || *p == '\n')
-            p++;
-        if (*p == ',') {
-            p++;
-            while (*p == ' ' || *p == '\t' || *p == '\n')
-                p++;
-            if (*p == '\0' || *p == ',') {
-                snprintf(why, whylen, "empty item after the comma at offset %d", (int)(p - s));
-                free(ids);
-                return -1;
-            }
-        } else if (*p != '\0' && (*p < '0' || *p > '9')) {
-            snprintf(why, whylen, "item %d: '%c' at offset %d is not a digit or separator", item,
-                     *p, (int)(p - s));
-            free(ids);
-            return -1;
-        }
-    }
-    if (cnt == 0) {
-        snprintf(why, whylen, "no token ids given (empty list)");
-        free(ids);
-        return -1;
-    }
-    if (cnt > INT_MAX) {
-        snprintf(why, whylen, "too many token ids");
-        free(ids);
-        return -1;
-    }
-    *out = ids;
-    *n = (int)cnt;
+    *n = (int)cnt; /* cnt <= M3_TOKENS_MAX < INT_MAX */
     return 0;
 }
 
@@ -843,19 +774,19 @@ static int cmd_generate(int argc, char **argv)
                                       "--top-k or --seed");
         return EXIT_USAGE;
     }
-    int32_t *ids = NULL;
-    int T = 0;
-    char why[8800]; /* room for paths of up to 4 KiB */
-    if (o.tokens && parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
-        fprintf(stderr, "m3-ref generate: --tokens: %s\n", why);
-        return EXIT_USAGE;
-    }
     if ((o.chat || o.thinking || o.system) && !o.prompt) {
         usage_error("generate", "%s", "--chat, --thinking and --system need --prompt TEXT");
         return EXIT_USAGE;
     }
     if ((o.thinking || o.system) && !o.chat) {
         usage_error("generate", "%s", "--thinking and --system need --chat");
+        return EXIT_USAGE;
+    }
+    int32_t *ids = NULL;
+    int T = 0;
+    char why[8800]; /* room for paths of up to 4 KiB */
+    if (o.tokens && parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
+        fprintf(stderr, "m3-ref generate: --tokens: %s\n", why);
         return EXIT_USAGE;
     }
     /* The tokenizer: required for --prompt; used for text output when present. */

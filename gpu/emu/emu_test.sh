@@ -1,0 +1,35 @@
+#!/bin/sh
+# emu_test.sh — run bin/m3-gpu's forward, built against the CPU emulation of
+# the HIP subset (gpu/emu/hip_emu.h), over model vector cases and judge each
+# dump with bin/m3-conform (greedy decoding is not implemented in m3-gpu yet,
+# so that capability is declared absent). This checks the kernels' logic
+# (indexing, layouts, MSA selection, MoE routing, rounding points) without a
+# GPU; it says nothing about speed or GPU memory-model bugs.
+#
+#   sh gpu/emu/emu_test.sh EMU_BIN CONFORM_BIN PYTHON CASE_DIR...
+set -e
+emu=$1 conform=$2 py=$3
+shift 3
+tmp=$(mktemp -d /tmp/m3_gpu_emu.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+for c in "$@"; do
+  mode=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["mode"])' "$c/case.json")
+  ids=$("$py" - "$c/inputs.safetensors" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+with open(sys.argv[1], 'rb') as f:
+    n = struct.unpack('<Q', f.read(8))[0]
+    m = json.loads(f.read(n))['input_ids']
+    f.seek(8 + n + m['data_offsets'][0])
+    a = np.frombuffer(f.read(m['data_offsets'][1] - m['data_offsets'][0]), dtype=np.int32)
+print(','.join(str(int(x)) for x in a))
+PYEOF
+)
+  "$emu" forward --model "$c" --tokens "$ids" --dtype "$mode" --dump "$tmp/dump.safetensors" >/dev/null
+  if "$conform" check --case "$c" --dump "$tmp/dump.safetensors" --profile "$mode" \
+       --declare-unsupported greedy >"$tmp/out" 2>&1; then
+    echo "gpu-emu $c: $(tail -1 "$tmp/out")"
+  else
+    grep -v ' Pass ' "$tmp/out"; echo "gpu-emu $c: FAILED"; exit 1
+  fi
+done
