@@ -3,6 +3,12 @@
  * Spec: M3-VIS-DECODE-1. Both decoders report errors through longjmp from
  * the library's error callback back into the decode function; every size is
  * checked against the caps in image.h before the pixel buffer is allocated.
+ *
+ * Two PIL behaviours are reproduced because the upstream pipeline loads
+ * images with PIL (transformers' load_image): 16-bit greyscale PNGs open as
+ * mode "I;16", whose conversion to RGB clips every sample above 255 to 255
+ * (other 16-bit PNGs keep the high byte); and the EXIF orientation tag
+ * (JPEG APP1, PNG eXIf) is applied as ImageOps.exif_transpose does.
  */
 #include "image.h"
 
@@ -34,6 +40,74 @@ static int check_size(const char *name, unsigned long w, unsigned long h, m3_err
     if ((unsigned long long)w * h > M3_IMAGE_MAX_PIXELS)
         return m3_fail(e, "%s: image %lux%lu exceeds the pixel limit %u", name, w, h,
                        M3_IMAGE_MAX_PIXELS);
+    return 0;
+}
+
+/* ---- EXIF orientation ------------------------------------------------- */
+
+/* The orientation tag (0x0112) of a TIFF-structured EXIF block, 1 if absent
+ * or unreadable (a damaged EXIF block is ignored, as PIL ignores it). */
+static int exif_orientation(const uint8_t *t, size_t len)
+{
+    if (len < 8)
+        return 1;
+    int be = t[0] == 'M' && t[1] == 'M';
+    if (!be && !(t[0] == 'I' && t[1] == 'I'))
+        return 1;
+#define RD16(p) (be ? (unsigned)((p)[0] << 8 | (p)[1]) : (unsigned)((p)[1] << 8 | (p)[0]))
+#define RD32(p) (be ? ((uint32_t)(p)[0] << 24 | (uint32_t)(p)[1] << 16 | (uint32_t)(p)[2] << 8 | (p)[3]) \
+                    : ((uint32_t)(p)[3] << 24 | (uint32_t)(p)[2] << 16 | (uint32_t)(p)[1] << 8 | (p)[0]))
+    if (RD16(t + 2) != 42)
+        return 1;
+    uint32_t ifd = RD32(t + 4);
+    if (ifd > len - 2)
+        return 1;
+    unsigned n = RD16(t + ifd);
+    for (unsigned i = 0; i < n; i++) {
+        size_t at = (size_t)ifd + 2 + 12 * (size_t)i;
+        if (at + 12 > len)
+            return 1;
+        if (RD16(t + at) == 0x0112 && RD16(t + at + 2) == 3 /* SHORT */) {
+            unsigned v = RD16(t + at + 8);
+            return v >= 1 && v <= 8 ? (int)v : 1;
+        }
+    }
+    return 1;
+#undef RD16
+#undef RD32
+}
+
+/* Apply EXIF orientation o (2..8) to img in place, as PIL's exif_transpose:
+ * 2 mirror, 3 rotate 180, 4 flip, 5 transpose, 6 rotate 90 clockwise,
+ * 7 transverse, 8 rotate 90 counter-clockwise. */
+static int apply_orientation(m3_image *img, int o, const char *name, m3_err *e)
+{
+    if (o <= 1)
+        return 0;
+    size_t W = (size_t)img->width, H = (size_t)img->height;
+    int swap = o >= 5;
+    size_t ow = swap ? H : W, oh = swap ? W : H;
+    uint8_t *out = malloc(W * H * 3);
+    if (!out)
+        return m3_fail(e, "%s: out of memory applying the EXIF orientation", name);
+    for (size_t y = 0; y < oh; y++)
+        for (size_t x = 0; x < ow; x++) {
+            size_t sx, sy; /* source pixel of output (x, y) */
+            switch (o) {
+            case 2: sx = W - 1 - x; sy = y; break;
+            case 3: sx = W - 1 - x; sy = H - 1 - y; break;
+            case 4: sx = x; sy = H - 1 - y; break;
+            case 5: sx = y; sy = x; break;
+            case 6: sx = y; sy = H - 1 - x; break;
+            case 7: sx = W - 1 - y; sy = H - 1 - x; break;
+            default: sx = W - 1 - y; sy = x; break; /* 8 */
+            }
+            memcpy(out + (y * ow + x) * 3, img->rgb + (sy * W + sx) * 3, 3);
+        }
+    free(img->rgb);
+    img->rgb = out;
+    img->width = (int)ow;
+    img->height = (int)oh;
     return 0;
 }
 
@@ -107,28 +181,51 @@ static int decode_png(m3_image *img, const uint8_t *data, size_t len, const char
         png_set_palette_to_rgb(png);
     if (color == PNG_COLOR_TYPE_GRAY && depth < 8)
         png_set_expand_gray_1_2_4_to_8(png);
-    if (depth == 16)
-        png_set_strip_16(png); /* keeps the high byte */
-    if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA)
+    /* 16-bit grey without alpha is PIL mode "I;16": read the 16-bit samples
+     * and clip (below); every other 16-bit image keeps its high byte. */
+    int gray16 = color == PNG_COLOR_TYPE_GRAY && depth == 16;
+    if (depth == 16 && !gray16)
+        png_set_strip_16(png);
+    if ((color == PNG_COLOR_TYPE_GRAY && !gray16) || color == PNG_COLOR_TYPE_GRAY_ALPHA)
         png_set_gray_to_rgb(png);
     png_set_strip_alpha(png);
     (void)png_set_interlace_handling(png);
     png_read_update_info(png, info);
-    if (png_get_rowbytes(png, info) != (size_t)w * 3)
-        png_error(png, "unexpected row layout after conversion to RGB8");
+    /* gray16 rows are w samples of 2 bytes (big-endian), others RGB8 */
+    if (png_get_rowbytes(png, info) != (size_t)w * (gray16 ? 2 : 3))
+        png_error(png, "unexpected row layout after conversion");
     rgb = malloc((size_t)w * h * 3);
     rows = malloc((size_t)h * sizeof *rows);
     if (!rgb || !rows)
         png_error(png, "out of memory for the pixels");
     for (png_uint_32 y = 0; y < h; y++)
-        rows[y] = rgb + (size_t)y * w * 3;
+        rows[y] = rgb + (size_t)y * w * 3; /* a gray16 row (2w bytes) fits in 3w */
     png_read_image(png, rows);
-    png_read_end(png, NULL);
+    if (gray16) {
+        for (png_uint_32 y = 0; y < h; y++) {
+            uint8_t *r = rows[y];
+            /* expand in place from the right so no sample is overwritten early */
+            for (size_t x = w; x-- > 0;) {
+                uint8_t v = r[2 * x] ? 255 : r[2 * x + 1];
+                r[3 * x] = r[3 * x + 1] = r[3 * x + 2] = v;
+            }
+        }
+    }
+    png_read_end(png, info);
+    int orientation = 1;
+    png_uint_32 exif_len = 0;
+    png_bytep exif = NULL;
+    if (png_get_eXIf_1(png, info, &exif_len, &exif) && exif)
+        orientation = exif_orientation(exif, exif_len);
     png_destroy_read_struct(&png, &info, NULL);
     free(rows);
     img->width = (int)w;
     img->height = (int)h;
     img->rgb = rgb;
+    if (apply_orientation(img, orientation, name, e) != 0) {
+        m3_image_free(img);
+        return -1;
+    }
     return 0;
 }
 
@@ -172,7 +269,15 @@ static int decode_jpeg(m3_image *img, const uint8_t *data, size_t len, const cha
     }
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xffff); /* EXIF */
     jpeg_read_header(&cinfo, TRUE);
+    int orientation = 1;
+    for (jpeg_saved_marker_ptr mk = cinfo.marker_list; mk; mk = mk->next)
+        if (mk->marker == JPEG_APP0 + 1 && mk->data_length > 6 &&
+            memcmp(mk->data, "Exif\0\0", 6) == 0) {
+            orientation = exif_orientation(mk->data + 6, mk->data_length - 6);
+            break;
+        }
     if (check_size(name, cinfo.image_width, cinfo.image_height, e)) {
         jpeg_destroy_decompress(&cinfo);
         return -1;
@@ -223,6 +328,10 @@ static int decode_jpeg(m3_image *img, const uint8_t *data, size_t len, const cha
     img->width = (int)w;
     img->height = (int)h;
     img->rgb = rgb;
+    if (apply_orientation(img, orientation, name, e) != 0) {
+        m3_image_free(img);
+        return -1;
+    }
     return 0;
 }
 

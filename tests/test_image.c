@@ -3,8 +3,10 @@
  * Spec: M3-VIS-DECODE-1. Every PNG colour type and bit depth, interlaced
  * and not, is written here with libpng and decoded back; the expected RGB
  * is derived from the written samples by the rules of the clause (16-bit:
- * high byte; grey < 8 bits scaled to 0..255; palette looked up; alpha
- * dropped). JPEGs are written with libjpeg.
+ * high byte, except 16-bit grey without alpha, which PIL opens as "I;16"
+ * and clips to 255; grey < 8 bits scaled to 0..255; palette looked up; alpha
+ * dropped). JPEGs are written with libjpeg; EXIF orientations 1..8 are
+ * written into APP1 and must come back transposed as PIL's exif_transpose.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -105,8 +107,11 @@ static membuf write_png(int ct, int depth, int interlace, int trns, uint8_t *wan
                 for (int k = 0; k < 3; k++) {
                     int c = nch >= 3 ? k : 0;
                     unsigned v = sample(y, x, c, depth);
-                    o[k] = depth == 16 ? (uint8_t)(v >> 8)
-                                       : (uint8_t)(v * 255u / ((1u << depth) - 1u));
+                    if (depth == 16 && ct == PNG_COLOR_TYPE_GRAY)
+                        o[k] = v > 255 ? 255 : (uint8_t)v; /* PIL I;16 -> RGB clips */
+                    else
+                        o[k] = depth == 16 ? (uint8_t)(v >> 8)
+                                           : (uint8_t)(v * 255u / ((1u << depth) - 1u));
                 }
             }
         }
@@ -153,7 +158,17 @@ static void test_png_all_types(void **st)
             }
 }
 
+/* A JPEG of 32x24 pixels px; with exif_len > 0, exif is written as an APP1 marker. */
+static membuf write_jpeg_exif(int ncomp, J_COLOR_SPACE cs, int progressive, const uint8_t *px,
+                              const uint8_t *exif, unsigned exif_len);
+
 static membuf write_jpeg(int ncomp, J_COLOR_SPACE cs, int progressive, const uint8_t *px)
+{
+    return write_jpeg_exif(ncomp, cs, progressive, px, NULL, 0);
+}
+
+static membuf write_jpeg_exif(int ncomp, J_COLOR_SPACE cs, int progressive, const uint8_t *px,
+                              const uint8_t *exif, unsigned exif_len)
 {
     struct jpeg_compress_struct c;
     struct jpeg_error_mgr jerr;
@@ -171,6 +186,8 @@ static membuf write_jpeg(int ncomp, J_COLOR_SPACE cs, int progressive, const uin
     if (progressive)
         jpeg_simple_progression(&c);
     jpeg_start_compress(&c, TRUE);
+    if (exif_len)
+        jpeg_write_marker(&c, JPEG_APP0 + 1, exif, exif_len);
     while (c.next_scanline < c.image_height) {
         JSAMPROW r = (JSAMPROW)(px + (size_t)c.next_scanline * 32 * ncomp);
         jpeg_write_scanlines(&c, &r, 1);
@@ -215,6 +232,54 @@ static void test_jpeg(void **st)
         assert_non_null(strstr(e.msg, "cut.jpg"));
         free(m.p);
     }
+}
+
+/* EXIF orientation, as PIL's ImageOps.exif_transpose applies it. Source
+ * 32x24 in four solid quadrants: top-left red, top-right green, bottom-left
+ * blue, bottom-right white. Expected top-left and top-right quadrant colours
+ * of the output, worked out by hand for each orientation (2 mirror, 3 rotate
+ * 180, 4 flip, 5 transpose, 6 rotate 90 clockwise, 7 transverse, 8 rotate 90
+ * counter-clockwise). */
+static void test_jpeg_exif_orientation(void **st)
+{
+    (void)st;
+    enum { R, G, B, WH };
+    static const uint8_t col[4][3] = {{255, 0, 0}, {0, 255, 0}, {0, 0, 255}, {255, 255, 255}};
+    static uint8_t px[24 * 32 * 3];
+    for (int y = 0; y < 24; y++)
+        for (int x = 0; x < 32; x++)
+            memcpy(px + (y * 32 + x) * 3, col[(y >= 12) * 2 + (x >= 16)], 3);
+    static const int want_tl[9] = {0, R, G, WH, B, R, B, WH, G};
+    static const int want_tr[9] = {0, G, R, B, WH, B, R, G, WH};
+    for (int o = 1; o <= 8; o++)
+        for (int le = 0; le < 2; le++) {
+            uint8_t ex[6 + 26] = {'E', 'x', 'i', 'f', 0, 0};
+            uint8_t *t = ex + 6;
+            static const uint8_t be[26] = {'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3,
+                                           0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+            static const uint8_t lit[26] = {'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0,
+                                            1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+            memcpy(t, le ? lit : be, 26);
+            t[le ? 18 : 19] = (uint8_t)o; /* the SHORT value */
+            membuf m = write_jpeg_exif(3, JCS_RGB, 0, px, ex, sizeof ex);
+            m3_image im;
+            m3_err e;
+            if (m3_image_decode(&im, m.p, m.n, "exif.jpg", &e) != 0)
+                fail_msg("orientation %d: %s", o, e.msg);
+            int swap = o >= 5;
+            assert_int_equal(im.width, swap ? 24 : 32);
+            assert_int_equal(im.height, swap ? 32 : 24);
+            const uint8_t *tl = im.rgb + (2 * im.width + 2) * 3;
+            const uint8_t *tr = im.rgb + (2 * im.width + im.width - 3) * 3;
+            for (int k = 0; k < 3; k++) {
+                assert_in_range(tl[k], col[want_tl[o]][k] < 128 ? 0 : 230,
+                                col[want_tl[o]][k] < 128 ? 25 : 255);
+                assert_in_range(tr[k], col[want_tr[o]][k] < 128 ? 0 : 230,
+                                col[want_tr[o]][k] < 128 ? 25 : 255);
+            }
+            m3_image_free(&im);
+            free(m.p);
+        }
 }
 
 static uint32_t crc_of(const uint8_t *p, size_t n)
@@ -279,6 +344,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_png_all_types),
         cmocka_unit_test(test_jpeg),
+        cmocka_unit_test(test_jpeg_exif_orientation),
         cmocka_unit_test(test_hostile),
     };
     return cmocka_run_group_tests_name("image", tests, NULL, NULL);
