@@ -123,20 +123,33 @@ static char *read_text(const char *path, size_t *len, size_t maxlen, m3_err *e)
         m3_fail(e, "%s: cannot open (%s)", path, strerror(errno));
         return NULL;
     }
-    char *buf = malloc(maxlen + 1);
-    if (!buf) {
-        fclose(f);
-        m3_fail(e, "%s: out of memory", path);
-        return NULL;
+    /* the buffer grows with the file (doubling, up to maxlen + 1), so a small
+     * file never costs a maxlen-sized allocation */
+    size_t cap = maxlen < 4096 ? maxlen + 1 : 4096, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) {
+            fclose(f);
+            m3_fail(e, "%s: out of memory", path);
+            return NULL;
+        }
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap || cap == maxlen + 1)
+            break;
+        size_t nc = cap > maxlen / 2 ? maxlen + 1 : cap * 2;
+        char *nb = realloc(buf, nc);
+        if (!nb)
+            free(buf);
+        buf = nb;
+        cap = nc;
     }
-    size_t n = fread(buf, 1, maxlen + 1, f);
     fclose(f);
     if (n > maxlen) {
         free(buf);
         m3_fail(e, "%s: larger than %zu bytes", path, maxlen);
         return NULL;
     }
-    buf[n] = 0;
+    buf[n] = 0; /* n < cap here */
     *len = n;
     return buf;
 }

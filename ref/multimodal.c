@@ -215,6 +215,47 @@ done:
     return rc;
 }
 
+/* Tokenized timestamp texts of a video item's temporal groups. */
+typedef struct timestamps {
+    int32_t **ids;
+    int *len;
+    int n;
+} timestamps;
+
+static void timestamps_free(timestamps *ts)
+{
+    for (int g = 0; g < ts->n; g++)
+        free(ts->ids[g]);
+    free(ts->ids);
+    free(ts->len);
+    memset(ts, 0, sizeof *ts);
+}
+
+/* Fill ts with the ids of "]<]{t:.1f} seconds[>[" for each temporal group of
+ * the video item it (M3-VIS-PLACE-2) and point the item at them. */
+static int video_timestamps(m3_mm_item *it, const m3_mm_request *r, timestamps *ts, m3_err *e)
+{
+    int groups = it->grid[0];
+    ts->ids = calloc((size_t)groups, sizeof *ts->ids);
+    ts->len = calloc((size_t)groups, sizeof *ts->len);
+    if (!ts->ids || !ts->len)
+        return m3_fail(e, "multimodal: out of memory for %d timestamps", groups);
+    ts->n = groups;
+    for (int g = 0; g < groups; g++) {
+        char text[64];
+        int len = m3_video_timestamp(text, sizeof text, g, r->n_video_frames, r->fps, e);
+        if (len < 0)
+            return -1;
+        size_t n = 0;
+        if (m3_tokenizer_encode(r->tok, text, (size_t)len, 1, &ts->ids[g], &n, e) != 0)
+            return m3_fail_prefix(e, "video timestamp %d", g);
+        ts->len[g] = (int)n;
+    }
+    it->ts_ids = (const int32_t *const *)ts->ids;
+    it->ts_len = ts->len;
+    return 0;
+}
+
 int m3_mm_prepare(const m3_model *m, const m3_mm_request *r, const int32_t *ids, int64_t n,
                   float **x, int32_t **ids_out, int64_t *nout, m3_st_writer *dump, m3_err *e)
 {
@@ -227,6 +268,7 @@ int m3_mm_prepare(const m3_model *m, const m3_mm_request *r, const int32_t *ids,
     int any = r && (r->n_images > 0 || r->n_video_frames > 0 || r->pixels_path);
     pixbuf p = {0};
     m3_mm_item *items = NULL;
+    timestamps ts = {0};
     float *feats = NULL;
     int32_t *use_ids = NULL;
     int64_t nuse = 0, nfeat = 0;
@@ -314,6 +356,9 @@ int m3_mm_prepare(const m3_model *m, const m3_mm_request *r, const int32_t *ids,
             items[i].is_video = r->pixels_path ? p.grid[3 * i] > 1
                                                : (r->n_video_frames > 0 && i == n_file_items - 1);
         }
+        if (r->tok && r->n_video_frames > 0 && !r->pixels_path &&
+            video_timestamps(&items[n_file_items - 1], r, &ts, e))
+            goto done;
         if (m3_mm_expand(ids, n, &t, items, n_file_items, &use_ids, &nuse, e)) {
             m3_fail_prefix(e, "the prompt has %lld placeholder ids, neither the %lld of the "
                               "features nor one marker per image/video",
@@ -349,5 +394,6 @@ done:
     free(items);
     free(feats);
     free(use_ids);
+    timestamps_free(&ts);
     return rc;
 }

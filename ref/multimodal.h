@@ -20,6 +20,7 @@
 #include "model.h"
 #include "numerics.h"
 #include "safetensors.h"
+#include "tokenizer.h"
 
 typedef struct m3_mm_ids {
     int32_t image, video, start, end; /* 200025, 200026, 200029, 200030 */
@@ -66,12 +67,14 @@ typedef struct m3_mm_request {
     const char *pixels_path;        /* preprocessed pixel_values + image_grid_thw, or NULL */
     int joint;                      /* HF joint attention (comparisons only) */
     m3_mode mode;
+    const m3_tokenizer *tok;        /* when set, a video marker expands with the timestamp
+                                     * text of each temporal group (M3-VIS-PLACE-2) */
 } m3_mm_request;
 
 /* The whole multimodal front end for token-id prompts: decode and
  * preprocess the files (or read pixels_path), run the vision tower (dumping
  * vision.* into dump when non-NULL), expand single markers when ids hold one
- * marker per item (video timestamps are not inserted at the id level) or
+ * marker per item (video timestamps are inserted only when r->tok is set) or
  * use ids as they are when they already hold the placeholder runs, and
  * build the input embeddings. On success *x [*nout, H] and *ids_out
  * [*nout] are allocated; with no images, video or pixels the ids are only

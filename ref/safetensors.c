@@ -218,6 +218,26 @@ static int parse_entry(const char *fpath, const char *name, const cJSON *ent,
     return 0;
 }
 
+static int parse_file(m3_store *s, const char *path, const void *map, uint64_t fsize, m3_err *e);
+
+/* Record a file of the store (map == NULL: caller-owned memory, not unmapped);
+ * returns the store's copy of path, or NULL when out of memory. */
+static const char *push_file(m3_store *s, const char *path, void *map, size_t size)
+{
+    st_file *nf = realloc(s->files, (s->nfiles + 1) * sizeof *nf);
+    if (!nf)
+        return NULL;
+    s->files = nf;
+    st_file *f = &s->files[s->nfiles];
+    f->path = xstrdup(path);
+    if (!f->path)
+        return NULL;
+    f->map = map;
+    f->size = size;
+    s->nfiles++;
+    return f->path;
+}
+
 /* Map file `path`, validate its header and append its tensors to s. */
 static int load_file(m3_store *s, const char *path, m3_err *e)
 {
@@ -245,23 +265,23 @@ static int load_file(m3_store *s, const char *path, m3_err *e)
     close(fd);
     if (map == MAP_FAILED)
         return m3_fail(e, "%s: cannot mmap: %s", path, strerror(merr));
-    st_file *nf = realloc(s->files, (s->nfiles + 1) * sizeof *nf);
-    if (!nf) {
+    const char *fpath = push_file(s, path, map, (size_t)fsize);
+    if (!fpath) {
         munmap(map, (size_t)fsize);
         return m3_fail(e, "%s: out of memory", path);
     }
-    s->files = nf;
-    st_file *f = &s->files[s->nfiles];
-    f->path = xstrdup(path);
-    f->map = map;
-    f->size = (size_t)fsize;
-    if (!f->path) {
-        munmap(map, (size_t)fsize);
-        return m3_fail(e, "%s: out of memory", path);
-    }
-    s->nfiles++;
-    const char *fpath = f->path;
+    return parse_file(s, fpath, map, fsize, e);
+}
 
+/* Validate the safetensors file image base[0..fsize) (mapped or in memory;
+ * path names it in messages and in m3_tensor.file) and append its tensors to s.
+ * The one validation path of m3_store_open and m3_store_open_mem. */
+static int parse_file(m3_store *s, const char *path, const void *map, uint64_t fsize, m3_err *e)
+{
+    const char *fpath = path;
+    if (fsize < 8)
+        return m3_fail(e, "%s: file too small for a safetensors header (%llu vs 8 bytes)", path,
+                       (unsigned long long)fsize);
     const unsigned char *base = map;
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
@@ -449,6 +469,9 @@ static int shard_name_ok(const char *s)
     return 1;
 }
 
+static int parse_index(m3_store *s, const char *index_path, const char *dir, const char *buf,
+                       size_t len, m3_err *e);
+
 static int load_index(m3_store *s, const char *index_path, m3_err *e)
 {
     char *dir = xstrdup(index_path);
@@ -465,6 +488,18 @@ static int load_index(m3_store *s, const char *index_path, m3_err *e)
         free(dir);
         return -1;
     }
+    int rc = parse_index(s, index_path, dir, buf, len, e);
+    free(buf);
+    free(dir);
+    return rc;
+}
+
+/* Validate index text buf[0..len) (named index_path in messages) and load the
+ * shards it names from directory dir. The one validation path of the index
+ * for m3_store_open and m3_store_open_index_mem. */
+static int parse_index(m3_store *s, const char *index_path, const char *dir, const char *buf,
+                       size_t len, m3_err *e)
+{
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
     int rc = 0;
@@ -516,6 +551,11 @@ static int load_index(m3_store *s, const char *index_path, m3_err *e)
     for (i = 0; i < nents; i++)
         if (i == 0 || strcmp(shards[i], shards[nshards - 1]) != 0)
             shards[nshards++] = shards[i];
+    if (nshards > M3_ST_MAX_SHARDS) {
+        rc = m3_fail(e, "%s: weight_map names %zu shards (over the cap of %d, M3_ST_MAX_SHARDS)",
+                     index_path, nshards, M3_ST_MAX_SHARDS);
+        goto done;
+    }
     for (i = 0; i < nshards; i++) {
         char *p = path_join(dir, shards[i]);
         if (!p) {
@@ -574,8 +614,6 @@ done:
     free(ents);
     free(shards);
     cJSON_Delete(root);
-    free(buf);
-    free(dir);
     return rc;
 }
 
@@ -586,6 +624,8 @@ static int ends_with(const char *s, const char *suf)
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
+
+static int finish_open(m3_store **out, m3_store *s, int rc, m3_err *e);
 
 int m3_store_open(m3_store **out, const char *path, m3_err *e)
 {
@@ -620,6 +660,12 @@ int m3_store_open(m3_store **out, const char *path, m3_err *e)
     } else {
         rc = load_file(s, path, e);
     }
+    return finish_open(out, s, rc, e);
+}
+
+/* Common tail of the openers: sort, reject names seen twice, hand s out (or free it). */
+static int finish_open(m3_store **out, m3_store *s, int rc, m3_err *e)
+{
     if (rc == 0 && s->count > 1) {
         qsort(s->tensors, s->count, sizeof *s->tensors, cmp_tensor_name);
         for (size_t i = 1; i < s->count; i++)
@@ -637,6 +683,38 @@ int m3_store_open(m3_store **out, const char *path, m3_err *e)
     return 0;
 }
 
+int m3_store_open_mem(m3_store **out, const void *data, size_t size, const char *name, m3_err *e)
+{
+    *out = NULL;
+    if (e)
+        e->msg[0] = '\0';
+    m3_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return m3_fail(e, "%s: out of memory", name);
+    s->root = xstrdup(name);
+    const char *fpath = push_file(s, name, NULL, 0);
+    int rc = fpath && s->root ? parse_file(s, fpath, data, (uint64_t)size, e)
+                              : m3_fail(e, "%s: out of memory", name);
+    return finish_open(out, s, rc, e);
+}
+
+int m3_store_open_index_mem(m3_store **out, const char *json, size_t len, const char *dir,
+                            const char *name, m3_err *e)
+{
+    *out = NULL;
+    if (e)
+        e->msg[0] = '\0';
+    m3_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return m3_fail(e, "%s: out of memory", name);
+    s->root = xstrdup(name);
+    int rc = !s->root ? m3_fail(e, "%s: out of memory", name)
+             : len > M3_ST_MAX_HEADER
+                 ? m3_fail(e, "%s: file too large (over %u bytes)", name, (unsigned)M3_ST_MAX_HEADER)
+                 : parse_index(s, name, dir, json, len, e);
+    return finish_open(out, s, rc, e);
+}
+
 void m3_store_close(m3_store *s)
 {
     if (!s)
@@ -645,7 +723,8 @@ void m3_store_close(m3_store *s)
         free((char *)s->tensors[i].name);
     free(s->tensors);
     for (size_t i = 0; i < s->nfiles; i++) {
-        munmap(s->files[i].map, s->files[i].size);
+        if (s->files[i].map)
+            munmap(s->files[i].map, s->files[i].size);
         free(s->files[i].path);
     }
     free(s->files);

@@ -22,6 +22,7 @@
 
 #define M3_MAX_DIMS 8
 #define M3_ST_MAX_HEADER (100u << 20) /* 100 MiB: a documented cap */
+#define M3_ST_MAX_SHARDS 4096          /* distinct shard files one index may name */
 
 typedef struct m3_tensor {
     const char *name;
@@ -39,6 +40,14 @@ typedef struct m3_store m3_store;
  * model.safetensors.index.json (sharded) or model.safetensors. The caller owns
  * *out and frees it with m3_store_close. */
 int m3_store_open(m3_store **out, const char *path, m3_err *e);
+/* As m3_store_open for one safetensors file image data[0..size) in memory
+ * (same validation; name is used in messages and as m3_tensor.file). Tensor
+ * data points into data, which the caller keeps alive until m3_store_close. */
+int m3_store_open_mem(m3_store **out, const void *data, size_t size, const char *name, m3_err *e);
+/* As m3_store_open for index.json text json[0..len) in memory (named name in
+ * messages); the shards it names are loaded from directory dir. */
+int m3_store_open_index_mem(m3_store **out, const char *json, size_t len, const char *dir,
+                            const char *name, m3_err *e);
 /* Release the mappings and the store itself; NULL is allowed. */
 void m3_store_close(m3_store *s);
 /* Look a tensor up by exact name; NULL when absent. */

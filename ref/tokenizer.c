@@ -150,14 +150,17 @@ static void byte_level_tables(m3_tokenizer *t) {
     }
 }
 
-static char *read_file(const char *path, size_t *n) {
+/* Read a whole file; NULL when it cannot be read (*over = 1: it is larger
+ * than M3_TOK_MAX_FILE). */
+static char *read_file(const char *path, size_t *n, int *over) {
+    *over = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     char *buf = NULL;
     size_t cap = 0, len = 0;
     for (;;) {
         if (len + 65536 + 1 > cap) {
-            if (cap >= M3_TOK_MAX_FILE) { free(buf); fclose(f); return NULL; } /* over the cap */
+            if (cap >= M3_TOK_MAX_FILE) { free(buf); fclose(f); *over = 1; return NULL; } /* over the cap */
             size_t nc = cap ? cap * 2 : 1 << 20;
             char *nb = realloc(buf, nc);
             if (!nb) { free(buf); fclose(f); return NULL; }
@@ -444,7 +447,11 @@ static const char *token_content(const cJSON *v) {
 
 static int load_config(m3_tokenizer *t, const char *path, m3_err *e) {
     size_t n;
-    char *buf = read_file(path, &n);
+    int over;
+    char *buf = read_file(path, &n, &over);
+    if (!buf && over)
+        return m3_fail(e, "%s: file larger than the %zu MiB cap (M3_TOK_MAX_FILE)", path,
+                       M3_TOK_MAX_FILE >> 20);
     if (!buf) return 0; /* optional */
     cJSON *j = cJSON_ParseWithLength(buf, n);
     free(buf);
@@ -518,6 +525,8 @@ void m3_tokenizer_free(m3_tokenizer *t) {
     free(t);
 }
 
+static int load_json(m3_tokenizer *t, const char *buf, size_t n, m3_err *e);
+
 int m3_tokenizer_open(m3_tokenizer **out, const char *path, m3_err *e) {
     *out = NULL;
     struct stat st;
@@ -538,20 +547,56 @@ int m3_tokenizer_open(m3_tokenizer **out, const char *path, m3_err *e) {
     m3_tokenizer *t = calloc(1, sizeof *t);
     if (!t) { free(json_path); free(cfg_path); return m3_fail(e, "out of memory"); }
     t->path = json_path;
+    size_t n;
+    int over;
+    char *buf = read_file(json_path, &n, &over);
+    if (!buf && over) {
+        m3_fail(e, "%s: file larger than the %zu MiB cap (M3_TOK_MAX_FILE)", json_path,
+                M3_TOK_MAX_FILE >> 20);
+        goto fail;
+    }
+    if (!buf) { m3_fail(e, "%s: cannot read file", json_path); goto fail; }
+    int rc = load_json(t, buf, n, e);
+    free(buf);
+    if (rc) goto fail;
+    if (load_config(t, cfg_path, e)) goto fail;
+    free(cfg_path);
+    *out = t;
+    return 0;
+fail:
+    free(cfg_path);
+    m3_tokenizer_free(t);
+    return -1;
+}
+
+int m3_tokenizer_open_mem(m3_tokenizer **out, const char *json, size_t len, const char *name,
+                          m3_err *e) {
+    *out = NULL;
+    if (len > M3_TOK_MAX_FILE)
+        return m3_fail(e, "%s: larger than the %zu MiB cap (M3_TOK_MAX_FILE)", name,
+                       M3_TOK_MAX_FILE >> 20);
+    m3_tokenizer *t = calloc(1, sizeof *t);
+    size_t nl = strlen(name) + 1;
+    if (t) t->path = malloc(nl);
+    if (!t || !t->path) { m3_tokenizer_free(t); return m3_fail(e, "%s: out of memory", name); }
+    memcpy(t->path, name, nl);
+    if (load_json(t, json, len, e)) { m3_tokenizer_free(t); return -1; }
+    *out = t;
+    return 0;
+}
+
+/* Parse and validate tokenizer.json text buf[0..n) into t (t->path names it):
+ * the one validation path of m3_tokenizer_open and m3_tokenizer_open_mem. */
+static int load_json(m3_tokenizer *t, const char *buf, size_t n, m3_err *e) {
+    const char *json_path = t->path;
     t->bos_id = t->eos_id = -1;
     byte_level_tables(t);
-    size_t n;
-    char *buf = read_file(json_path, &n);
-    if (!buf) { m3_fail(e, "%s: cannot read file", json_path); goto fail; }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
     if (!j) {
         size_t at = (end && end >= buf && end <= buf + n) ? (size_t)(end - buf) : n;
-        free(buf);
-        m3_fail(e, "%s: malformed JSON (parse error near byte %zu)", json_path, at);
-        goto fail;
+        return m3_fail(e, "%s: malformed JSON (parse error near byte %zu)", json_path, at);
     }
-    free(buf);
     int rc = -1;
     if (!cJSON_IsObject(j)) { m3_fail(e, "%s: top level is not an object", json_path); goto done; }
     if (load_model(t, cJSON_GetObjectItemCaseSensitive(j, "model"), e)) goto done;
@@ -580,15 +625,7 @@ int m3_tokenizer_open(m3_tokenizer **out, const char *path, m3_err *e) {
     rc = 0;
 done:
     cJSON_Delete(j);
-    if (rc) goto fail;
-    if (load_config(t, cfg_path, e)) goto fail;
-    free(cfg_path);
-    *out = t;
-    return 0;
-fail:
-    free(cfg_path);
-    m3_tokenizer_free(t);
-    return -1;
+    return rc;
 }
 
 /* ---------------------------------------------------------------- queries */

@@ -27,6 +27,10 @@ typedef struct m3_tokenizer m3_tokenizer;
 /* Load path: a tokenizer.json file, or a directory holding tokenizer.json and
  * optionally tokenizer_config.json. The caller frees *out with m3_tokenizer_free. */
 int m3_tokenizer_open(m3_tokenizer **out, const char *path, m3_err *e);
+/* As m3_tokenizer_open for tokenizer.json text json[0..len) in memory (same
+ * validation; no tokenizer_config.json; name is used in messages). */
+int m3_tokenizer_open_mem(m3_tokenizer **out, const char *json, size_t len, const char *name,
+                          m3_err *e);
 /* Free a tokenizer; NULL is allowed. */
 void m3_tokenizer_free(m3_tokenizer *t);
 

@@ -419,11 +419,14 @@ static int mm_check(const char *cmd, const cli_opts *o)
     return 0;
 }
 
-/* Run the multimodal front end (ref/multimodal.h) on ids [*T]: on success
+/* Run the multimodal front end (ref/multimodal.h) on ids [*T] (with tok, a
+ * video's temporal groups get their timestamp text, as the upstream
+ * processor writes it into a text prompt): on success
  * *x holds the input embeddings [*T', H] (T' after placeholder expansion) and
  * *T is updated. frames_buf/frames are scratch owned by the caller. */
-static int mm_prepare(const m3_model *m, const cli_opts *o, m3_mode mode, int32_t **ids, int *T,
-                      float **x, m3_st_writer *dump, m3_err *e)
+static int mm_prepare(const m3_model *m, const cli_opts *o, m3_mode mode,
+                      const m3_tokenizer *tok, int32_t **ids, int *T, float **x,
+                      m3_st_writer *dump, m3_err *e)
 {
     char *buf = NULL;
     const char **frames = NULL;
@@ -459,6 +462,7 @@ static int mm_prepare(const m3_model *m, const cli_opts *o, m3_mode mode, int32_
         .pixels_path = o->pixels,
         .joint = o->vision_joint,
         .mode = mode,
+        .tok = tok,
     };
     int32_t *ids2 = NULL;
     int64_t n2 = 0;
@@ -586,7 +590,7 @@ static int cmd_forward(int argc, char **argv)
         goto fail;
     }
     double t0 = now_s();
-    if (mm_requested(&o) && mm_prepare(&m, &o, mode, &ids, &T, &x, w, &e) != 0)
+    if (mm_requested(&o) && mm_prepare(&m, &o, mode, NULL, &ids, &T, &x, w, &e) != 0)
         goto fail;
     s = m3_state_new(&m, T, mode, &e);
     if (!s)
@@ -836,7 +840,7 @@ static int cmd_generate(int argc, char **argv)
         goto fail;
     }
     have_sampler = 1;
-    if (mm_requested(&o) && mm_prepare(&m, &o, mode_of(&o), &ids, &T, &x, NULL, &e) != 0)
+    if (mm_requested(&o) && mm_prepare(&m, &o, mode_of(&o), o.prompt ? tokzr : NULL, &ids, &T, &x, NULL, &e) != 0)
         goto fail;
 
     /* capacity: prompt + new tokens, capped by the context length (generation stops there) */
