@@ -87,7 +87,7 @@ unit-test: $(TEST_BIN)
 cli-test: bin/m3-ref $(BUILD)/tests/cli_helper
 	sh tests/cli_test.sh bin/m3-ref $(BUILD)/tests/cli_helper
 
-test: all unit-test cli-test coverage-check vectors-check conform-test hf-check demo-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
+test: all unit-test cli-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
 	@echo "m3: all tests passed"
 
 # upstream agreement: bin/m3-ref against the committed HF transformers outputs
@@ -101,6 +101,13 @@ hf-check: bin/m3-ref
 .PHONY: demo-check
 demo-check: bin/m3-ref
 	$(PYTHON) tools/check_demo.py --bin bin/m3-ref --model models/demo
+
+# Eagle3 speculative decoding on the demo model with models/demo-drafter
+# (trained by tools/train_demo_drafter.py): output identical to plain greedy
+# for 4 prompts x K in {1,3,5}, and a minimum acceptance at K = 3; stdlib only
+.PHONY: eagle-check
+eagle-check: bin/m3-ref
+	$(PYTHON) tools/check_eagle3.py --bin bin/m3-ref --model models/demo --draft models/demo-drafter
 
 # ---- run, bench, vectors ---------------------------------------------------
 run: all

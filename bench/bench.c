@@ -7,6 +7,11 @@
  *    absent, of a tiny random fixture written to a temp directory), fp32
  *    and bf16 modes, greedy, one token per forward.
  *
+ * 3. Speculative decoding (M3-EAGLE-VERIFY-1) of the demo model models/demo
+ *    with its Eagle3 drafter models/demo-drafter against plain greedy decoding
+ *    of the same prompts in the same run (fp32, 128 new tokens each): wall time,
+ *    acceptance, tokens per target forward and the wall-time ratio.
+ *
  * usage: bench [--model DIR] [--decode-tokens N] [--seconds S]
  */
 #include <math.h>
@@ -21,6 +26,8 @@
 #include "linear.h"
 #include "model.h"
 #include "sampling.h"
+#include "speculative.h"
+#include "tokenizer.h"
 
 static double now_s(void)
 {
@@ -123,6 +130,100 @@ static void bench_decode(const char *dir, const char *what, int ntok)
     m3_model_close(&m);
 }
 
+/* Plain greedy vs speculative greedy on the demo model (same prompts, same run). */
+static void bench_spec(const char *mdir, const char *ddir, int K)
+{
+    static const char *const prompts[] = {"And God said", "In the beginning",
+                                          "The LORD is my shepherd", "Blessed are the"};
+    const int np = 4, N = 128;
+    m3_model m;
+    m3_eagle3 d;
+    m3_tokenizer *tk = NULL;
+    m3_err e = {{0}};
+    char path[4200];
+    memset(&d, 0, sizeof d);
+    snprintf(path, sizeof path, "%s/tokenizer.json", mdir);
+    if (m3_model_open(&m, mdir, NULL, &e) != 0) {
+        printf("speculative: cannot open %s: %s\n", mdir, e.msg);
+        return;
+    }
+    if (m3_eagle3_open(&d, ddir, &m, NULL, &e) != 0 || m3_tokenizer_open(&tk, path, &e) != 0) {
+        printf("speculative: %s\n", e.msg);
+        m3_eagle3_close(&d);
+        m3_model_close(&m);
+        return;
+    }
+    const int V = m.cfg.text.vocab_size;
+    double t_plain = 0, t_spec = 0;
+    int64_t gen = 0, fw = 0, drafted = 0, accepted = 0, fw_plain = 0;
+    int32_t ids[64], out[128], ref[128];
+    float *logits = malloc(sizeof(float) * 64 * (size_t)V);
+    m3_sampler sp;
+    int ok = logits && m3_sampler_init(&sp, V, 1, 1.0f, 0, 1.0f, 1) == 0;
+    for (int p = 0; ok && p < np; p++) {
+        size_t n = 0;
+        int32_t *enc = NULL;
+        if (m3_tokenizer_encode(tk, prompts[p], strlen(prompts[p]), 0, &enc, &n, &e) != 0 || n == 0 ||
+            n > 64) {
+            free(enc);
+            ok = 0;
+            break;
+        }
+        memcpy(ids, enc, n * sizeof *ids);
+        free(enc);
+        /* plain greedy: prefill then one token per forward */
+        m3_state *s = m3_state_new(&m, (int64_t)n + N, M3_MODE_FP32, &e);
+        double t0 = now_s();
+        ok = s && m3_forward(&m, s, ids, (int)n, logits, NULL, &e) == 0;
+        fw_plain += 1;
+        for (int j = 0; ok && j < N; j++) {
+            ref[j] = m3_argmax(j == 0 ? logits + (n - 1) * (size_t)V : logits, V);
+            if (j + 1 < N) {
+                ok = m3_forward(&m, s, &ref[j], 1, logits, NULL, &e) == 0;
+                fw_plain++;
+            }
+        }
+        t_plain += now_s() - t0;
+        m3_state_free(s);
+        /* speculative greedy */
+        m3_state *ts = ok ? m3_state_new(&m, (int64_t)n + N, M3_MODE_FP32, &e) : NULL;
+        m3_eagle3_state *ds = ts ? m3_eagle3_state_new(&d, (int64_t)n + N, &e) : NULL;
+        m3_spec_opts so = {K, N, NULL, 0, NULL, NULL};
+        m3_spec_stats st;
+        int nout = 0;
+        t0 = now_s();
+        ok = ds && m3_spec_generate(&m, ts, &d, ds, ids, (int)n, &sp, &so, out, &nout, &st, &e) == 0;
+        t_spec += now_s() - t0;
+        if (ok && (nout != N || memcmp(out, ref, sizeof(int32_t) * N) != 0))
+            printf("  WARNING: speculative output differs from plain greedy for \"%s\"\n", prompts[p]);
+        gen += nout;
+        fw += st.target_forwards;
+        drafted += st.drafted;
+        accepted += st.accepted;
+        m3_eagle3_state_free(ds);
+        m3_state_free(ts);
+    }
+    if (!ok)
+        printf("speculative: %s\n", e.msg[0] ? e.msg : "prompt encoding failed");
+    else {
+        printf("speculative decoding of %s with %s (K=%d, fp32, greedy, %d prompts x %d tokens):\n",
+               mdir, ddir, K, np, N);
+        printf("  plain greedy       %7.3f s  %7.1f tokens/s  %lld target forwards\n", t_plain,
+               gen / t_plain, (long long)fw_plain);
+        printf("  speculative        %7.3f s  %7.1f tokens/s  %lld target forwards "
+               "(%.2f tokens/forward, acceptance %.1f%%)\n",
+               t_spec, gen / t_spec, (long long)fw, (double)gen / (double)fw,
+               drafted ? 100.0 * (double)accepted / (double)drafted : 0.0);
+        printf("  ratio plain / speculative wall time: %.2fx\n", t_plain / t_spec);
+    }
+    if (logits)
+        m3_sampler_free(&sp);
+    free(logits);
+    m3_tokenizer_free(tk);
+    m3_eagle3_close(&d);
+    m3_model_close(&m);
+}
+
 int main(int argc, char **argv)
 {
     const char *model = "models/tiny";
@@ -166,5 +267,11 @@ int main(int argc, char **argv)
         unlink(path);
         rmdir(dir);
     }
+    snprintf(path, sizeof path, "models/demo-drafter/config.json");
+    if (stat(path, &sb) == 0)
+        for (int K = 1; K <= 5; K += 2)
+            bench_spec("models/demo", "models/demo-drafter", K);
+    else
+        printf("speculative: models/demo-drafter absent\n");
     return 0;
 }

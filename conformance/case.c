@@ -194,7 +194,8 @@ static const char *const k_components[] = {"rmsnorm", "rope", "attention", "msa_
                                            "msa_attention", "router", "swiglu", "mlp", "moe",
                                            "vision_resize", "vision_preprocess", "vision_rope",
                                            "vision_patch_embed", "vision_layer", "vision_tower",
-                                           "vision_projector", "model", NULL};
+                                           "vision_projector", "eagle3_draft", "eagle3_verify",
+                                           "model", NULL};
 
 /* ---- case.json ------------------------------------------------------------ */
 void cf_case_free(cf_case *c)
@@ -230,7 +231,7 @@ int cf_case_parse(cf_case *c, const char *json, size_t len, const char *dir, m3_
     if (!known) {
         m3_fail(e, "%s: unknown component \"%s\" (known: rmsnorm rope attention msa_select "
                    "msa_attention router swiglu mlp moe vision_resize vision_preprocess vision_rope "
-                   "vision_patch_embed vision_layer vision_tower vision_projector model)", where, c->component);
+                   "vision_patch_embed vision_layer vision_tower vision_projector eagle3_draft eagle3_verify model)", where, c->component);
         goto fail;
     }
     char mode[16];

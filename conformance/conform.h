@@ -85,6 +85,9 @@ void cf_tset_free(cf_tset *s);
 /* Copy the string value of `key` in a safetensors file's __metadata__ into
  * out (empty when absent); -1 only when the header cannot be read. */
 int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err *e);
+/* As cf_st_meta for a safetensors file image data[0..size) in memory (named name). */
+int cf_st_meta_mem(const void *data, size_t size, const char *name, const char *key, char *out,
+                   size_t cap, m3_err *e);
 
 /* ---- metrics and set comparison (compare.c) ------------------------------- */
 typedef struct cf_metrics {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "eagle3.h"
 #include "linear.h"
 #include "mlp.h"
 #include "moe.h"
@@ -949,6 +950,142 @@ done:
     return rc;
 }
 
+/* ---- Eagle3 (M3-EAGLE-*): target checkpoint in the case dir, drafter beside it ---- */
+
+/* Integer vector `name` [n] of the inputs (n filled in). */
+static const int32_t *need_ids(inputs *in, const char *name, int64_t *n, m3_err *e)
+{
+    int64_t d[1] = {0};
+    const m3_tensor *t = need(in, name, 1, d, e);
+    if (!t)
+        return NULL;
+    if (t->dtype != M3_I32) {
+        m3_fail(e, "%s: tensor \"%s\" must be int32", in->path, name);
+        return NULL;
+    }
+    *n = d[0];
+    return (const int32_t *)t->data;
+}
+
+/* eagle3_draft: prefill with taps, drafter seeded over the prompt, then chain steps. */
+static int run_eagle3_draft(inputs *in, cf_tset *out, m3_err *e)
+{
+    const cf_case *c = in->c;
+    int64_t T = 0, nl = 0, nc = 0;
+    const int32_t *ids = need_ids(in, "input_ids", &T, e), *last = NULL, *chain = NULL;
+    if (!ids || !(last = need_ids(in, "last", &nl, e)) || !(chain = need_ids(in, "chain_tokens", &nc, e)))
+        return -1;
+    if (nl != 1)
+        return m3_fail(e, "%s: \"last\" must hold one token", in->path);
+    m3_model m;
+    m3_eagle3 d;
+    memset(&d, 0, sizeof d);
+    m3_model_opts mo = {0, 1};
+    if (m3_model_open(&m, c->dir, &mo, e))
+        return -1;
+    char cp[2300], wp[2300];
+    snprintf(cp, sizeof cp, "%s/drafter_config.json", c->dir);
+    snprintf(wp, sizeof wp, "%s/drafter.safetensors", c->dir);
+    m3_state *ts = NULL;
+    m3_eagle3_state *ds = NULL;
+    float *aux = NULL, *g = NULL, *lg = NULL, *ft = NULL;
+    int32_t *toks = NULL;
+    int rc = -1;
+    if (m3_eagle3_open_files(&d, cp, wp, &m, NULL, e))
+        goto done;
+    const int H = m.cfg.text.hidden_size, V = d.cfg.draft_vocab;
+    const int64_t R = T + nc;
+    ts = m3_state_new(&m, T, c->mode, e);
+    ds = ts ? m3_eagle3_state_new(&d, R, e) : NULL;
+    aux = malloc(sizeof(float) * (size_t)T * 3 * H);
+    g = malloc(sizeof(float) * (size_t)T * H);
+    lg = malloc(sizeof(float) * (size_t)R * V);
+    ft = malloc(sizeof(float) * (size_t)R * H);
+    toks = malloc(sizeof(int32_t) * (size_t)R);
+    if (!ts || !ds || !aux || !g || !lg || !ft || !toks) {
+        if (ts && ds)
+            m3_fail(e, "out of memory for the eagle3 case (T %lld, V %d)", (long long)T, V);
+        goto done;
+    }
+    if (m3_eagle3_target_forward(&m, ts, d.cfg.taps, ids, (int)T, NULL, 0, aux, e))
+        goto done;
+    for (int64_t i = 0; i < R; i++)
+        toks[i] = i < T - 1 ? ids[i + 1] : i == T - 1 ? last[0] : chain[i - T];
+    for (int64_t i = 0; i < R; i++) {
+        const float *f = ft + (size_t)(i - 1) * H;
+        if (i < T) {
+            m3_eagle3_combine(&d, ds, aux + (size_t)i * 3 * H, g + (size_t)i * H);
+            f = g + (size_t)i * H;
+        }
+        if (m3_eagle3_step(&d, ds, toks[i], f, lg + (size_t)i * V, ft + (size_t)i * H, e))
+            goto done;
+    }
+    int64_t sa[2] = {T, 3 * H}, sg[2] = {T, H}, sl[2] = {R, V}, sf[2] = {R, H};
+    rc = (cf_tset_add_f(out, "eagle3.aux", 2, sa, aux, e) || cf_tset_add_f(out, "eagle3.g", 2, sg, g, e) ||
+          cf_tset_add_f(out, "eagle3.logits", 2, sl, lg, e) ||
+          cf_tset_add_f(out, "eagle3.features", 2, sf, ft, e)) ? -1 : 0;
+done:
+    m3_eagle3_state_free(ds);
+    m3_state_free(ts);
+    m3_eagle3_close(&d);
+    m3_model_close(&m);
+    free(aux);
+    free(g);
+    free(lg);
+    free(ft);
+    free(toks);
+    return rc;
+}
+
+/* eagle3_verify: prefill, verify [last, d_1..d_K] with taps, greedy acceptance,
+ * rollback to T+j+1 positions, then the bonus token (M3-EAGLE-VERIFY-1, M3-CACHE-3). */
+static int run_eagle3_verify(inputs *in, cf_tset *out, m3_err *e)
+{
+    const cf_case *c = in->c;
+    int64_t T = 0, n = 0;
+    const int32_t *ids = need_ids(in, "input_ids", &T, e), *vt = NULL;
+    if (!ids || !(vt = need_ids(in, "verify_tokens", &n, e)))
+        return -1;
+    m3_model m;
+    m3_model_opts mo = {0, 1};
+    if (m3_model_open(&m, c->dir, &mo, e))
+        return -1;
+    const int H = m.cfg.text.hidden_size, V = m.cfg.text.vocab_size;
+    int taps[3];
+    m3_eagle3_default_taps(m.cfg.text.num_layers, taps);
+    m3_state *ts = m3_state_new(&m, T + n + 1, c->mode, e);
+    float *lg = malloc(sizeof(float) * (size_t)n * V), *aux = malloc(sizeof(float) * (size_t)n * 3 * H);
+    float *nx = malloc(sizeof(float) * (size_t)V);
+    int rc = -1;
+    if (!ts || !lg || !aux || !nx) {
+        if (ts)
+            m3_fail(e, "out of memory for the eagle3 verify case");
+        goto done;
+    }
+    if (m3_forward(&m, ts, ids, (int)T, NULL, NULL, e) ||
+        m3_eagle3_target_forward(&m, ts, taps, vt, (int)n, lg, (int)n, aux, e))
+        goto done;
+    int32_t j = 0;
+    while (j < n - 1 && m3_argmax(lg + (size_t)j * V, V) == vt[j + 1])
+        j++;
+    int32_t bonus = m3_argmax(lg + (size_t)j * V, V);
+    m3_state_truncate(ts, T + j + 1);
+    if (m3_forward(&m, ts, &bonus, 1, nx, NULL, e))
+        goto done;
+    int64_t sl[2] = {n, V}, sa[2] = {n, 3 * H}, s1[1] = {1}, sn[2] = {1, V};
+    rc = (cf_tset_add_f(out, "verify.logits", 2, sl, lg, e) ||
+          cf_tset_add_f(out, "verify.aux", 2, sa, aux, e) || cf_tset_add_i(out, "accepted", 1, s1, &j, e) ||
+          cf_tset_add_i(out, "bonus", 1, s1, &bonus, e) ||
+          cf_tset_add_f(out, "next.logits", 2, sn, nx, e)) ? -1 : 0;
+done:
+    m3_state_free(ts);
+    m3_model_close(&m);
+    free(lg);
+    free(aux);
+    free(nx);
+    return rc;
+}
+
 int cf_ref_component(const cf_case *c, cf_tset *out, m3_err *e)
 {
     inputs in;
@@ -989,6 +1126,10 @@ int cf_ref_component(const cf_case *c, cf_tset *out, m3_err *e)
         rc = run_vision_tower(&in, out, e);
     else if (strcmp(k, "vision_projector") == 0)
         rc = run_vision_projector(&in, out, e);
+    else if (strcmp(k, "eagle3_draft") == 0)
+        rc = run_eagle3_draft(&in, out, e);
+    else if (strcmp(k, "eagle3_verify") == 0)
+        rc = run_eagle3_verify(&in, out, e);
     else
         rc = m3_fail(e, "%s: component \"%s\" is not a component case", c->dir, k);
     m3_store_close(in.st);

@@ -253,6 +253,22 @@ int cf_tset_append_rows(cf_tset *dst, const cf_tset *src, m3_err *e)
     return 0;
 }
 
+/* The string __metadata__[key] of safetensors header text h[0..len) into out
+ * (empty when absent); shared by cf_st_meta and cf_st_meta_mem. */
+static int meta_from_header(const char *h, size_t len, const char *path, const char *key,
+                            char *out, size_t cap, m3_err *e)
+{
+    cJSON *root = cJSON_ParseWithLength(h, len);
+    if (!root)
+        return m3_fail(e, "%s: header is not valid JSON", path);
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    const cJSON *v = cJSON_IsObject(md) ? cJSON_GetObjectItemCaseSensitive(md, key) : NULL;
+    if (cJSON_IsString(v))
+        snprintf(out, cap, "%s", v->valuestring);
+    cJSON_Delete(root);
+    return 0;
+}
+
 int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err *e)
 {
     out[0] = 0;
@@ -279,14 +295,24 @@ int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err 
     }
     fclose(f);
     h[len] = 0;
-    cJSON *root = cJSON_ParseWithLength(h, (size_t)len);
+    int rc = meta_from_header(h, (size_t)len, path, key, out, cap, e);
     free(h);
-    if (!root)
-        return m3_fail(e, "%s: header is not valid JSON", path);
-    const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
-    const cJSON *v = cJSON_IsObject(md) ? cJSON_GetObjectItemCaseSensitive(md, key) : NULL;
-    if (cJSON_IsString(v))
-        snprintf(out, cap, "%s", v->valuestring);
-    cJSON_Delete(root);
-    return 0;
+    return rc;
+}
+
+int cf_st_meta_mem(const void *data, size_t size, const char *name, const char *key, char *out,
+                   size_t cap, m3_err *e)
+{
+    out[0] = 0;
+    const unsigned char *b = data;
+    uint64_t len = 0;
+    if (size < 8)
+        return m3_fail(e, "%s: shorter than the 8-byte header length", name);
+    for (int k = 7; k >= 0; k--)
+        len = (len << 8) | b[k];
+    if (len == 0 || len > M3_ST_MAX_HEADER)
+        return m3_fail(e, "%s: header length %llu is out of range", name, (unsigned long long)len);
+    if (len > size - 8)
+        return m3_fail(e, "%s: header truncated", name);
+    return meta_from_header((const char *)b + 8, (size_t)len, name, key, out, cap, e);
 }

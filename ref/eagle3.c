@@ -336,10 +336,21 @@ int m3_eagle3_open(m3_eagle3 *d, const char *dir, const m3_model *target,
         return m3_fail(e, "drafter: no checkpoint directory given");
     if (strlen(dir) >= sizeof d->dir)
         return m3_fail(e, "drafter: path is longer than %zu bytes", sizeof d->dir - 1);
-    memcpy(d->dir, dir, strlen(dir) + 1);
-    const m3_text_config *tc = &target->cfg.text;
     char path[sizeof d->dir + 32];
     snprintf(path, sizeof path, "%s/config.json", dir);
+    return m3_eagle3_open_files(d, path, dir, target, opts, e);
+}
+
+int m3_eagle3_open_files(m3_eagle3 *d, const char *path, const char *dir, const m3_model *target,
+                         const m3_eagle3_opts *opts, m3_err *e)
+{
+    memset(d, 0, sizeof *d);
+    if (!path || !*path || !dir || !*dir)
+        return m3_fail(e, "drafter: no config.json or weights path given");
+    if (strlen(dir) >= sizeof d->dir)
+        return m3_fail(e, "drafter: path is longer than %zu bytes", sizeof d->dir - 1);
+    memcpy(d->dir, dir, strlen(dir) + 1);
+    const m3_text_config *tc = &target->cfg.text;
     int target_hidden = 0, dvocab = -1;
     m3_eagle3_config *c = &d->cfg;
     if (parse_config(c, path, target, opts ? opts->lenient_config : 0, &target_hidden, &dvocab, e))

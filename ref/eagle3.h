@@ -75,6 +75,11 @@ void m3_eagle3_default_taps(int L, int taps[3]);
  * opts may be NULL. Names may carry a leading "model.". */
 int m3_eagle3_open(m3_eagle3 *d, const char *dir, const m3_model *target,
                    const m3_eagle3_opts *opts, m3_err *e);
+/* As m3_eagle3_open with the config file and the weights (a .safetensors file
+ * or a checkpoint directory) named separately (conformance cases ship both
+ * beside a target checkpoint). */
+int m3_eagle3_open_files(m3_eagle3 *d, const char *config_path, const char *weights,
+                         const m3_model *target, const m3_eagle3_opts *opts, m3_err *e);
 /* Release what m3_eagle3_open acquired; safe on a zeroed struct. */
 void m3_eagle3_close(m3_eagle3 *d);
 

@@ -174,6 +174,17 @@ static int decode_png(m3_image *img, const uint8_t *data, size_t len, const char
         png_destroy_read_struct(&png, &info, NULL);
         return -1;
     }
+    /* deflate compresses at most M3_PNG_MAX_RATIO:1, so w x h pixels of this
+     * depth need at least that many file bytes: a short file claiming a large
+     * image is refused before its pixel buffer is allocated */
+    unsigned long long pix_bytes = (unsigned long long)w * h * png_get_bit_depth(png, info) *
+                                   png_get_channels(png, info) / 8;
+    if (pix_bytes / M3_PNG_MAX_RATIO > len) {
+        png_destroy_read_struct(&png, &info, NULL);
+        return m3_fail(e, "%s: PNG image %lux%lu holds %llu bytes of pixel data, more than "
+                          "%zu file bytes can (deflate ratio cap %d:1)",
+                       name, (unsigned long)w, (unsigned long)h, pix_bytes, len, M3_PNG_MAX_RATIO);
+    }
     int color = png_get_color_type(png, info);
     int depth = png_get_bit_depth(png, info);
     /* Everything to 8-bit RGB, alpha stripped without compositing. */
@@ -287,14 +298,30 @@ static int decode_jpeg(m3_image *img, const uint8_t *data, size_t len, const cha
     jpeg_start_decompress(&cinfo);
     size_t w = cinfo.output_width, h = cinfo.output_height;
     int nc = cinfo.output_components;
-    rgb = malloc(w * h * 3);
+    /* The pixel buffer grows with the rows decoded so far (doubling up to h)
+     * and decoding stops at the first warning (data ran out or is corrupt;
+     * rejected below), so a short file claiming a large image never gets
+     * the full w*h*3 buffer, nor decodes rows of grey fill. */
+    size_t rows_cap = 0;
     row = malloc(w * (size_t)nc);
-    if (!rgb || !row) {
+    if (!row) {
         strcpy(je.msg, "out of memory for the pixels");
         longjmp(je.jb, 1);
     }
-    while (cinfo.output_scanline < h) {
+    while (cinfo.output_scanline < h && je.pub.num_warnings == 0) {
         size_t y = cinfo.output_scanline;
+        if (y == rows_cap) {
+            size_t nr = rows_cap ? 2 * rows_cap : 16;
+            if (nr > h)
+                nr = h;
+            uint8_t *nb = realloc(rgb, nr * w * 3);
+            if (!nb) {
+                strcpy(je.msg, "out of memory for the pixels");
+                longjmp(je.jb, 1);
+            }
+            rgb = nb;
+            rows_cap = nr;
+        }
         JSAMPROW rp = row;
         jpeg_read_scanlines(&cinfo, &rp, 1);
         uint8_t *dst = rgb + y * w * 3;

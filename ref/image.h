@@ -6,7 +6,12 @@
  * their high byte; grey is replicated to R, G and B).
  *
  * Limits (documented caps, checked before any allocation): width and height
- * at most M3_IMAGE_MAX_SIDE and width*height at most M3_IMAGE_MAX_PIXELS.
+ * at most M3_IMAGE_MAX_SIDE and width*height at most M3_IMAGE_MAX_PIXELS; a
+ * PNG's pixel data (w*h*depth*channels/8 bytes) at most M3_PNG_MAX_RATIO
+ * times the file size (deflate's maximum ratio, so no valid PNG is refused).
+ * JPEG has no such sound bound (progressive end-of-band runs); its pixel
+ * buffer grows with the rows actually decoded and decoding stops at the
+ * first corrupt-data or end-of-data warning.
  */
 #ifndef M3_IMAGE_H
 #define M3_IMAGE_H
@@ -18,6 +23,7 @@
 
 #define M3_IMAGE_MAX_SIDE 32768
 #define M3_IMAGE_MAX_PIXELS (1u << 28) /* 268M pixels, 768 MiB as RGB8 */
+#define M3_PNG_MAX_RATIO 1032           /* deflate: 258-byte match in 2 bits */
 
 typedef struct m3_image {
     int width, height;

@@ -332,6 +332,41 @@ static void test_hostile(void **st)
         assert_int_equal(m3_image_decode(&im, bad, m.n, "dims.png", &e), -1);
         assert_non_null(strstr(e.msg, "dims.png"));
     }
+    /* within the side/pixel caps, but far more pixel data than a file of
+     * m.n bytes can hold at deflate's best ratio (1032:1): refused before the
+     * 768 MiB pixel buffer is allocated, naming the cap */
+    memcpy(bad, m.p, m.n);
+    const uint32_t big[2] = {32768, 8192}; /* exactly M3_IMAGE_MAX_PIXELS */
+    for (int j = 0; j < 2; j++) {
+        uint8_t *d = bad + 16 + 4 * j;
+        d[0] = (uint8_t)(big[j] >> 24), d[1] = (uint8_t)(big[j] >> 16),
+        d[2] = (uint8_t)(big[j] >> 8), d[3] = (uint8_t)big[j];
+    }
+    uint32_t c = crc_of(bad + 12, 17);
+    bad[29] = (uint8_t)(c >> 24), bad[30] = (uint8_t)(c >> 16), bad[31] = (uint8_t)(c >> 8),
+    bad[32] = (uint8_t)c;
+    assert_int_equal(m3_image_decode(&im, bad, m.n, "short.png", &e), -1);
+    assert_non_null(strstr(e.msg, "short.png"));
+    assert_non_null(strstr(e.msg, "32768x8192"));
+    assert_non_null(strstr(e.msg, "deflate ratio cap 1032:1"));
+    /* a baseline JPEG whose SOF0 claims 32768x8192 (the pixel cap) but whose
+     * data holds 32x24 pixels: decoding stops at the first warning (data ran
+     * out) and fails, naming the file */
+    {
+        static uint8_t px[24 * 32 * 3];
+        membuf j = write_jpeg(3, JCS_RGB, 0, px);
+        size_t at = 0;
+        for (size_t i = 2; i + 9 < j.n && !at; i++)
+            if (j.p[i] == 0xFF && j.p[i + 1] == 0xC0)
+                at = i;
+        assert_true(at > 0);
+        j.p[at + 5] = 0x20, j.p[at + 6] = 0x00; /* height 8192 */
+        j.p[at + 7] = 0x80, j.p[at + 8] = 0x00; /* width 32768 */
+        assert_int_equal(m3_image_decode(&im, j.p, j.n, "short.jpg", &e), -1);
+        assert_non_null(strstr(e.msg, "short.jpg"));
+        assert_non_null(strstr(e.msg, "corrupt JPEG"));
+        free(j.p);
+    }
     /* a missing file */
     assert_int_equal(m3_image_load(&im, "/nonexistent/m3.png", &e), -1);
     assert_non_null(strstr(e.msg, "/nonexistent/m3.png"));

@@ -434,6 +434,81 @@ static void test_truncation_and_corruption(void **state)
     close(fd);
 }
 
+/* m3_store_open_mem / m3_store_open_index_mem give what the path openers give
+ * (same tensors, same error after the name), and the shard-count cap. */
+static void test_mem_openers(void **state)
+{
+    (void)state;
+    char dir[512], p[600];
+    m3_err e = {{0}}, e2 = {{0}};
+    m3_store *s = NULL, *sm = NULL;
+    make_sharded("mem", "\"a\":\"s1.safetensors\",\"b\":\"s1.safetensors\","
+                        "\"c\":\"s2.safetensors\"");
+    pth(dir, sizeof dir, "mem");
+    snprintf(p, sizeof p, "%s/s1.safetensors", dir);
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    unsigned char img[4096];
+    size_t n = fread(img, 1, sizeof img, f);
+    fclose(f);
+    assert_true(n > 8 && n < sizeof img);
+    assert_int_equal(m3_store_open(&s, p, &e), 0);
+    assert_int_equal(m3_store_open_mem(&sm, img, n, "mem:s1", &e), 0);
+    assert_int_equal(m3_store_count(sm), m3_store_count(s));
+    for (size_t i = 0; i < m3_store_count(s); i++) {
+        const m3_tensor *a = m3_store_at(s, i), *b = m3_store_at(sm, i);
+        assert_string_equal(a->name, b->name);
+        assert_int_equal(a->nbytes, b->nbytes);
+        assert_memory_equal(a->data, b->data, a->nbytes);
+        assert_true((const unsigned char *)b->data >= img &&
+                    (const unsigned char *)b->data + b->nbytes <= img + n);
+        assert_string_equal(b->file, "mem:s1");
+    }
+    m3_store_close(s);
+    m3_store_close(sm);
+    /* a truncated image fails like the truncated file, named by its name */
+    char cut[600];
+    pth(cut, sizeof cut, "cut.safetensors");
+    f = fopen(cut, "wb");
+    assert_int_equal(fwrite(img, 1, n - 1, f), n - 1);
+    fclose(f);
+    assert_int_equal(m3_store_open(&s, cut, &e), -1);
+    assert_int_equal(m3_store_open_mem(&sm, img, n - 1, "mem:cut", &e2), -1);
+    assert_null(sm);
+    assert_non_null(strstr(e2.msg, "mem:cut: "));
+    assert_string_equal(strchr(e.msg + strlen(cut), ' '), strchr(e2.msg, ' '));
+    assert_int_equal(m3_store_open_mem(&sm, img, 3, "mem:tiny", &e2), -1);
+    assert_non_null(strstr(e2.msg, "mem:tiny: file too small"));
+
+    /* the index from memory, shards from dir */
+    const char *idx = "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s1.safetensors\","
+                      "\"c\":\"s2.safetensors\"}}";
+    assert_int_equal(m3_store_open_index_mem(&sm, idx, strlen(idx), dir, "mem:index", &e), 0);
+    assert_int_equal(m3_store_count(sm), 3);
+    m3_store_close(sm);
+    const char *bad = "{\"weight_map\":{\"a\":\"s1.safetensors\"}}";
+    assert_int_equal(m3_store_open_index_mem(&sm, bad, strlen(bad), dir, "mem:index", &e), -1);
+    assert_non_null(strstr(e.msg, "tensor b: not listed in mem:index"));
+
+    /* more distinct shards than M3_ST_MAX_SHARDS: refused before any is opened */
+    size_t cap = 64 + (size_t)(M3_ST_MAX_SHARDS + 1) * 32;
+    char *big = malloc(cap);
+    assert_non_null(big);
+    size_t k = (size_t)snprintf(big, cap, "{\"weight_map\":{");
+    for (int i = 0; i <= M3_ST_MAX_SHARDS; i++)
+        k += (size_t)snprintf(big + k, cap - k, "%s\"t%d\":\"s%d.safetensors\"", i ? "," : "", i, i);
+    k += (size_t)snprintf(big + k, cap - k, "}}");
+    assert_true(k < cap);
+    assert_int_equal(m3_store_open_index_mem(&sm, big, k, dir, "mem:many", &e), -1);
+    assert_null(sm);
+    char want[128];
+    snprintf(want, sizeof want, "names %d shards (over the cap of %d, M3_ST_MAX_SHARDS)",
+             M3_ST_MAX_SHARDS + 1, M3_ST_MAX_SHARDS);
+    if (!strstr(e.msg, want) || !strstr(e.msg, "mem:many"))
+        fail_msg("message '%s' lacks '%s'", e.msg, want);
+    free(big);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -441,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_header_errors),
         cmocka_unit_test(test_sharded),
         cmocka_unit_test(test_truncation_and_corruption),
+        cmocka_unit_test(test_mem_openers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

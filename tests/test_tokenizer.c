@@ -187,6 +187,11 @@ static void expect_open_error(const char *json, const char *needle) {
     assert_null(t);
     if (!strstr(e.msg, needle) || !strstr(e.msg, "tokenizer.json"))
         fail_msg("message \"%s\" lacks \"%s\" or the file name", e.msg, needle);
+    /* the same text from memory fails the same way, named by its name */
+    assert_int_equal(m3_tokenizer_open_mem(&t, json, strlen(json), "mem:tok", &e), -1);
+    assert_null(t);
+    if (!strstr(e.msg, needle) || !strstr(e.msg, "mem:tok"))
+        fail_msg("open_mem message \"%s\" lacks \"%s\" or the name", e.msg, needle);
 }
 
 static void test_malformed(void **st) {
@@ -196,6 +201,20 @@ static void test_malformed(void **st) {
     /* sanity: the good variant loads */
     write_file("tokenizer.json", PRE MODEL_OK "}");
     assert_int_equal(m3_tokenizer_open(&t, tmpdir, &e), 0);
+    /* ... and from memory it encodes the same */
+    m3_tokenizer *tm = NULL;
+    const char *ok = PRE MODEL_OK "}";
+    assert_int_equal(m3_tokenizer_open_mem(&tm, ok, strlen(ok), "mem:tok", &e), 0);
+    int32_t *i1 = NULL, *i2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    assert_int_equal(m3_tokenizer_encode(t, "abba", 4, 1, &i1, &n1, &e), 0);
+    assert_int_equal(m3_tokenizer_encode(tm, "abba", 4, 1, &i2, &n2, &e), 0);
+    assert_int_equal(n1, 3); /* ab b a */
+    assert_int_equal(n1, n2);
+    assert_memory_equal(i1, i2, n1 * sizeof *i1);
+    free(i1);
+    free(i2);
+    m3_tokenizer_free(tm);
     m3_tokenizer_free(t);
     expect_open_error("{\"model\": ", "malformed JSON");
     expect_open_error(PRE "\"x\": 1}", "\"model\"");

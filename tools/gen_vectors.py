@@ -579,6 +579,10 @@ for _n in ["faithful_bf16"] + sorted(m3np.MUTANTS):
 import gen_vectors_vision  # noqa: E402
 gen_vectors_vision.register(case)
 
+# Eagle3 drafter / verification cases and the tap mutant (tools/gen_vectors_eagle3.py)
+import gen_vectors_eagle3  # noqa: E402
+gen_vectors_eagle3.register(case, sys.modules[__name__])
+
 # ------------------------------------------------------------------ driver
 
 def write_case(out, rel, res):
