@@ -27,7 +27,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 LIB       := $(BUILD)/libm3.a
 
-.PHONY: all deps run test unit-test cli-test bench vectors vectors-check coverage coverage-check gpu clean
+.PHONY: all deps run test unit-test cli-test bench vectors vectors-big vectors-check coverage coverage-check gpu clean
 .DEFAULT_GOAL := all
 
 all: deps bin/m3-ref $(if $(CONF_SRC),bin/m3-conform)
@@ -123,6 +123,11 @@ bench: all $(BUILD)/bench/bench
 vectors: deps
 	$(PYTHON) tools/make_tiny_model.py --out models/tiny
 	$(PYTHON) tools/gen_vectors.py --out vectors
+
+# the big cases (8,192-token block selection, 2,200-token bf16 model) are not
+# committed: generated here on demand and run by conform-test
+vectors-big: deps
+	$(PYTHON) tools/gen_vectors.py --out $(BUILD)/vectors-big --big-only
 
 # regenerate every non-big vector (and models/tiny) in a temp dir, compare bytes
 vectors-check: deps
@@ -224,8 +229,9 @@ $(BUILD)/tests/test_conform: tests/test_conform.c $(wildcard tests/*.h conforman
 # The reference passes every committed vector (also teacher-forced, layer by
 # layer), every mutant fails at its declared first divergence, and the
 # faithful bf16 dump passes the bf16 profile.
-conform-test: bin/m3-conform
+conform-test: bin/m3-conform vectors-big
 	bin/m3-conform run vectors/manifest.json --teacher-forced --quiet
+	bin/m3-conform run $(BUILD)/vectors-big/manifest.json --teacher-forced --quiet
 
 # ---- GPU path (gpu/, issue 8) ----------------------------------------------
 # make gpu        bin/m3-gpu with nvcc (CUDA, cuBLAS; gpu/hip_compat.h maps HIP)

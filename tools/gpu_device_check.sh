@@ -64,7 +64,7 @@ for c in vectors/model/*; do
 done
 
 # ragged lengths on the deployment MSA model (block 128, top-16, 4 index heads)
-base=vectors/model/deploy_msa_2200_bf16
+base=vectors/model/deploy_msa_2200_fp32  # same model as the bf16 case
 for L in 1 127 128 129 2047 2048 2049 2200; do
  for mode in bf16 fp32; do
   d=/tmp/ragged_${L}_$mode; rm -rf $d; mkdir -p $d
