@@ -17,7 +17,7 @@ LDLIBS  += -lcjson -lpng -ljpeg -lm
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 
-DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy
+DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil
 
 REF_SRC   := $(sort $(wildcard ref/*.c))
 REF_OBJ   := $(patsubst ref/%.c,$(BUILD)/ref/%.o,$(REF_SRC))
@@ -40,6 +40,7 @@ $(BUILD)/.deps-ok:
 	test -f /usr/include/png.h || missing="$$missing libpng-dev"; \
 	test -f /usr/include/jpeglib.h || missing="$$missing libjpeg62-turbo-dev"; \
 	$(PYTHON) -c 'import numpy' 2>/dev/null || missing="$$missing python3-numpy"; \
+	$(PYTHON) -c 'import PIL' 2>/dev/null || missing="$$missing python3-pil"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "m3: installing Debian packages:$$missing"; \

@@ -192,7 +192,8 @@ static int copy_str(char *dst, size_t cap, const cJSON *o, const char *key, int 
 
 static const char *const k_components[] = {"rmsnorm", "rope", "attention", "msa_select",
                                            "msa_attention", "router", "swiglu", "mlp", "moe",
-                                           "vision_resize", "vision_preprocess", "vision_rope",
+                                           "vision_decode", "vision_resize", "vision_preprocess",
+                                           "vision_rope",
                                            "vision_patch_embed", "vision_layer", "vision_tower",
                                            "vision_projector", "eagle3_draft", "eagle3_verify",
                                            "model", NULL};
@@ -230,7 +231,7 @@ int cf_case_parse(cf_case *c, const char *json, size_t len, const char *dir, m3_
         known |= strcmp(k_components[i], c->component) == 0;
     if (!known) {
         m3_fail(e, "%s: unknown component \"%s\" (known: rmsnorm rope attention msa_select "
-                   "msa_attention router swiglu mlp moe vision_resize vision_preprocess vision_rope "
+                   "msa_attention router swiglu mlp moe vision_decode vision_resize vision_preprocess vision_rope "
                    "vision_patch_embed vision_layer vision_tower vision_projector eagle3_draft eagle3_verify model)", where, c->component);
         goto fail;
     }

@@ -15,6 +15,7 @@
 
 #include "attention.h"
 #include "eagle3.h"
+#include "image.h"
 #include "linear.h"
 #include "mlp.h"
 #include "moe.h"
@@ -579,6 +580,32 @@ static int need_u8(inputs *in, const char *name, int ndim, int64_t *dims, const 
     return 0;
 }
 
+/* M3-VIS-DECODE-1: the bytes of a PNG/JPEG file -> RGB8 (values as F32). */
+static int run_vision_decode(inputs *in, cf_tset *out, m3_err *e)
+{
+    int64_t d[1] = {0};
+    const uint8_t *file;
+    if (need_u8(in, "file", 1, d, &file, e))
+        return -1;
+    m3_image im;
+    if (m3_image_decode(&im, file, (size_t)d[0], in->path, e) != 0)
+        return -1;
+    size_t n = (size_t)im.width * (size_t)im.height * 3;
+    float *f = malloc(n * sizeof *f);
+    int rc = -1;
+    if (!f) {
+        m3_fail(e, "out of memory for a %dx%d image", im.height, im.width);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            f[i] = im.rgb[i];
+        int64_t od[3] = {im.height, im.width, 3};
+        rc = cf_tset_add_f(out, "rgb", 3, od, f, e);
+    }
+    free(f);
+    m3_image_free(&im);
+    return rc;
+}
+
 static int run_vision_resize(inputs *in, cf_tset *out, m3_err *e)
 {
     int64_t d[3] = {0, 0, 3};
@@ -1114,6 +1141,8 @@ int cf_ref_component(const cf_case *c, cf_tset *out, m3_err *e)
         rc = run_mlp(&in, out, e);
     else if (strcmp(k, "moe") == 0)
         rc = run_moe(&in, out, e);
+    else if (strcmp(k, "vision_decode") == 0)
+        rc = run_vision_decode(&in, out, e);
     else if (strcmp(k, "vision_resize") == 0)
         rc = run_vision_resize(&in, out, e);
     else if (strcmp(k, "vision_preprocess") == 0)

@@ -239,14 +239,19 @@ static int make_moe(bench_case *bc)
 }
 
 typedef struct att_ctx {
-    float *q, *out, *kc[8], *vc[8];
+    float *q, *out, *kc[8], *vc[8], *ws;
     int32_t *pages, *blocks;
     int T, ctx_len, sparse;
+    size_t ws_n;
 } att_ctx;
 
 static hipError_t att_launch(void *c, int r, hipStream_t st)
 {
     att_ctx *a = (att_ctx *)c;
+    if (a->ws) /* split-key path (flash-decoding style) */
+        return m3g_attention_split(a->out, a->q, a->kc[r], a->vc[r], a->pages, BLK,
+                                   a->ctx_len - a->T, a->T, NH, NKV, HD,
+                                   a->sparse ? a->blocks : NULL, TOPK_B, 1, a->ws, a->ws_n, st);
     return m3g_attention(a->out, a->q, a->kc[r], a->vc[r], a->pages, BLK, a->ctx_len - a->T, a->T,
                          NH, NKV, HD, a->sparse ? a->blocks : NULL, TOPK_B, 1, st);
 }
@@ -288,6 +293,9 @@ static int make_msa_decode(bench_case *bc, int ctx_len, int l2)
         hipMemcpy(a->blocks, hb, sizeof hb, hipMemcpyHostToDevice) != hipSuccess)
         return -1;
     free(hp);
+    a->ws_n = m3g_attention_split_ws(BLK, ctx_len - 1, 1, NH, HD, a->blocks, TOPK_B);
+    if (hipMalloc((void **)&a->ws, a->ws_n * sizeof(float)) != hipSuccess)
+        return -1;
     bc->name = "msa decode attention 16x128 keys";
     bc->ctx = a;
     bc->launch = att_launch;
@@ -295,7 +303,8 @@ static int make_msa_decode(bench_case *bc, int ctx_len, int l2)
 }
 
 typedef struct idx_ctx {
-    float *iq, *ikc[4], *bs;
+    float *iq, *bs;
+    void *ikc[4]; /* bf16 index-K cache (bf16 mode) */
     int32_t *pages, *sel;
     int ctx_len, nb;
 } idx_ctx;
@@ -303,8 +312,8 @@ typedef struct idx_ctx {
 static hipError_t idx_launch(void *c, int r, hipStream_t st)
 {
     idx_ctx *x = (idx_ctx *)c;
-    hipError_t e = m3g_msa_block_scores(x->bs, x->iq, x->ikc[r], x->pages, BLK, x->ctx_len - 1, 1,
-                                        G, IHD, x->nb, st);
+    hipError_t e = m3g_msa_block_scores(x->bs, x->iq, x->ikc[r], M3G_BF16, x->pages, BLK,
+                                        x->ctx_len - 1, 1, G, IHD, x->nb, st);
     if (e != hipSuccess)
         return e;
     return m3g_msa_select(x->sel, x->bs, x->ctx_len - 1, 1, G, x->nb, BLK, TOPK_B, 1, 0, st);
@@ -319,13 +328,13 @@ static int make_indexer(bench_case *bc, const char *name, int ctx_len, int l2)
     x->ctx_len = ctx_len;
     x->nb = (ctx_len + BLK - 1) / BLK;
     bc->name = name;
-    bc->bytes = 4.0 * (double)ctx_len * IHD; /* fp32 index-K cache */
+    bc->bytes = 2.0 * (double)ctx_len * IHD; /* bf16 index-K cache */
     bc->flops = 2.0 * G * IHD * (double)ctx_len;
     bc->nrot = rotations(bc->bytes, l2) > 4 ? 4 : rotations(bc->bytes, l2);
     x->iq = (float *)dev_rand((size_t)G * IHD, 0, 1u, 1.0f);
     x->bs = (float *)dev_rand((size_t)G * x->nb, 0, 2u, 0.0f);
     for (int r = 0; r < bc->nrot; r++)
-        if (!(x->ikc[r] = (float *)dev_rand((size_t)x->nb * BLK * IHD, 0, 30u + r, 1.0f)))
+        if (!(x->ikc[r] = dev_rand((size_t)x->nb * BLK * IHD, 1, 30u + r, 1.0f)))
             return -1;
     int32_t *hp = (int32_t *)malloc(sizeof(int32_t) * (size_t)x->nb);
     if (!hp || hipMalloc((void **)&x->pages, 4 * (size_t)x->nb) != hipSuccess ||

@@ -264,6 +264,9 @@ typedef struct run_bufs {
     int32_t *blk, *ridx, *pages;
     float *rw, *rscores;
     float **kc, **vc, **ikc; /* per layer */
+    uint16_t *ik16;          /* bf16 copy of the layer's index-K cache (bf16 mode) */
+    float *aws;              /* split attention workspace (NULL: per-row kernel) */
+    size_t aws_n;
 } run_bufs;
 
 static int dalloc(dev_model *dm, void **p, size_t bytes)
@@ -374,6 +377,24 @@ static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int
             free(pt);
             goto fail;
         }
+    /* bf16 index-K cache for the indexer (bf16 mode), and the split-key
+     * attention workspace when it fits in 1 GiB (else the per-row kernel) */
+    if (mode == 1 && G > 0 && DA(b.ik16, (size_t)npages * B * ihd, uint16_t)) {
+        fprintf(stderr, "m3-gpu: device allocation failed for the bf16 index-K cache\n");
+        free(ct);
+        free(stb);
+        free(pt);
+        goto fail;
+    }
+    {
+        const size_t wd = m3g_attention_split_ws(B, 0, T, nh, hd, NULL, 0);
+        const size_t wsp = G > 0 ? m3g_attention_split_ws(B, 0, T, nh, hd, pt, K) : 0;
+        const size_t wn = wd > wsp ? wd : wsp;
+        if (wn * sizeof(float) <= ((size_t)1 << 30) && DA(b.aws, wn, float) == 0)
+            b.aws_n = wn;
+        else
+            b.aws = NULL;
+    }
 #undef DA
     {
         hipError_t e1 = hipMemcpy(b.h, hbuf, N * H * sizeof(float), hipMemcpyHostToDevice);
@@ -444,7 +465,14 @@ static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int
                                  b.cos_t, b.sin_t, eps, mode, st));
             CK(m3g_headnorm_rope(b.ikraw, b.ikc[l], b.pages, B, 0, d->ik_norm, d->ik_norm_dt, T, 1,
                                  ihd, rd, b.cos_t, b.sin_t, eps, mode, st));
-            CK(m3g_msa_block_scores(b.bs, b.iq, b.ikc[l], b.pages, B, 0, T, G, ihd, nbmax, st));
+            if (b.ik16) { /* bf16 mode: the indexer streams a bf16 copy (same values) */
+                CK(m3g_to_bf16(b.ik16, b.ikc[l], (int64_t)npages * B * ihd, st));
+                CK(m3g_msa_block_scores(b.bs, b.iq, b.ik16, M3G_BF16, b.pages, B, 0, T, G, ihd,
+                                        nbmax, st));
+            } else {
+                CK(m3g_msa_block_scores(b.bs, b.iq, b.ikc[l], M3G_F32, b.pages, B, 0, T, G, ihd,
+                                        nbmax, st));
+            }
             CK(m3g_msa_select(b.blk, b.bs, 0, T, G, nbmax, B, K, c->index_local_blocks,
                               c->index_init_blocks, st));
             blocks = b.blk;
@@ -454,8 +482,12 @@ static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int
                     goto fail;
             }
         }
-        CK(m3g_attention(b.att, b.q, b.kc[l], b.vc[l], b.pages, B, 0, T, nh, nkv, hd, blocks,
-                         sparse ? K : 0, mode, st));
+        if (b.aws)
+            CK(m3g_attention_split(b.att, b.q, b.kc[l], b.vc[l], b.pages, B, 0, T, nh, nkv, hd,
+                                   blocks, sparse ? K : 0, mode, b.aws, b.aws_n, st));
+        else
+            CK(m3g_attention(b.att, b.q, b.kc[l], b.vc[l], b.pages, B, 0, T, nh, nkv, hd, blocks,
+                             sparse ? K : 0, mode, st));
         CK(m3g_linear(b.tmp, H, b.att, d->o, T, mode, blas, st));
         CK(m3g_residual_rmsnorm(b.h, b.tmp, b.xn, d->post_norm, d->post_norm_dt, T, H, eps, mode,
                                 st));

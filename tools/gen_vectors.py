@@ -581,6 +581,10 @@ for _n in ["faithful_bf16"] + sorted(m3np.MUTANTS):
 import gen_vectors_vision  # noqa: E402
 gen_vectors_vision.register(case)
 
+# image decoding cases, expectations from PIL (tools/gen_vectors_decode.py)
+import gen_vectors_decode  # noqa: E402
+gen_vectors_decode.register(case)
+
 # Eagle3 drafter / verification cases and the tap mutant (tools/gen_vectors_eagle3.py)
 import gen_vectors_eagle3  # noqa: E402
 gen_vectors_eagle3.register(case, sys.modules[__name__])

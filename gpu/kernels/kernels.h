@@ -51,14 +51,33 @@ hipError_t m3g_attention(float *out, const float *q, const float *kc, const floa
                          const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
                          int hd, const int32_t *blocks, int topk, int mode, hipStream_t st);
 
+/* The same result by the split-key path (flash-decoding style: one thread
+ * block per (split of <= 64 keys, row, KV group), three launches, exact
+ * reference rounding of p; the fast path for decode). ws: device workspace
+ * of ws_floats >= m3g_attention_split_ws(...) floats, owned by the caller. */
+hipError_t m3g_attention_split(float *out, const float *q, const float *kc, const float *vc,
+                               const int32_t *page_table, int B, int64_t pos0, int T, int nh,
+                               int nkv, int hd, const int32_t *blocks, int topk, int mode,
+                               float *ws, size_t ws_floats, hipStream_t st);
+
+/* Workspace floats m3g_attention_split needs for these shapes (host only;
+ * blocks is only tested for NULL: dense vs sparse). */
+size_t m3g_attention_split_ws(int B, int64_t pos0, int T, int nh, int hd, const int32_t *blocks,
+                              int topk);
+
 /* ---- msa.cu ------------------------------------------------------------ */
 /* bs [T, G, nbmax]: for query t (pos0 + t) and index head g, the block max
  * of iq[t, g] . ik[j] over keys j <= pos in each block, -inf for blocks the
  * query cannot see (ref m3_msa_block_scores; M3-MSA-SCORE-1, M3-MSA-BLOCK-1).
- * ikc: paged index-K cache [slots, d]. nbmax = (pos0 + T - 1) / B + 1. */
-hipError_t m3g_msa_block_scores(float *bs, const float *iq, const float *ikc,
+ * ikc: paged index-K cache [slots, d] of ik_dtype: M3G_F32, or M3G_BF16 (raw
+ * bf16 bits; exact in bf16 mode, where the cache holds rounded values; needs
+ * G <= 4 and d % 8 == 0). nbmax = (pos0 + T - 1) / B + 1. */
+hipError_t m3g_msa_block_scores(float *bs, const float *iq, const void *ikc, int ik_dtype,
                                 const int32_t *page_table, int B, int64_t pos0, int T, int G,
                                 int d, int nbmax, hipStream_t st);
+
+/* dst [n] = bf16 bits of round_bf16(src [n]) (e.g. the bf16 index-K cache). */
+hipError_t m3g_to_bf16(uint16_t *dst, const float *src, int64_t n, hipStream_t st);
 
 /* out [G, T, topk] golden-order selections from bs [T, G, nbmax] (ref
  * m3_msa_select; M3-MSA-SELECT-*). topk <= 32. */
