@@ -139,14 +139,15 @@ static void top_k_by_rank(int32_t *ord, int k, const float *z, int V)
     }
 }
 
-int32_t m3_sample(m3_sampler *sp, const float *logits)
+int m3_sampler_dist(const m3_sampler *sp, const float *logits, int V, float *probs, int32_t *ord)
 {
-    const int V = sp->vocab;
-    if (sp->greedy || !(sp->temperature > 0.0f))
-        return m3_argmax(logits, V);
+    if (sp->greedy || !(sp->temperature > 0.0f)) {
+        ord[0] = m3_argmax(logits, V);
+        probs[ord[0]] = 1.0f;
+        return 1;
+    }
 
-    float *z = sp->probs; /* [V] scaled logits, then kept probabilities */
-    int32_t *ord = sp->order;
+    float *z = probs; /* [V] scaled logits, then kept probabilities */
     for (int i = 0; i < V; i++)
         z[i] = logits[i] / sp->temperature;
 
@@ -186,16 +187,26 @@ int32_t m3_sample(m3_sampler *sp, const float *logits)
         n = keep;
     }
 
-    /* renormalise the kept and draw */
+    /* renormalise the kept */
     float kept = 0.0f;
     for (int r = 0; r < n; r++)
         kept += z[ord[r]];
+    for (int r = 0; r < n; r++)
+        z[ord[r]] /= kept;
+    return n;
+}
+
+int32_t m3_sample(m3_sampler *sp, const float *logits)
+{
+    if (sp->greedy || !(sp->temperature > 0.0f))
+        return m3_argmax(logits, sp->vocab); /* no draw: the stream is untouched */
+    int n = m3_sampler_dist(sp, logits, sp->vocab, sp->probs, sp->order);
     double u = m3_sampler_uniform(sp);
     double cum = 0.0;
     for (int r = 0; r < n; r++) {
-        cum += (double)(z[ord[r]] / kept);
+        cum += (double)sp->probs[sp->order[r]];
         if (u < cum)
-            return ord[r];
+            return sp->order[r];
     }
-    return ord[n - 1];
+    return sp->order[n - 1];
 }

@@ -28,6 +28,12 @@ int m3_sampler_init(m3_sampler *sp, int V, int greedy, float temperature, int to
 void m3_sampler_free(m3_sampler *sp);
 /* The next token id for logits [V]. */
 int32_t m3_sample(m3_sampler *sp, const float *logits);
+/* The distribution m3_sample draws from (M3-SAMPLE-2) for logits [V] (V may be a
+ * drafter's smaller vocabulary): ord[0..n) are the kept tokens, best first, and
+ * probs[ord[r]] their renormalised probabilities (other entries of probs are
+ * scratch); returns n. Greedy: the argmax alone, p = 1. probs and ord are
+ * caller-owned [V] buffers; the sampler's stream is untouched. */
+int m3_sampler_dist(const m3_sampler *sp, const float *logits, int V, float *probs, int32_t *ord);
 /* Index of the largest logit, lowest index on ties. */
 int32_t m3_argmax(const float *logits, int V);
 /* A uniform double in [0, 1) from the sampler's stream. */

@@ -35,90 +35,15 @@
 /* ------------------------------------------------------------------------ */
 /* the sampling transform (M3-SAMPLE-2), dense                              */
 
-/* a ranks before b: larger z, then lower index. */
-static int before(const float *z, int32_t a, int32_t b)
-{
-    return z[a] > z[b] || (z[a] == z[b] && a < b);
-}
-
-/* Heap sort ord [n] into rank order (best first). */
-static void heap_down(int32_t *ord, int i, int n, const float *z)
-{
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= n)
-            return;
-        /* heap root = worst ranked, so the sorted tail holds the worst */
-        if (c + 1 < n && before(z, ord[c], ord[c + 1]))
-            c++;
-        if (!before(z, ord[i], ord[c]))
-            return;
-        int32_t t = ord[i];
-        ord[i] = ord[c];
-        ord[c] = t;
-        i = c;
-    }
-}
-
-static void rank_sort(int32_t *ord, int n, const float *z)
-{
-    for (int i = n / 2 - 1; i >= 0; i--)
-        heap_down(ord, i, n, z);
-    for (int end = n - 1; end > 0; end--) {
-        int32_t t = ord[0];
-        ord[0] = ord[end];
-        ord[end] = t;
-        heap_down(ord, 0, end, z);
-    }
-}
-
 int m3_spec_probs(const m3_sampler *sp, const float *logits, int V, float *probs, int32_t *ord,
                   float *z)
 {
+    /* the same distribution m3_sample draws from, spread over [V] */
+    int n = m3_sampler_dist(sp, logits, V, z, ord);
     for (int i = 0; i < V; i++)
         probs[i] = 0.0f;
-    if (sp->greedy || !(sp->temperature > 0.0f)) {
-        int32_t a = 0;
-        for (int i = 1; i < V; i++)
-            if (logits[i] > logits[a])
-                a = i;
-        probs[a] = 1.0f;
-        ord[0] = a;
-        return 1;
-    }
-    for (int i = 0; i < V; i++) {
-        z[i] = logits[i] / sp->temperature;
-        ord[i] = i;
-    }
-    /* the rank order is total, so sorting everything and keeping k equals a top-k pass */
-    rank_sort(ord, V, z);
-    int n = (sp->top_k > 0 && sp->top_k < V) ? sp->top_k : V;
-    const float mx = z[ord[0]];
-    float sum = 0.0f;
-    for (int r = 0; r < n; r++) {
-        float ex = expf(z[ord[r]] - mx);
-        z[ord[r]] = ex;
-        sum += ex;
-    }
     for (int r = 0; r < n; r++)
-        z[ord[r]] /= sum;
-    if (sp->top_p < 1.0f) {
-        float cum = 0.0f;
-        int keep = n;
-        for (int r = 0; r < n; r++) {
-            cum += z[ord[r]];
-            if (cum >= sp->top_p) {
-                keep = r + 1;
-                break;
-            }
-        }
-        n = keep;
-    }
-    float kept = 0.0f;
-    for (int r = 0; r < n; r++)
-        kept += z[ord[r]];
-    for (int r = 0; r < n; r++)
-        probs[ord[r]] = z[ord[r]] / kept;
+        probs[ord[r]] = z[ord[r]];
     return n;
 }
 

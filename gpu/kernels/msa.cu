@@ -28,6 +28,12 @@
 
 #define MSA_KT 32
 
+#ifdef M3_EMU
+#define MSA_UNROLL /* g++: no unroll pragma needed */
+#else
+#define MSA_UNROLL _Pragma("unroll")
+#endif
+
 /* grid (nbmax, T), block 32 * nw threads; shared iq [G][d] + tile [32][d+1]. */
 __global__ void k_msa_block_scores(float *bs, const float *iq, const float *ikc,
                                    const int32_t *page_table, int B, int64_t pos0, int G, int d,
@@ -130,11 +136,11 @@ __global__ void k_msa_bs_stream(float *bs, const float *iq, const void *ikc,
             uint4 r[16];
             const int nch = nc - c0 < per ? nc - c0 : per; /* chunks in this pass */
             const int nl = nch * (BF ? 1 : 2);            /* 16-byte loads */
-#pragma unroll
+MSA_UNROLL
             for (int u = 0; u < 16; u++)
                 if (u < nl)
                     r[u] = row[c0 * (BF ? 1 : 2) + u];
-#pragma unroll
+MSA_UNROLL
             for (int cc = 0; cc < (BF ? 16 : 8); cc++) {
                 if (cc >= nch)
                     continue;
