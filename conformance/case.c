@@ -497,6 +497,18 @@ static int add_dirs(char ***list, int *n, const cJSON *arr, const char *root, co
 int cf_manifest_load(cf_manifest *m, const char *path, m3_err *e)
 {
     memset(m, 0, sizeof *m);
+    size_t len;
+    char *txt = read_text(path, &len, CF_MANIFEST_MAX_BYTES, e);
+    if (!txt)
+        return -1;
+    int rc = cf_manifest_parse(m, txt, len, path, e);
+    free(txt);
+    return rc;
+}
+
+int cf_manifest_parse(cf_manifest *m, const char *txt, size_t len, const char *path, m3_err *e)
+{
+    memset(m, 0, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s", path);
     snprintf(m->root, sizeof m->root, "%s", path);
     char *slash = strrchr(m->root, '/');
@@ -504,12 +516,9 @@ int cf_manifest_load(cf_manifest *m, const char *path, m3_err *e)
         *slash = 0;
     else
         snprintf(m->root, sizeof m->root, ".");
-    size_t len;
-    char *txt = read_text(path, &len, 16u << 20, e);
-    if (!txt)
-        return -1;
+    if (len > CF_MANIFEST_MAX_BYTES)
+        return m3_fail(e, "%s: larger than %u bytes", path, (unsigned)CF_MANIFEST_MAX_BYTES);
     cJSON *root = cJSON_ParseWithLength(txt, len);
-    free(txt);
     int rc = -1;
     if (!root) {
         m3_fail(e, "%s: not valid JSON", path);

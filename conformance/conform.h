@@ -201,8 +201,13 @@ typedef struct cf_manifest {
     int nskipped;        /* "big" cases listed but not generated here */
 } cf_manifest;
 
+#define CF_MANIFEST_MAX_BYTES (16u << 20) /* manifest.json size cap */
+
 /* Load a manifest; entries must be relative, without "..", and exist. */
 int cf_manifest_load(cf_manifest *m, const char *path, m3_err *e);
+/* As cf_manifest_load for manifest text txt[0..len) already read from path
+ * (entries resolve against path's directory). */
+int cf_manifest_parse(cf_manifest *m, const char *txt, size_t len, const char *path, m3_err *e);
 /* Free a manifest. */
 void cf_manifest_free(cf_manifest *m);
 

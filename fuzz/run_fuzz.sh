@@ -20,6 +20,7 @@ for t in "$@"; do
         fuzz_png|fuzz_jpeg) ml=16384 ;;
         fuzz_config|fuzz_case|fuzz_tolerances) ml=8192 ;; # seeds up to 5.3 KB
         fuzz_regex) ml=2048 ;;
+        fuzz_prompt) ml=1024 ;;
         *) ml=4096 ;;
     esac
     w=build-fuzz/work/$t

@@ -11,16 +11,20 @@
  * qb-local+1..qb first ascending, then descending score, ties to the lower
  * id, -inf never selected, -1 padding), M3-MSA-CACHE-1.
  *
- * Structure: block scores: one thread block per (key block b, query t);
- * 32-key tiles of index-K staged in shared memory (coalesced), warp per index
- * head, lane per key, warp max. Select: one warp per (t, g), repeated warp
- * argmax "strictly after the previous pick" (k <= 32 rounds).
+ * Structure: block scores: one thread block per (key block b, query t).
+ * Streaming kernel (G <= 4, d % 8 == 0): thread per key, the row in
+ * registers by 16-byte loads, bf16 (bf16 mode) or fp32 cache, all heads per
+ * load. Tiled fallback: 32-key tiles of an fp32 cache in shared memory, warp
+ * per index head, lane per key. Select: block per (t, g); each warp takes
+ * the golden-order top `need` of its segment by repeated warp argmax
+ * "strictly after the previous pick", then warp 0 the top `need` of the
+ * candidates.
  *
- * Tuning next: decode at 128K-1M context is a pure stream of the index-K
- * cache (256 B/key): 128-bit loads, bf16 index-K cache in bf16 mode, several
- * key blocks per thread block; prefill: the scores are a [T x G*d] by
- * [d x keys] GEMM (tensor cores) with a fused block-max epilogue. Select:
- * per-lane register top-k then one merge, instead of k full scans.
+ * Measured (H200, docs/performance.md): decode indexer 50.5 us at 128K,
+ * 194 us at 1M (bf16 cache). Tuning next: ~30 us of that is fixed (select
+ * rounds + launch): fuse per-CTA candidate lists into the score kernel and
+ * merge sorted lists; stage rows through shared memory coalesced; prefill:
+ * the scores are a [T x G*d] by [d x keys] GEMM with a block-max epilogue.
  */
 #include <math.h>
 #include "common.cuh"
@@ -245,7 +249,7 @@ hipError_t m3g_msa_block_scores(float *bs, const float *iq, const void *ikc, int
     return hipGetLastError();
 }
 
-__global__ void k_to_bf16(uint16_t *dst, const float *src, int64_t n)
+__global__ void k_msa_to_bf16(uint16_t *dst, const float *src, int64_t n)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -259,7 +263,7 @@ hipError_t m3g_to_bf16(uint16_t *dst, const float *src, int64_t n, hipStream_t s
     int64_t nb = (n + 255) / 256;
     if (nb > 4096)
         nb = 4096;
-    hipLaunchKernelGGL(k_to_bf16, dim3((unsigned)nb), dim3(256), 0, st, dst, src, n);
+    hipLaunchKernelGGL(k_msa_to_bf16, dim3((unsigned)nb), dim3(256), 0, st, dst, src, n);
     return hipGetLastError();
 }
 
