@@ -6,6 +6,7 @@
  * are checked so a damaged or edited vector is refused, not judged.
  */
 #include "conform.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -118,40 +119,8 @@ int cf_sha256_file(const char *path, char hex[65], m3_err *e)
 /* ---- helpers ----------------------------------------------------------------- */
 static char *read_text(const char *path, size_t *len, size_t maxlen, m3_err *e)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        m3_fail(e, "%s: cannot open (%s)", path, strerror(errno));
-        return NULL;
-    }
-    /* the buffer grows with the file (doubling, up to maxlen + 1), so a small
-     * file never costs a maxlen-sized allocation */
-    size_t cap = maxlen < 4096 ? maxlen + 1 : 4096, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) {
-            fclose(f);
-            m3_fail(e, "%s: out of memory", path);
-            return NULL;
-        }
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap || cap == maxlen + 1)
-            break;
-        size_t nc = cap > maxlen / 2 ? maxlen + 1 : cap * 2;
-        char *nb = realloc(buf, nc);
-        if (!nb)
-            free(buf);
-        buf = nb;
-        cap = nc;
-    }
-    fclose(f);
-    if (n > maxlen) {
-        free(buf);
-        m3_fail(e, "%s: larger than %zu bytes", path, maxlen);
-        return NULL;
-    }
-    buf[n] = 0; /* n < cap here */
-    *len = n;
-    return buf;
+    char *buf;
+    return m3_read_file(path, maxlen, &buf, len, e) == 0 ? buf : NULL;
 }
 
 /* A relative path that stays inside its root: no leading '/', no ".." part. */

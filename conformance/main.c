@@ -12,6 +12,7 @@
  * is written in docs/validating-a-port.md.
  */
 #include "conform.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -96,14 +97,12 @@ static void default_tolerances(char *out, size_t cap)
 
 static int load_caps_file(const char *path, char *dst, size_t cap, m3_err *e)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return m3_fail(e, "%s: cannot open capabilities file (%s)", path, strerror(errno));
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *root = cJSON_Parse(buf);
+    char *buf;
+    size_t n;
+    if (m3_read_file(path, 1u << 20, &buf, &n, e) != 0)
+        return m3_fail_prefix(e, "capabilities file");
+    cJSON *root = cJSON_ParseWithLength(buf, n);
+    free(buf);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return m3_fail(e, "%s: must be a JSON object {\"unsupported\": [..]} or {\"capabilities\": {name: bool}}",

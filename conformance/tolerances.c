@@ -5,6 +5,7 @@
  * discrete choices). Thresholds are never hard-coded here.
  */
 #include "conform.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <math.h>
@@ -183,33 +184,10 @@ done:
 int cf_tol_load(cf_tolerances *t, const char *path, m3_err *e)
 {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return m3_fail(e, "%s: cannot open tolerance profiles (%s)", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            cap = cap ? 2 * cap : 65536;
-            if (cap > (64u << 20)) {
-                free(buf);
-                fclose(f);
-                return m3_fail(e, "%s: larger than 64 MiB", path);
-            }
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return m3_fail(e, "%s: out of memory", path);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    fclose(f);
+    char *buf;
+    size_t len;
+    if (m3_read_file(path, 64u << 20, &buf, &len, e) != 0)
+        return m3_fail_prefix(e, "tolerance profiles");
     int rc = cf_tol_parse(t, buf, len, path, e);
     free(buf);
     return rc;

@@ -30,6 +30,7 @@
  * c->warnings). Duplicate keys in one object are always errors.
  */
 #include "config.h"
+#include "fileio.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -920,42 +921,10 @@ done:
 int m3_config_load(m3_config *c, const char *path, const m3_config_opts *opts, m3_err *e)
 {
     memset(c, 0, sizeof *c);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return m3_fail(e, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        return m3_fail(e, "%s: out of memory", path);
-    }
-    for (;;) {
-        if (n == cap) {
-            if (cap >= (64u << 20)) {
-                free(buf);
-                fclose(f);
-                return m3_fail(e, "%s: file too large (over 64 MiB)", path);
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return m3_fail(e, "%s: out of memory", path);
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return m3_fail(e, "%s: read error", path);
-    }
+    char *buf;
+    size_t n;
+    if (m3_read_file(path, M3_CONFIG_MAX_BYTES, &buf, &n, e) != 0)
+        return -1;
     int rc = m3_config_parse(c, buf, n, path, opts, e);
     free(buf);
     return rc;

@@ -17,6 +17,7 @@
 #include "err.h"
 
 #define M3_MAX_LAYERS 512
+#define M3_CONFIG_MAX_BYTES (64u << 20) /* config.json size cap */
 
 typedef struct m3_text_config {
     int hidden_size;              /* H: 6144 */

@@ -10,6 +10,7 @@
  * the target applies it (Gemma style, the target's eps).
  */
 #include "eagle3.h"
+#include "fileio.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -49,31 +50,8 @@ void m3_eagle3_default_taps(int L, int taps[3])
 
 static char *read_text(const char *path, size_t *len, m3_err *e)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        m3_fail(e, "%s: cannot open", path);
-        return NULL;
-    }
-    char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        n = ftell(f);
-    if (n < 0 || n > (64L << 20) || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        m3_fail(e, "%s: cannot read (size unknown or over 64 MiB)", path);
-        return NULL;
-    }
-    buf = malloc((size_t)n + 1);
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        fclose(f);
-        m3_fail(e, "%s: cannot read %ld bytes", path, n);
-        return NULL;
-    }
-    fclose(f);
-    buf[n] = 0;
-    *len = (size_t)n;
-    return buf;
+    char *buf;
+    return m3_read_file(path, M3_CONFIG_MAX_BYTES, &buf, len, e) == 0 ? buf : NULL;
 }
 
 static const cJSON *jget(const cJSON *o, const char *k)

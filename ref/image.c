@@ -11,6 +11,7 @@
  * (JPEG APP1, PNG eXIf) is applied as ImageOps.exif_transpose does.
  */
 #include "image.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <setjmp.h>
@@ -376,29 +377,11 @@ int m3_image_decode(m3_image *img, const uint8_t *data, size_t len, const char *
 int m3_image_load(m3_image *img, const char *path, m3_err *e)
 {
     memset(img, 0, sizeof *img);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return m3_fail(e, "%s: cannot open: %s", path, strerror(errno));
-    uint8_t *buf = NULL;
-    long len = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        len = ftell(f);
-    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return m3_fail(e, "%s: cannot determine the file size", path);
-    }
-    if (len > (256L << 20)) {
-        fclose(f);
-        return m3_fail(e, "%s: file of %ld bytes exceeds the 256 MiB image file limit", path, len);
-    }
-    buf = malloc(len > 0 ? (size_t)len : 1);
-    if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        fclose(f);
-        return m3_fail(e, "%s: read failed", path);
-    }
-    fclose(f);
-    int rc = m3_image_decode(img, buf, (size_t)len, path, e);
+    char *buf;
+    size_t len;
+    if (m3_read_file(path, M3_IMAGE_MAX_FILE, &buf, &len, e) != 0)
+        return -1;
+    int rc = m3_image_decode(img, (const uint8_t *)buf, len, path, e);
     free(buf);
     return rc;
 }

@@ -22,6 +22,7 @@
 #include "err.h"
 
 #define M3_IMAGE_MAX_SIDE 32768
+#define M3_IMAGE_MAX_FILE (256u << 20) /* bytes of one image file */
 #define M3_IMAGE_MAX_PIXELS (1u << 28) /* 268M pixels, 768 MiB as RGB8 */
 #define M3_PNG_MAX_RATIO 1032           /* deflate: 258-byte match in 2 bits */
 
