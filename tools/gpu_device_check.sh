@@ -3,7 +3,8 @@
 # build bin/m3-ref, bin/m3-conform and bin/m3-gpu there, judge bin/m3-gpu's
 # dumps with bin/m3-conform on every text model vector and on the ragged
 # lengths 1, 127, 128, 129, 2047, 2048, 2049, 2200 of the deployment-MSA
-# model, then run the benchmarks (gpu/bench.cu and tools/bench_torch.py).
+# model, compare bin/m3-gpu generate with bin/m3-ref generate on models/demo
+# (greedy and seeded sampling, fp32 and bf16), then run the benchmarks (gpu/bench.cu and tools/bench_torch.py).
 #
 #   sh tools/gpu_device_check.sh OUTDIR
 # Headers and libraries the device lacks come from .devroot/ (Debian
@@ -95,6 +96,22 @@ json.dump(c, open(os.path.join(d, 'case.json'), 'w'), indent=1)
 PYEOF
   judge $d $mode "ragged T=$L"
  done
+done
+
+# generate on the demo model: bin/m3-gpu vs bin/m3-ref token ids (greedy and
+# one seeded sampled run), fp32 and bf16
+P="And God said"
+for mode in fp32 bf16; do
+  for kind in greedy sampled; do
+    if [ $kind = greedy ]; then opt="--greedy"; else opt="--temperature 1 --top-k 40 --top-p 0.95 --seed 7"; fi
+    r=$(bin/m3-ref generate --model models/demo --prompt "$P" $opt --max-new-tokens 40 --print-ids --dtype $mode 2>/tmp/gr.err)
+    s=$(date +%s.%N)
+    g=$(bin/m3-gpu generate --model models/demo --prompt "$P" $opt --max-new-tokens 40 --print-ids --dtype $mode 2>/tmp/gg.err)
+    grc=$? e=$(date +%s.%N)
+    if [ "$r" = "$g" ] && [ $grc -eq 0 ]; then v=IDENTICAL; else v=DIFFERENT; fi
+    log "generate demo $mode $kind: ids $v (gpu rc=$grc, $(awk "BEGIN{printf \"%.2f\", $e - $s}") s; $(tail -1 /tmp/gg.err))"
+    [ $v = IDENTICAL ] || { log "  ref: $r"; log "  gpu: $g"; }
+  done
 done
 
 # benchmarks (numbers only; docs/performance.md records them); SKIP_BENCH=1 skips
