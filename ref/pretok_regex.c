@@ -10,12 +10,14 @@
 
 #include "unicode.h"
 
-#define MAX_PROG 20000 /* real pre-tokenizer patterns compile to a few hundred; see fuzz/regressions */
+#define MAX_PROG 4096 /* real pre-tokenizer patterns compile to a few hundred; see fuzz/regressions */
 #define MAX_REPEAT 1000
 #define MAX_LOOK_DEPTH 4
 /* Nested counted repeats of empty bodies (e.g. "(){60}{60}{210}") emit no
  * instructions but multiply the generator's work; cap that work too. */
 #define MAX_GEN_CALLS 1000000L
+/* Steps of one m3_regex_search call, whatever the text length (a documented cap). */
+#define M3_REGEX_MAX_STEPS 32000000ull
 
 /* ------------------------------------------------------------------ data */
 enum { CI_RANGE, CI_GC, CI_NOTGC, CI_SPACE, CI_NOTSPACE, CI_WORD, CI_NOTWORD };
@@ -682,7 +684,13 @@ int m3_regex_search(const m3_regex *re, m3_regex_scratch *s, const uint8_t *text
                     size_t start, size_t *ms, size_t *me, m3_err *e) {
     if (e) e->msg[0] = 0;
     mctx m = {re, s, text, len, 0, 0, e};
+    /* Backtracking with the (instruction, position) memo visits each pair at
+     * most once per attempt, so 64 * program * text is generous for real
+     * pre-tokenizer patterns (a match takes a few hundred steps); the absolute
+     * cap bounds one call on hostile patterns (fuzz/regressions/fuzz_regex). */
     m.cap = 64ull * (uint64_t)re->nprog * (uint64_t)(len - start + 1) + 1000000ull;
+    if (m.cap > M3_REGEX_MAX_STEPS)
+        m.cap = M3_REGEX_MAX_STEPS;
     size_t pos = start;
     for (;;) {
         size_t end;
