@@ -47,4 +47,43 @@ static inline unsigned m3fuzz_touch(const void *p, size_t n)
     return acc;
 }
 
+/* Structural UTF-8 check: lead bytes, continuation bytes, no overlong forms,
+ * no surrogates, nothing above U+10FFFF. */
+static inline int m3fuzz_utf8_ok(const void *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = u[i];
+        size_t k;
+        uint32_t cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if ((c & 0xE0) == 0xC0) {
+            k = 1;
+            cp = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            k = 2;
+            cp = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            k = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        for (size_t j = 1; j <= k; j++) {
+            if (i + j >= n || (u[i + j] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (u[i + j] & 0x3F);
+        }
+        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000) ||
+            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
 #endif

@@ -6,45 +6,6 @@
 #include "common.h"
 #include "tokenizer.h"
 
-/* Structural UTF-8 check: lead bytes, continuation bytes, no overlong forms,
- * no surrogates, nothing above U+10FFFF. */
-static int utf8_ok(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = u[i];
-        size_t k;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if ((c & 0xE0) == 0xC0) {
-            k = 1;
-            cp = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            k = 2;
-            cp = c & 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            k = 3;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        for (size_t j = 1; j <= k; j++) {
-            if (i + j >= n || (u[i + j] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (u[i + j] & 0x3F);
-        }
-        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += k + 1;
-    }
-    return 1;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static m3_tokenizer *t = NULL; /* harness state: loaded once */
@@ -67,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *out = NULL;
         size_t olen = 0;
         if (m3_tokenizer_decode(t, ids, n, 0, &out, &olen, &e) == 0) {
-            if (!utf8_ok(out, olen))
+            if (!m3fuzz_utf8_ok(out, olen))
                 abort(); /* decode output must be valid UTF-8 */
             free(out);
         }
@@ -78,10 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; i < n; i++) {
             if (m3_tokenizer_decode_stream(t, &s, ids[i], &txt, &tl, &e) != 0)
                 break;
-            if (!utf8_ok(txt, tl))
+            if (!m3fuzz_utf8_ok(txt, tl))
                 abort(); /* streamed text must be complete UTF-8 */
         }
-        if (m3_decode_stream_flush(&s, &txt, &tl, &e) == 0 && !utf8_ok(txt, tl))
+        if (m3_decode_stream_flush(&s, &txt, &tl, &e) == 0 && !m3fuzz_utf8_ok(txt, tl))
             abort();
         m3_decode_stream_free(&s);
         free(ids);
