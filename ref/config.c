@@ -281,9 +281,11 @@ static int expect_bool(ctx *x, const cJSON *obj, const char *path, const char *k
     return 1;
 }
 
-/* Per-layer 0/1 flags (ints or bools). Returns 1 if read, 0 if absent, -1 on error. */
-static int rd_flags(ctx *x, const cJSON *obj, const char *path, const char *key, uint8_t *dst,
-                    int *n)
+/* A per-layer array of two-valued entries into dst [<= M3_MAX_LAYERS]: with
+ * one_val NULL, 0/1 flags (ints or bools); else the strings one_val -> 1 and
+ * zero_val -> 0. Returns 1 if read, 0 if absent, -1 on error. */
+static int rd_layers(ctx *x, const cJSON *obj, const char *path, const char *key, uint8_t *dst,
+                     int *n, const char *one_val, const char *zero_val)
 {
     const cJSON *v = get(obj, key);
     if (!v)
@@ -298,44 +300,30 @@ static int rd_flags(ctx *x, const cJSON *obj, const char *path, const char *key,
                        M3_MAX_LAYERS);
     int i = 0;
     for (const cJSON *it = v->child; it; it = it->next, i++) {
-        if (cJSON_IsBool(it))
+        if (!one_val && cJSON_IsBool(it))
             dst[i] = cJSON_IsTrue(it) ? 1 : 0;
-        else if (cJSON_IsNumber(it) && (it->valuedouble == 0.0 || it->valuedouble == 1.0))
+        else if (!one_val && cJSON_IsNumber(it) &&
+                 (it->valuedouble == 0.0 || it->valuedouble == 1.0))
             dst[i] = it->valuedouble == 1.0;
-        else
-            return m3_fail(x->e, "%s: %s[%d] must be 0 or 1", x->name, full, i);
-    }
-    *n = cnt;
-    return 1;
-}
-
-/* Per-layer type strings: one_val -> 1, zero_val -> 0. */
-static int rd_types(ctx *x, const cJSON *obj, const char *path, const char *key, uint8_t *dst,
-                    int *n, const char *one_val, const char *zero_val)
-{
-    const cJSON *v = get(obj, key);
-    if (!v)
-        return 0;
-    char full[256];
-    join_path(full, sizeof full, path, key);
-    if (!cJSON_IsArray(v))
-        return m3_fail(x->e, "%s: %s must be an array", x->name, full);
-    int cnt = cJSON_GetArraySize(v);
-    if (cnt > M3_MAX_LAYERS)
-        return m3_fail(x->e, "%s: %s has too many entries (%d vs max %d)", x->name, full, cnt,
-                       M3_MAX_LAYERS);
-    int i = 0;
-    for (const cJSON *it = v->child; it; it = it->next, i++) {
-        if (cJSON_IsString(it) && strcmp(it->valuestring, one_val) == 0)
+        else if (one_val && cJSON_IsString(it) && strcmp(it->valuestring, one_val) == 0)
             dst[i] = 1;
-        else if (cJSON_IsString(it) && strcmp(it->valuestring, zero_val) == 0)
+        else if (one_val && cJSON_IsString(it) && strcmp(it->valuestring, zero_val) == 0)
             dst[i] = 0;
+        else if (!one_val)
+            return m3_fail(x->e, "%s: %s[%d] must be 0 or 1", x->name, full, i);
         else
             return m3_fail(x->e, "%s: %s[%d] must be \"%s\" or \"%s\"", x->name, full, i,
                            zero_val, one_val);
     }
     *n = cnt;
     return 1;
+}
+
+/* Per-layer 0/1 flags (ints or bools). */
+static int rd_flags(ctx *x, const cJSON *obj, const char *path, const char *key, uint8_t *dst,
+                    int *n)
+{
+    return rd_layers(x, obj, path, key, dst, n, NULL, NULL);
 }
 
 /* Merge two optional spellings of one integer: a (flat/HF) and b (legacy). */
@@ -588,7 +576,7 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
     {
         uint8_t a[M3_MAX_LAYERS], b[M3_MAX_LAYERS];
         int na = 0, nb = 0;
-        int ra = rd_types(x, o, path, "layer_types", a, &na, "minimax_m3_sparse",
+        int ra = rd_layers(x, o, path, "layer_types", a, &na, "minimax_m3_sparse",
                           "full_attention");
         int rb = rd_flags(x, sp, pa, "sparse_attention_freq", b, &nb);
         if (ra < 0 || rb < 0)
@@ -633,7 +621,7 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
     {
         uint8_t a[M3_MAX_LAYERS], b[M3_MAX_LAYERS];
         int na = 0, nb = 0;
-        int ra = rd_types(x, o, path, "mlp_layer_types", a, &na, "sparse", "dense");
+        int ra = rd_layers(x, o, path, "mlp_layer_types", a, &na, "sparse", "dense");
         int rb = rd_flags(x, o, path, "moe_layer_freq", b, &nb);
         if (ra < 0 || rb < 0)
             return -1;
