@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include <jpeglib.h>
+#include <jerror.h>
 #include <png.h>
 
 void m3_image_free(m3_image *img)
@@ -201,21 +202,45 @@ static int decode_png(m3_image *img, const uint8_t *data, size_t len, const char
     if ((color == PNG_COLOR_TYPE_GRAY && !gray16) || color == PNG_COLOR_TYPE_GRAY_ALPHA)
         png_set_gray_to_rgb(png);
     png_set_strip_alpha(png);
+    int interlaced = png_get_interlace_type(png, info) != PNG_INTERLACE_NONE;
     (void)png_set_interlace_handling(png);
     png_read_update_info(png, info);
     /* gray16 rows are w samples of 2 bytes (big-endian), others RGB8 */
+    size_t rowb = (size_t)w * 3; /* a gray16 row (2w bytes) fits in 3w */
     if (png_get_rowbytes(png, info) != (size_t)w * (gray16 ? 2 : 3))
         png_error(png, "unexpected row layout after conversion");
-    rgb = malloc((size_t)w * h * 3);
-    rows = malloc((size_t)h * sizeof *rows);
-    if (!rgb || !rows)
-        png_error(png, "out of memory for the pixels");
-    for (png_uint_32 y = 0; y < h; y++)
-        rows[y] = rgb + (size_t)y * w * 3; /* a gray16 row (2w bytes) fits in 3w */
-    png_read_image(png, rows);
+    if (interlaced) {
+        /* Adam7 fills every row in each pass: the whole buffer is needed at
+         * once (bounded by the ratio check above). */
+        rgb = malloc(rowb * h);
+        rows = malloc((size_t)h * sizeof *rows);
+        if (!rgb || !rows)
+            png_error(png, "out of memory for the pixels");
+        for (png_uint_32 y = 0; y < h; y++)
+            rows[y] = rgb + (size_t)y * rowb;
+        png_read_image(png, rows);
+    } else {
+        /* Row by row into a buffer that doubles with the rows decoded so
+         * far, so a short file claiming a large image fails (truncated)
+         * long before it gets the whole w x h x 3 buffer. */
+        size_t cap = 0;
+        for (png_uint_32 y = 0; y < h; y++) {
+            if (y == cap) {
+                size_t nr = cap ? 2 * cap : 16;
+                if (nr > h)
+                    nr = h;
+                uint8_t *nb = realloc(rgb, nr * rowb);
+                if (!nb)
+                    png_error(png, "out of memory for the pixels");
+                rgb = nb;
+                cap = nr;
+            }
+            png_read_row(png, rgb + (size_t)y * rowb, NULL);
+        }
+    }
     if (gray16) {
         for (png_uint_32 y = 0; y < h; y++) {
-            uint8_t *r = rows[y];
+            uint8_t *r = rgb + (size_t)y * rowb;
             /* expand in place from the right so no sample is overwritten early */
             for (size_t x = w; x-- > 0;) {
                 uint8_t v = r[2 * x] ? 255 : r[2 * x + 1];
@@ -274,9 +299,16 @@ static int decode_jpeg(m3_image *img, const uint8_t *data, size_t len, const cha
     je.pub.output_message = jpeg_on_message;
     je.msg[0] = 0;
     if (setjmp(je.jb)) {
+        int code = je.pub.msg_code;
+        unsigned long jw = cinfo.image_width, jh = cinfo.image_height;
+        int prog = cinfo.progressive_mode;
         jpeg_destroy_decompress(&cinfo);
         free(rgb);
         free(row);
+        if (code == JERR_NO_BACKING_STORE || code == JERR_OUT_OF_MEMORY)
+            return m3_fail(e, "%s: JPEG %lux%lu%s needs more decoder memory than the cap "
+                              "M3_JPEG_MAX_MEMORY (%u MiB)",
+                           name, jw, jh, prog ? " (progressive)" : "", M3_JPEG_MAX_MEMORY >> 20);
         return m3_fail(e, "%s: corrupt JPEG: %s", name, je.msg[0] ? je.msg : "decode error");
     }
     jpeg_create_decompress(&cinfo);
@@ -296,6 +328,12 @@ static int decode_jpeg(m3_image *img, const uint8_t *data, size_t len, const cha
     }
     int cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
     cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+    /* libjpeg's own buffers: a progressive (or multi-scan) image needs its
+     * whole coefficient array, allocated in jpeg_start_decompress before the
+     * data can prove short, and no file-size bound is sound for it (one
+     * end-of-band run codes thousands of blocks). Cap it; libjpeg-turbo then
+     * fails with JERR_NO_BACKING_STORE, reported below with the cap. */
+    cinfo.mem->max_memory_to_use = M3_JPEG_MAX_MEMORY;
     jpeg_start_decompress(&cinfo);
     size_t w = cinfo.output_width, h = cinfo.output_height;
     int nc = cinfo.output_components;

@@ -9,9 +9,13 @@
  * at most M3_IMAGE_MAX_SIDE and width*height at most M3_IMAGE_MAX_PIXELS; a
  * PNG's pixel data (w*h*depth*channels/8 bytes) at most M3_PNG_MAX_RATIO
  * times the file size (deflate's maximum ratio, so no valid PNG is refused).
- * JPEG has no such sound bound (progressive end-of-band runs); its pixel
- * buffer grows with the rows actually decoded and decoding stops at the
- * first corrupt-data or end-of-data warning.
+ * Non-interlaced PNG and all JPEG pixel buffers grow with the rows actually
+ * decoded (so a short file fails before it gets the whole buffer); JPEG
+ * decoding stops at the first corrupt-data or end-of-data warning. JPEG has
+ * no sound size bound (progressive end-of-band runs), so libjpeg's own
+ * working memory (a progressive image's coefficient array) is capped at
+ * M3_JPEG_MAX_MEMORY: larger progressive images are refused with an error
+ * naming the cap (about 89 megapixels at 4:4:4, 179 at 4:2:0).
  */
 #ifndef M3_IMAGE_H
 #define M3_IMAGE_H
@@ -25,6 +29,7 @@
 #define M3_IMAGE_MAX_FILE (256u << 20) /* bytes of one image file */
 #define M3_IMAGE_MAX_PIXELS (1u << 28) /* 268M pixels, 768 MiB as RGB8 */
 #define M3_PNG_MAX_RATIO 1032           /* deflate: 258-byte match in 2 bits */
+#define M3_JPEG_MAX_MEMORY (512u << 20) /* libjpeg working memory (progressive images) */
 
 typedef struct m3_image {
     int width, height;

@@ -367,6 +367,50 @@ static void test_hostile(void **st)
         assert_non_null(strstr(e.msg, "corrupt JPEG"));
         free(j.p);
     }
+    /* a progressive JPEG whose SOF2 claims 16000x16000: libjpeg would
+     * allocate its whole coefficient array (~1.5 GB) before the data proves
+     * short; the M3_JPEG_MAX_MEMORY cap refuses it, naming the cap. The same
+     * file claiming 1000x1000 (~6 MB of coefficients) passes the cap and
+     * fails as truncated. */
+    {
+        static uint8_t px[24 * 32 * 3];
+        const unsigned sides[2] = {16000, 1000};
+        for (int k = 0; k < 2; k++) {
+            membuf j = write_jpeg(3, JCS_RGB, 1, px);
+            size_t at = 0;
+            for (size_t i = 2; i + 9 < j.n && !at; i++)
+                if (j.p[i] == 0xFF && j.p[i + 1] == 0xC2)
+                    at = i;
+            assert_true(at > 0);
+            j.p[at + 5] = (uint8_t)(sides[k] >> 8), j.p[at + 6] = (uint8_t)sides[k];
+            j.p[at + 7] = (uint8_t)(sides[k] >> 8), j.p[at + 8] = (uint8_t)sides[k];
+            assert_int_equal(m3_image_decode(&im, j.p, j.n, "prog.jpg", &e), -1);
+            assert_non_null(strstr(e.msg, "prog.jpg"));
+            if (k == 0) {
+                assert_non_null(strstr(e.msg, "16000x16000 (progressive)"));
+                assert_non_null(strstr(e.msg, "M3_JPEG_MAX_MEMORY (512 MiB)"));
+            } else {
+                assert_non_null(strstr(e.msg, "corrupt JPEG"));
+            }
+            free(j.p);
+        }
+    }
+    /* a non-interlaced PNG claiming 128x64 (24 KiB of pixels, within the
+     * ratio cap for its 124 bytes) with the data of a smaller image: decoded
+     * row by row into a growing buffer, it fails as corrupt, naming the file */
+    memcpy(bad, m.p, m.n);
+    const uint32_t mid[2] = {128, 64};
+    for (int j = 0; j < 2; j++) {
+        uint8_t *d = bad + 16 + 4 * j;
+        d[0] = (uint8_t)(mid[j] >> 24), d[1] = (uint8_t)(mid[j] >> 16),
+        d[2] = (uint8_t)(mid[j] >> 8), d[3] = (uint8_t)mid[j];
+    }
+    c = crc_of(bad + 12, 17);
+    bad[29] = (uint8_t)(c >> 24), bad[30] = (uint8_t)(c >> 16), bad[31] = (uint8_t)(c >> 8),
+    bad[32] = (uint8_t)c;
+    assert_int_equal(m3_image_decode(&im, bad, m.n, "rows.png", &e), -1);
+    assert_non_null(strstr(e.msg, "rows.png"));
+    assert_non_null(strstr(e.msg, "corrupt PNG"));
     /* a missing file */
     assert_int_equal(m3_image_load(&im, "/nonexistent/m3.png", &e), -1);
     assert_non_null(strstr(e.msg, "/nonexistent/m3.png"));
