@@ -31,8 +31,8 @@
  *  - one prefill pass of T tokens at positions 0..T-1 (what `forward` does);
  *    the page table is the identity (single sequence), so V and cache rows
  *    are written contiguously; a page allocator is needed for batching.
- *  - `generate` (H18): same options, defaults (gpu/gen_config.h reads
- *    generation_config.json as m3-ref does), eos and output as m3-ref
+ *  - `generate` (H18): same options, defaults (ref/genconfig.h reads
+ *    generation_config.json for both programs), eos and output as m3-ref
  *    generate; prefill of the prompt in one gpu_step, then one gpu_step per
  *    token at positions T, T+1, ... over the session's device caches
  *    (per-layer bf16 index-K copies, converted row by row); lm_head on the
@@ -53,13 +53,13 @@
 #include <time.h>
 
 extern "C" {
+#include "genconfig.h"
 #include "model.h"
 #include "rope.h"
 #include "sampling.h"
 #include "tokenizer.h"
 }
 
-#include "gen_config.h"
 
 #include "hip_compat.h"
 #include "kernels/common.cuh"
@@ -961,7 +961,6 @@ static int cmd_generate(int argc, char **argv)
     hipStream_t st = NULL;
     m3_tokenizer *tokzr = NULL;
     m3_decode_stream ds;
-    char why[8800];
     memset(&m, 0, sizeof m);
     memset(&dm, 0, sizeof dm);
     memset(&e, 0, sizeof e);
@@ -995,15 +994,10 @@ static int cmd_generate(int argc, char **argv)
     }
     {
         /* flags override generation_config.json, which overrides the defaults */
-        m3g_gen_defaults g;
-        memset(&g, 0, sizeof g);
-        g.temperature = 1.0f;
-        g.top_p = 0.95f;
-        g.top_k = 40;
-        g.n_eos = 1;
-        g.eos[0] = m.cfg.text.eos_token_id;
-        if (m3g_load_generation_config(dir, &g, why, sizeof why) != 0) {
-            fprintf(stderr, "m3-gpu generate: %s\n", why);
+        m3_gen_defaults g = m3_gen_defaults_builtin(m.cfg.text.eos_token_id);
+        m3_err ge = {{0}};
+        if (m3_gen_config_load(dir, &g, &ge) != 0) {
+            fprintf(stderr, "m3-gpu generate: %s\n", ge.msg);
             goto out;
         }
         const int greedy = greedy_flag || (g.greedy && !have_temp && !have_top_p && !have_top_k);

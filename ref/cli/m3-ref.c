@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "err.h"
+#include "genconfig.h"
 #include "inspect.h"
 #include "chat.h"
 #include "model.h"
@@ -654,110 +655,6 @@ out:
 /* ------------------------------------------------------------------------ */
 /* generate                                                                 */
 
-typedef struct gen_defaults {
-    int greedy;
-    float temperature, top_p;
-    int top_k;
-    int n_eos;
-    int eos[16];
-} gen_defaults;
-
-/* Read DIR/generation_config.json when present. 0 ok (absent is ok), -1 on a
- * malformed file (message in why). */
-static int load_generation_config(const char *dir, gen_defaults *g, char *why, size_t whylen)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    char *text = NULL;
-    long len = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        len = ftell(f);
-    if (len < 0 || len > (1L << 20) || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        snprintf(why, whylen, "%s: cannot read (or larger than 1 MiB)", path);
-        return -1;
-    }
-    text = malloc((size_t)len + 1);
-    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) {
-        free(text);
-        fclose(f);
-        snprintf(why, whylen, "%s: cannot read", path);
-        return -1;
-    }
-    fclose(f);
-    text[len] = '\0';
-    cJSON *j = cJSON_ParseWithLength(text, (size_t)len);
-    free(text);
-    if (!j || !cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        snprintf(why, whylen, "%s: not a well-formed JSON object", path);
-        return -1;
-    }
-    int rc = 0;
-    const cJSON *it;
-    if ((it = cJSON_GetObjectItemCaseSensitive(j, "do_sample"))) {
-        if (!cJSON_IsBool(it)) {
-            snprintf(why, whylen, "%s: do_sample must be true or false", path);
-            rc = -1;
-        } else if (cJSON_IsFalse(it)) {
-            g->greedy = 1;
-        }
-    }
-    if (!rc && (it = cJSON_GetObjectItemCaseSensitive(j, "temperature"))) {
-        if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0.0) || it->valuedouble > 1e6) {
-            snprintf(why, whylen, "%s: temperature must be a number >= 0", path);
-            rc = -1;
-        } else if (it->valuedouble == 0.0) {
-            g->greedy = 1;
-        } else {
-            g->temperature = (float)it->valuedouble;
-        }
-    }
-    if (!rc && (it = cJSON_GetObjectItemCaseSensitive(j, "top_p"))) {
-        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0.0) || it->valuedouble > 1.0) {
-            snprintf(why, whylen, "%s: top_p must be a number in (0, 1]", path);
-            rc = -1;
-        } else {
-            g->top_p = (float)it->valuedouble;
-        }
-    }
-    if (!rc && (it = cJSON_GetObjectItemCaseSensitive(j, "top_k"))) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > INT_MAX ||
-            it->valuedouble != floor(it->valuedouble)) {
-            snprintf(why, whylen, "%s: top_k must be an integer >= 0", path);
-            rc = -1;
-        } else {
-            g->top_k = (int)it->valuedouble;
-        }
-    }
-    if (!rc && (it = cJSON_GetObjectItemCaseSensitive(j, "eos_token_id")) && !cJSON_IsNull(it)) {
-        g->n_eos = 0;
-        if (cJSON_IsNumber(it)) {
-            g->eos[g->n_eos++] = (int)it->valuedouble;
-        } else if (cJSON_IsArray(it)) {
-            const cJSON *x;
-            cJSON_ArrayForEach(x, it)
-            {
-                if (!cJSON_IsNumber(x) || g->n_eos == 16) {
-                    rc = -1;
-                    break;
-                }
-                g->eos[g->n_eos++] = (int)x->valuedouble;
-            }
-        } else {
-            rc = -1;
-        }
-        if (rc)
-            snprintf(why, whylen, "%s: eos_token_id must be an integer or a list of at most 16",
-                     path);
-    }
-    cJSON_Delete(j);
-    return rc;
-}
-
 static int cmd_generate(int argc, char **argv)
 {
     cli_opts o;
@@ -824,12 +721,9 @@ static int cmd_generate(int argc, char **argv)
 
     /* sampling settings: flags override generation_config.json, which overrides the built-in
      * defaults (temperature 1.0, top_p 0.95, top_k 40) */
-    gen_defaults g = {.greedy = 0, .temperature = 1.0f, .top_p = 0.95f, .top_k = 40, .n_eos = 1};
-    g.eos[0] = m.cfg.text.eos_token_id;
-    if (load_generation_config(o.model, &g, why, sizeof why) != 0) {
-        m3_fail(&e, "%s", why);
+    m3_gen_defaults g = m3_gen_defaults_builtin(m.cfg.text.eos_token_id);
+    if (m3_gen_config_load(o.model, &g, &e) != 0)
         goto fail;
-    }
     int greedy = o.greedy || (g.greedy && !o.have_temp && !o.have_top_p && !o.have_top_k);
     float temp = o.have_temp ? o.temperature : g.temperature;
     float top_p = o.have_top_p ? o.top_p : g.top_p;
