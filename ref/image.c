@@ -113,6 +113,36 @@ static int apply_orientation(m3_image *img, int o, const char *name, m3_err *e)
     return 0;
 }
 
+/* Grow *buf, which holds *cap rows of rowb bytes, to twice as many rows
+ * (16 at first, never more than h). 0 ok, -1 out of memory (*buf kept). */
+static int grow_rows(uint8_t **buf, size_t *cap, size_t h, size_t rowb)
+{
+    size_t nr = *cap ? 2 * *cap : 16;
+    if (nr > h)
+        nr = h;
+    uint8_t *nb = realloc(*buf, nr * rowb);
+    if (!nb)
+        return -1;
+    *buf = nb;
+    *cap = nr;
+    return 0;
+}
+
+/* Hand the decoded w x h RGB8 buffer to img (which then owns it) and apply
+ * the EXIF orientation. */
+static int finish_image(m3_image *img, size_t w, size_t h, uint8_t *rgb, int orientation,
+                        const char *name, m3_err *e)
+{
+    img->width = (int)w;
+    img->height = (int)h;
+    img->rgb = rgb;
+    if (apply_orientation(img, orientation, name, e) != 0) {
+        m3_image_free(img);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- PNG -------------------------------------------------------------- */
 
 typedef struct png_src {
@@ -226,14 +256,10 @@ static int decode_png(m3_image *img, const uint8_t *data, size_t len, const char
         size_t cap = 0;
         for (png_uint_32 y = 0; y < h; y++) {
             if (y == cap) {
-                size_t nr = cap ? 2 * cap : 16;
-                if (nr > h)
-                    nr = h;
-                uint8_t *nb = realloc(rgb, nr * rowb);
-                if (!nb)
+                uint8_t *buf = rgb; /* rgb is volatile (setjmp) */
+                if (grow_rows(&buf, &cap, h, rowb) != 0)
                     png_error(png, "out of memory for the pixels");
-                rgb = nb;
-                cap = nr;
+                rgb = buf;
             }
             png_read_row(png, rgb + (size_t)y * rowb, NULL);
         }
@@ -256,14 +282,7 @@ static int decode_png(m3_image *img, const uint8_t *data, size_t len, const char
         orientation = exif_orientation(exif, exif_len);
     png_destroy_read_struct(&png, &info, NULL);
     free(rows);
-    img->width = (int)w;
-    img->height = (int)h;
-    img->rgb = rgb;
-    if (apply_orientation(img, orientation, name, e) != 0) {
-        m3_image_free(img);
-        return -1;
-    }
-    return 0;
+    return finish_image(img, w, h, rgb, orientation, name, e);
 }
 
 /* ---- JPEG ------------------------------------------------------------- */
@@ -350,16 +369,12 @@ static int decode_jpeg(m3_image *img, const uint8_t *data, size_t len, const cha
     while (cinfo.output_scanline < h && je.pub.num_warnings == 0) {
         size_t y = cinfo.output_scanline;
         if (y == rows_cap) {
-            size_t nr = rows_cap ? 2 * rows_cap : 16;
-            if (nr > h)
-                nr = h;
-            uint8_t *nb = realloc(rgb, nr * w * 3);
-            if (!nb) {
+            uint8_t *buf = rgb; /* rgb is volatile (setjmp) */
+            if (grow_rows(&buf, &rows_cap, h, w * 3) != 0) {
                 strcpy(je.msg, "out of memory for the pixels");
                 longjmp(je.jb, 1);
             }
-            rgb = nb;
-            rows_cap = nr;
+            rgb = buf;
         }
         JSAMPROW rp = row;
         jpeg_read_scanlines(&cinfo, &rp, 1);
@@ -391,14 +406,7 @@ static int decode_jpeg(m3_image *img, const uint8_t *data, size_t len, const cha
     jpeg_finish_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
     free(row);
-    img->width = (int)w;
-    img->height = (int)h;
-    img->rgb = rgb;
-    if (apply_orientation(img, orientation, name, e) != 0) {
-        m3_image_free(img);
-        return -1;
-    }
-    return 0;
+    return finish_image(img, w, h, rgb, orientation, name, e);
 }
 
 int m3_image_decode(m3_image *img, const uint8_t *data, size_t len, const char *name, m3_err *e)
