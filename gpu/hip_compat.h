@@ -68,6 +68,9 @@ typedef __nv_bfloat16 hip_bfloat16;
 #define hipDeviceSynchronize cudaDeviceSynchronize
 #define hipGetDeviceProperties cudaGetDeviceProperties
 #define hipSetDevice cudaSetDevice
+#define hipGetDevice cudaGetDevice
+#define hipDeviceGetAttribute cudaDeviceGetAttribute
+#define hipDeviceAttributeMultiprocessorCount cudaDevAttrMultiProcessorCount
 #define hipGraphInstantiate(exec, graph, a, b, c) cudaGraphInstantiate((exec), (graph), 0)
 #define hipGraphLaunch cudaGraphLaunch
 #define hipGraphDestroy cudaGraphDestroy
@@ -107,6 +110,10 @@ typedef cublasStatus_t hipblasStatus_t;
 #define hipblasDestroy cublasDestroy
 #define hipblasSetStream cublasSetStream
 #define hipblasGemmEx cublasGemmEx
+/* cuBLASLt (NVIDIA only: Debian's ROCm has no hipBLASLt) is used by name
+ * (cublasLt*) behind M3_HAVE_BLASLT; AMD builds use hipBLAS. */
+#include <cublasLt.h>
+#define M3_HAVE_BLASLT 1
 #endif
 
 #else

@@ -3,7 +3,10 @@
  * bin/m3-conform can judge its dumps.
  *
  *   m3-gpu forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]
- *   m3-gpu generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]
+ *                  [--tokens IDS]... | [--teacher-forced GOLDEN.safetensors]
+ *                  [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE] [--vision-joint]
+ *   m3-gpu vision-case --case DIR --dump OUT.safetensors
+ *   m3-gpu generate --model DIR (--tokens IDS | --prompt TEXT)... [--max-new-tokens N]
  *                   [--greedy | --temperature T --top-p P --top-k K --seed S]
  *                   [--print-ids] [--dtype fp32|bf16]
  *
@@ -28,9 +31,18 @@
  *    block-sparse attention, dense SwiGLU-OAI MLP, MoE (router, 4 grouped
  *    expert GEMVs, shared expert, combine), final norm, lm_head, and every
  *    dump name incl. eagle3.aux.
- *  - one prefill pass of T tokens at positions 0..T-1 (what `forward` does);
- *    the page table is the identity (single sequence), so V and cache rows
- *    are written contiguously; a page allocator is needed for batching.
+ *  - one prefill pass of T tokens at positions 0..T-1 (what `forward` does).
+ *  - batches (H5): a session has nseq cache regions (region s = pages
+ *    s*npages.. in order, identity inside a region); gpu_step_batch stacks the
+ *    rows of all sequences for the linear layers, norms, router/MoE and
+ *    lm_head (one launch each) and runs cache writes, indexer, selection and
+ *    attention per sequence (seq_attention over a seq_view of the session).
+ *    forward takes several --tokens (one dump per sequence), generate several
+ *    --tokens / --prompt (decode steps batch the unfinished sequences).
+ *    Emulation: each sequence's dump / ids equal its single-prompt run,
+ *    bitwise in fp32; bf16: see the H5 report (T <= 8 GEMV vs T > 8 GEMM).
+ *  - teacher forcing (H5): forward --teacher-forced GOLDEN feeds every layer
+ *    its golden input (gpu_batch.tf); dumps as usual.
  *  - `generate` (H18): same options, defaults (ref/genconfig.h reads
  *    generation_config.json for both programs), eos and output as m3-ref
  *    generate; prefill of the prompt in one gpu_step, then one gpu_step per
@@ -39,10 +51,22 @@
  *    last row only, copied to the host, chosen by ref m3_sample. No vendor
  *    BLAS in generate. On the H200: ids identical to m3-ref on models/demo
  *    in fp32 (greedy and seeded); bf16 diverges after 10 (greedy) / 2
- *    (sampled) tokens, cause not established (docs/performance.md).
- *  - NOT done: the teacher-forced layer-by-layer mode, chunked prefill
- *    (the whole prompt is one call), vision, multi-sequence batches,
- *    CUDA-graph capture of the decode step, memory for full M3 (all weights are uploaded: only
+ *    (sampled) tokens. Greedy cause (H5, emulation, which reproduces the
+ *    H200 ids): a near tie, not a decode defect. At new token 11 (13-token
+ *    prefix) the GPU's decode logits equal its one-shot prefill bitwise;
+ *    the fp32 golden has 356: 9.83522, 1226: 9.83033 (gap 0.0049); the
+ *    bf16 logits are ref 356: 9.875, 1226: 9.8125 and GPU 1226: 9.875,
+ *    356: 9.8125 (one bf16 ulp, 0.0063 of max|logit|, tie tolerance 0.02);
+ *    the GPU forward of that prefix passes the bf16 profile.
+ *  - vision (H6, gpu/vision.h): forward --image / --video --fps / --pixels /
+ *    --vision-joint as m3-ref; host preprocessing (ref library), tower +
+ *    projector + merge on the device, features placed into the placeholder
+ *    rows in gpu_step; `m3-gpu vision-case --case DIR --dump OUT` runs the
+ *    vision component vectors. Emulation: bitwise equal to m3-ref's vision.*
+ *    in fp32 and bf16. Not in generate (token prompts only there).
+ *  - NOT done: chunked prefill (the whole prompt is one call), batches
+ *    with vision inputs, teacher forcing of a batch, CUDA-graph capture of
+ *    the decode step, memory for full M3 (all weights are uploaded: only
  *    tiny / layer-pruned checkpoints fit one GPU).
  */
 #include <stdint.h>
@@ -64,6 +88,7 @@ extern "C" {
 #include "hip_compat.h"
 #include "kernels/common.cuh"
 #include "kernels/kernels.h"
+#include "vision.h" /* the vision tower and --image/--pixels front end (H6) */
 
 #define EXIT_RUN 1
 #define EXIT_USAGE 2
@@ -83,6 +108,11 @@ extern "C" {
 
 typedef struct dev_layer {
     m3g_mat q, k, v, o, iq, ik, gate, up, down, router, sg, su, sd;
+    /* fused weights (H4): qkv = [q; k; v (; index_q; index_k)] with nqkv
+     * segments (0: not fused), sgu = [sh_gate; sh_up]; the views above
+     * point into them */
+    m3g_mat qkv, sgu;
+    int nqkv;
     const void *in_norm, *post_norm, *q_norm, *k_norm, *iq_norm, *ik_norm, *rbias;
     int in_norm_dt, post_norm_dt, q_norm_dt, k_norm_dt, iq_norm_dt, ik_norm_dt, rbias_dt;
     /* experts, contiguous [E, rows, cols] each, one dtype */
@@ -160,6 +190,58 @@ static int up_mat(dev_model *dm, m3g_mat *out, const m3_mat *m)
     return out->data ? 0 : -1;
 }
 
+/* n matrices with equal cols concatenated by rows into one device buffer
+ * (fused GEMVs, m3g_linear_multi); views[i] point into it. All bf16 or all
+ * fp32: raw copies; otherwise all widened to fp32 one matrix at a time (as
+ * upload). Returns 1 when fused, 0 when a matrix is missing or cols differ
+ * (the caller uploads them separately), -1 on an allocation/copy error. */
+static int up_cat(dev_model *dm, m3g_mat *fused, m3g_mat *const *views, const m3_mat *const *src,
+                  int n)
+{
+    memset(fused, 0, sizeof *fused);
+    int rows = 0, all_bf16 = 1, all_f32 = 1;
+    for (int i = 0; i < n; i++) {
+        if (!src[i]->data || src[i]->cols != src[0]->cols)
+            return 0;
+        rows += src[i]->rows;
+        all_bf16 &= src[i]->dtype == M3_BF16;
+        all_f32 &= src[i]->dtype == M3_F32;
+    }
+    const size_t cols = (size_t)src[0]->cols, esz = all_bf16 ? 2 : 4;
+    char *d = NULL;
+    if (hipMalloc((void **)&d, (size_t)rows * cols * esz) != hipSuccess || track(dm, d) != 0)
+        return -1;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t ne = (size_t)src[i]->rows * cols;
+        if (all_bf16 || all_f32) {
+            if (hipMemcpy(d + off * esz, src[i]->data, ne * esz, hipMemcpyHostToDevice) !=
+                hipSuccess)
+                return -1;
+        } else {
+            float *tmp = (float *)malloc(ne * sizeof(float));
+            if (!tmp)
+                return -1;
+            for (size_t e = 0; e < ne; e++)
+                tmp[e] = m3_load_f32(src[i]->data, src[i]->dtype, e);
+            hipError_t he = hipMemcpy(d + off * esz, tmp, ne * esz, hipMemcpyHostToDevice);
+            free(tmp);
+            if (he != hipSuccess)
+                return -1;
+        }
+        views[i]->data = d + off * esz;
+        views[i]->rows = src[i]->rows;
+        views[i]->cols = (int)cols;
+        views[i]->dtype = all_bf16 ? M3G_BF16 : M3G_F32;
+        off += ne;
+    }
+    fused->data = d;
+    fused->rows = rows;
+    fused->cols = (int)cols;
+    fused->dtype = all_bf16 ? M3G_BF16 : M3G_F32;
+    return 1;
+}
+
 static int up_vec(dev_model *dm, const void **out, int *dt, const m3_vec *v)
 {
     *out = NULL;
@@ -217,12 +299,24 @@ static int dev_model_upload(dev_model *dm, const m3_model *m)
         if (up_vec(dm, &d->in_norm, &d->in_norm_dt, &w->input_norm) ||
             up_vec(dm, &d->post_norm, &d->post_norm_dt, &w->post_norm) ||
             up_vec(dm, &d->q_norm, &d->q_norm_dt, &w->q_norm) ||
-            up_vec(dm, &d->k_norm, &d->k_norm_dt, &w->k_norm) || up_mat(dm, &d->q, &w->q) ||
-            up_mat(dm, &d->k, &w->k) || up_mat(dm, &d->v, &w->v) || up_mat(dm, &d->o, &w->o))
+            up_vec(dm, &d->k_norm, &d->k_norm_dt, &w->k_norm) || up_mat(dm, &d->o, &w->o))
             return -1;
+        { /* q, k, v (+ index q, k on sparse layers) as one fused weight */
+            const m3_mat *src[5] = {&w->q, &w->k, &w->v, &w->index_q, &w->index_k};
+            m3g_mat *const dst[5] = {&d->q, &d->k, &d->v, &d->iq, &d->ik};
+            const int nf = c->layer_sparse[l] ? 5 : 3;
+            const int f = up_cat(dm, &d->qkv, dst, src, nf);
+            if (f < 0)
+                return -1;
+            d->nqkv = f ? nf : 0;
+            if (!f && (up_mat(dm, &d->q, &w->q) || up_mat(dm, &d->k, &w->k) ||
+                       up_mat(dm, &d->v, &w->v) ||
+                       (c->layer_sparse[l] && (up_mat(dm, &d->iq, &w->index_q) ||
+                                               up_mat(dm, &d->ik, &w->index_k)))))
+                return -1;
+        }
         if (c->layer_sparse[l] &&
-            (up_mat(dm, &d->iq, &w->index_q) || up_mat(dm, &d->ik, &w->index_k) ||
-             up_vec(dm, &d->iq_norm, &d->iq_norm_dt, &w->index_q_norm) ||
+            (up_vec(dm, &d->iq_norm, &d->iq_norm_dt, &w->index_q_norm) ||
              up_vec(dm, &d->ik_norm, &d->ik_norm_dt, &w->index_k_norm)))
             return -1;
         if (c->layer_moe[l]) {
@@ -231,8 +325,16 @@ static int dev_model_upload(dev_model *dm, const m3_model *m)
                 up_experts(dm, &d->eg, &d->edt, w->exp_gate, c->num_experts) ||
                 up_experts(dm, &d->eu, &d->edt, w->exp_up, c->num_experts) ||
                 up_experts(dm, &d->ed, &d->edt, w->exp_down, c->num_experts) ||
-                up_mat(dm, &d->sg, &w->sh_gate) || up_mat(dm, &d->su, &w->sh_up) ||
                 up_mat(dm, &d->sd, &w->sh_down))
+                return -1;
+            /* shared gate + up as one [gate; up] weight (SwiGLU GEMV) */
+            const m3_mat *src[2] = {&w->sh_gate, &w->sh_up};
+            m3g_mat *const dst[2] = {&d->sg, &d->su};
+            const int f = w->sh_gate.rows == w->sh_up.rows &&
+                                  w->sh_gate.rows == c->shared_intermediate_size
+                              ? up_cat(dm, &d->sgu, dst, src, 2)
+                              : 0;
+            if (f < 0 || (!f && (up_mat(dm, &d->sg, &w->sh_gate) || up_mat(dm, &d->su, &w->sh_up))))
                 return -1;
         } else if (up_mat(dm, &d->gate, &w->mlp_gate) || up_mat(dm, &d->up, &w->mlp_up) ||
                    up_mat(dm, &d->down, &w->mlp_down)) {
@@ -277,25 +379,38 @@ static int dump_dev(m3_st_writer *w, const char *name, m3_dtype dt, int ndim, in
 /* ---- the forward -------------------------------------------------------- */
 
 /* A run on the device: activation buffers for up to tmax rows per call and
- * the per-layer caches for cap positions (identity paging: one sequence, so
- * position p lives in cache row p). Positions continue across calls
- * (prefill at pos0 = 0, then decode one token at a time). */
+ * per-layer caches for nseq sequences of cap positions each. Paging: region
+ * s owns pages s*npages .. (s+1)*npages-1 in order, so position p of the
+ * sequence in region s lives in cache row s*npages*B + p (identity inside
+ * a region; page == MSA block). Positions continue across calls (prefill at
+ * pos0 = 0, then decode one token at a time), per region. */
 typedef struct gpu_sess {
     const m3_model *m;
     dev_model *dm;
     m3g_blas *blas; /* may be NULL */
     hipStream_t st;
-    int mode, tmax, cap, npages, nbmax;
+    int mode, tmax, cap, npages, nbmax; /* npages: per region */
+    int nseq;                           /* cache regions (sequences of a batch) */
     float *h, *xn, *q, *kraw, *att, *tmp, *iq, *ikraw, *bs, *g, *u, *ye, *sh, *logits, *cos_t,
         *sin_t;
     int32_t *blk, *ridx, *pages;
+    unsigned *ictr; /* m3g_msa_indexer tickets [N] (zeroed at allocation, left zero) */
+    void *iws;      /* m3g_msa_indexer scratch */
+    size_t iws_n;
     float *rw, *rscores;
     float **kc, **vc, **ikc; /* per layer */
     uint16_t **ik16;         /* per sparse layer: bf16 copy of its index-K cache (bf16 mode;
                                 kept per layer because decode converts only the new rows) */
     float *aws;              /* split attention workspace (NULL: per-row kernel) */
     size_t aws_n;
+    uint16_t **kc16, **vc16; /* per layer: bf16 K/V caches (bf16 mode with hd % 8 == 0 and
+                                hd <= 128; kc/vc are not allocated then), else NULL */
+    float *vraw;             /* [tmax, nkv * hd] V projection before its bf16 cache write
+                                (also in fp32 mode when nseq > 1: then copied per sequence) */
+    void *sws;               /* m3g_attention_sk workspace (with kc16/vc16) */
+    size_t sws_n;
     float *hbuf, *ct, *stb; /* host staging [tmax, H], [tmax, rd/2] x 2 */
+    const m3g_vision_feats *vis; /* vision rows placed into the pos0-0 embeddings, or NULL */
 } gpu_sess;
 
 static int dalloc(dev_model *dm, void **p, size_t bytes)
@@ -330,15 +445,18 @@ static void gpu_sess_free(gpu_sess *s)
     free(s->vc);
     free(s->ikc);
     free(s->ik16);
+    free(s->kc16);
+    free(s->vc16);
     free(s->hbuf);
     free(s->ct);
     free(s->stb);
     memset(s, 0, sizeof *s);
 }
 
-/* Allocate a session for calls of at most tmax rows and cap positions in all. */
-static int gpu_sess_init(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax, int cap,
-                         int mode, m3g_blas *blas, hipStream_t st)
+/* Allocate a session for calls of at most tmax rows in all and nseq cache
+ * regions (sequences) of cap positions each. */
+static int gpu_sess_init_n(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax, int cap,
+                           int nseq, int mode, m3g_blas *blas, hipStream_t st)
 {
     const m3_text_config *c = &m->cfg.text;
     const int H = c->hidden_size, nh = c->num_heads, nkv = c->num_kv_heads, hd = c->head_dim;
@@ -361,8 +479,10 @@ static int gpu_sess_init(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax
     b->cap = cap;
     b->npages = (cap + B - 1) / B;
     b->nbmax = b->npages;
+    b->nseq = nseq;
     const int npages = b->npages, nbmax = b->nbmax;
-    int32_t *pt = (int32_t *)malloc((size_t)npages * sizeof(int32_t));
+    const size_t cpages = (size_t)nseq * npages; /* pages of all regions */
+    int32_t *pt = (int32_t *)malloc(cpages * sizeof(int32_t));
     b->hbuf = (float *)malloc(N * (size_t)H * sizeof(float));
     b->ct = (float *)malloc(N * (size_t)(rd / 2 + 1) * sizeof(float));
     b->stb = (float *)malloc(N * (size_t)(rd / 2 + 1) * sizeof(float));
@@ -375,29 +495,60 @@ static int gpu_sess_init(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax
         free(pt);
         return -1;
     }
-    for (int p = 0; p < npages; p++)
-        pt[p] = p; /* identity paging: one sequence */
+    for (size_t p = 0; p < cpages; p++)
+        pt[p] = (int32_t)p; /* region s: pages s*npages.. in order */
 #define DA(ptr, n, T_) dalloc(dm, (void **)&(ptr), (size_t)(n) * sizeof(T_))
     if (DA(b->h, N * H, float) || DA(b->xn, N * H, float) || DA(b->q, N * nh * hd, float) ||
         DA(b->kraw, N * nkv * hd, float) || DA(b->att, N * nh * hd, float) ||
         DA(b->tmp, N * H, float) || DA(b->iq, N * (G > 0 ? G : 1) * ihd, float) ||
         DA(b->ikraw, N * ihd, float) || DA(b->bs, N * (G > 0 ? G : 1) * nbmax, float) ||
         DA(b->blk, N * (G > 0 ? G : 1) * (K > 0 ? K : 1), int32_t) ||
+        DA(b->ictr, N, unsigned) ||
+        DA(b->iws, (b->iws_n = m3g_msa_indexer_ws(N, G > 0 ? G : 1, nbmax)), char) ||
         DA(b->g, N * Imax, float) || DA(b->u, N * Imax, float) ||
         DA(b->ye, N * (kx > 0 ? kx : 1) * H, float) || DA(b->sh, N * H, float) ||
         DA(b->logits, N * V, float) || DA(b->cos_t, N * (rd / 2), float) ||
         DA(b->sin_t, N * (rd / 2), float) || DA(b->ridx, N * (kx > 0 ? kx : 1), int32_t) ||
         DA(b->rw, N * (kx > 0 ? kx : 1), float) || DA(b->rscores, N * (E > 0 ? E : 1), float) ||
-        DA(b->pages, npages, int32_t)) {
+        DA(b->pages, cpages, int32_t)) {
+        fprintf(stderr, "m3-gpu: device allocation failed for %d tokens\n", tmax);
+        free(pt);
+        return -1;
+    }
+    /* bf16 mode: bf16 K/V caches (exact: they hold rounded values, M3-NUM-BF16-2
+     * item 10) read by m3g_attention_sk; fp32 mode keeps the fp32 caches */
+    const int kv16 = mode == 1 && hd % 8 == 0 && hd <= 128;
+    if (kv16) {
+        b->kc16 = (uint16_t **)calloc((size_t)L, sizeof(uint16_t *));
+        b->vc16 = (uint16_t **)calloc((size_t)L, sizeof(uint16_t *));
+        size_t wn = m3g_attention_sk_ws(B, 0, tmax, nh, nkv, hd, NULL, 0, M3G_BF16), w1;
+        const size_t w3[3] = {G > 0 ? m3g_attention_sk_ws(B, 0, tmax, nh, nkv, hd, pt, K, M3G_BF16) : 0,
+                              m3g_attention_sk_ws(B, cap - 1, 1, nh, nkv, hd, NULL, 0, M3G_BF16),
+                              G > 0 ? m3g_attention_sk_ws(B, cap - 1, 1, nh, nkv, hd, pt, K, M3G_BF16) : 0};
+        for (int i = 0; i < 3; i++)
+            wn = w3[i] > wn ? w3[i] : wn;
+        w1 = w3[1] > w3[2] ? w3[1] : w3[2]; /* one decode row: the least that works */
+        if (wn > ((size_t)1 << 30)) /* the prefill then runs in row chunks */
+            wn = w1 > ((size_t)1 << 30) ? w1 : ((size_t)1 << 30);
+        if (!b->kc16 || !b->vc16 || DA(b->vraw, N * nkv * hd, float) || DA(b->sws, wn, char)) {
+            fprintf(stderr, "m3-gpu: allocation failed for the bf16 KV caches\n");
+            free(pt);
+            return -1;
+        }
+        b->sws_n = wn;
+    }
+    if (!b->vraw && nseq > 1 && DA(b->vraw, N * nkv * hd, float)) { /* batch V staging */
         fprintf(stderr, "m3-gpu: device allocation failed for %d tokens\n", tmax);
         free(pt);
         return -1;
     }
     for (int l = 0; l < L; l++)
-        if (DA(b->kc[l], (size_t)npages * B * nkv * hd, float) ||
-            DA(b->vc[l], (size_t)npages * B * nkv * hd, float) ||
-            (c->layer_sparse[l] && DA(b->ikc[l], (size_t)npages * B * ihd, float)) ||
-            (c->layer_sparse[l] && mode == 1 && DA(b->ik16[l], (size_t)npages * B * ihd, uint16_t))) {
+        if ((!kv16 && DA(b->kc[l], cpages * B * nkv * hd, float)) ||
+            (!kv16 && DA(b->vc[l], cpages * B * nkv * hd, float)) ||
+            (kv16 && DA(b->kc16[l], cpages * B * nkv * hd, uint16_t)) ||
+            (kv16 && DA(b->vc16[l], cpages * B * nkv * hd, uint16_t)) ||
+            (c->layer_sparse[l] && DA(b->ikc[l], cpages * B * ihd, float)) ||
+            (c->layer_sparse[l] && mode == 1 && DA(b->ik16[l], cpages * B * ihd, uint16_t))) {
             fprintf(stderr, "m3-gpu: device allocation failed for the caches\n");
             free(pt);
             return -1;
@@ -405,7 +556,7 @@ static int gpu_sess_init(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax
     /* the split-key
      * attention workspace when it fits in 1 GiB (else the per-row kernel);
      * sized for the prefill (pos0 0, tmax rows) and the last decode step */
-    {
+    if (!kv16) {
         size_t wn = 0;
         const size_t w4[4] = {
             m3g_attention_split_ws(B, 0, tmax, nh, hd, NULL, 0),
@@ -420,7 +571,7 @@ static int gpu_sess_init(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax
             b->aws = NULL;
     }
 #undef DA
-    hipError_t e4 = hipMemcpy(b->pages, pt, (size_t)npages * sizeof(int32_t), hipMemcpyHostToDevice);
+    hipError_t e4 = hipMemcpy(b->pages, pt, cpages * sizeof(int32_t), hipMemcpyHostToDevice);
     free(pt);
     if (e4 != hipSuccess) {
         fprintf(stderr, "m3-gpu: uploading the page table failed: %s\n", hipGetErrorString(e4));
@@ -429,12 +580,157 @@ static int gpu_sess_init(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax
     return 0;
 }
 
-/* Run T tokens ids at positions pos0 .. pos0+T-1 through the model, writing
- * their K/V (and index-K) rows into the caches. logits_host gets [T, V], or
- * only the last row [V] when last_only (lm_head on that row alone).
- * dump (pos0 0 only) receives every activation under the m3-ref names. */
-static int gpu_step(gpu_sess *b, const int32_t *ids, int T, int pos0, m3_st_writer *dump,
-                    float *logits_host, int last_only)
+/* A session of one cache region (one sequence). */
+static int gpu_sess_init(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax, int cap,
+                         int mode, m3g_blas *blas, hipStream_t st)
+{
+    return gpu_sess_init_n(b, m, dm, tmax, cap, 1, mode, blas, st);
+}
+
+/* One call's sequences: n sequences of T[s] rows each (ids[s]) at positions
+ * pos0[s] .. pos0[s]+T[s]-1 of cache region slot[s] (< the session's nseq).
+ * Their rows are stacked in sequence order: the linear layers, norms and
+ * MoE see all rows at once, attention / indexer / selection run per
+ * sequence over its own caches. dump: NULL, or one writer (or NULL) per
+ * sequence, each receiving that sequence's rows under the m3-ref names.
+ * tf (teacher forcing, n == 1 and pos0 0 only): NULL, or L + 1 host arrays
+ * [T, H]: tf[l] replaces the residual stream entering layer l (the golden
+ * layers.{l}.input), tf[L] the one entering the final norm (the golden
+ * layers.{L-1}.output); each layer then runs from its golden input and its
+ * dumped tensors carry its own error only. */
+typedef struct gpu_batch {
+    int n;
+    const int32_t *const *ids;
+    const int *T, *pos0, *slot;
+    m3_st_writer *const *dump;
+    const float *const *tf;
+} gpu_batch;
+
+/* Rows [off[s], off[s] + T[s]) of the device tensor dev [rows, cols] (4-byte
+ * elements) into each sequence's dump writer. */
+static int dump_seqs(const gpu_batch *bt, const int *off, const char *name, m3_dtype dt,
+                     int64_t cols, const void *dev, hipStream_t st)
+{
+    for (int s = 0; s < bt->n; s++)
+        if (bt->dump[s] && dump_dev(bt->dump[s], name, dt, 2, bt->T[s], cols, 0,
+                                    (const char *)dev + (size_t)off[s] * (size_t)cols * 4, st))
+            return -1;
+    return 0;
+}
+
+/* The view of session b for one sequence of a batch: row buffers start at
+ * its first row (row offset off), the page table at its cache region. */
+static gpu_sess seq_view(const gpu_sess *b, int off, int slot)
+{
+    const m3_text_config *c = &b->m->cfg.text;
+    const size_t o = (size_t)off;
+    const int G = c->index_n_heads > 0 ? c->index_n_heads : 1;
+    const int K = c->index_topk > 0 ? c->index_topk : 1;
+    gpu_sess v = *b;
+    v.q += o * c->num_heads * c->head_dim;
+    v.att += o * c->num_heads * c->head_dim;
+    v.kraw += o * c->num_kv_heads * c->head_dim;
+    if (v.vraw)
+        v.vraw += o * c->num_kv_heads * c->head_dim;
+    v.iq += o * G * c->index_head_dim;
+    v.ikraw += o * c->index_head_dim;
+    v.bs += o * G * b->nbmax;
+    v.blk += o * G * K;
+    v.ictr += o;
+    v.cos_t += o * (c->rotary_dim / 2);
+    v.sin_t += o * (c->rotary_dim / 2);
+    v.pages += (size_t)slot * b->npages;
+    return v;
+}
+
+/* The per-sequence part of layer l's attention for the T rows of one
+ * sequence at positions pos0.. (b: its seq_view; P0: the cache row of
+ * position pos0, identity paging inside the sequence's region): V / K /
+ * index-K cache writes, MSA indexer + selection, attention into b->att.
+ * q / kraw / vraw / iq / ikraw hold the projections (q and iq with QK-norm
+ * and RoPE already applied). */
+static int seq_attention(gpu_sess *b, const dev_layer *d, int l, int T, int pos0, size_t P0,
+                         m3_st_writer *dump)
+{
+    const m3_text_config *c = &b->m->cfg.text;
+    hipStream_t st = b->st;
+    const int mode = b->mode;
+    const int nh = c->num_heads, nkv = c->num_kv_heads, hd = c->head_dim, rd = c->rotary_dim;
+    const int G = c->index_n_heads, ihd = c->index_head_dim, K = c->index_topk;
+    const int B = c->index_block_size > 0 ? c->index_block_size : 128;
+    const float eps = c->rms_norm_eps;
+    const int sparse = c->layer_sparse[l] != 0;
+    const size_t N = (size_t)T;
+    const int nbmax = (pos0 + T - 1) / B + 1;
+    char name[160];
+
+    if (b->vc16) /* bf16 V cache rows (identity pages; exact: V is rounded) */
+        CK(m3g_to_bf16(b->vc16[l] + P0 * nkv * hd, b->vraw, (int64_t)N * nkv * hd, st));
+    else if (b->vraw) /* batch: V rows staged, copied into this sequence's region */
+        CK(hipMemcpyAsync(b->vc[l] + P0 * nkv * hd, b->vraw, N * nkv * hd * sizeof(float),
+                          hipMemcpyDeviceToDevice, st));
+    if (b->kc16) /* bf16 K cache written by the RoPE epilogue */
+        CK(m3g_headnorm_rope_bf16(b->kraw, b->kc16[l], b->pages, B, pos0, d->k_norm,
+                                  d->k_norm_dt, T, nkv, hd, rd, b->cos_t, b->sin_t, eps, mode,
+                                  st));
+    else
+        CK(m3g_headnorm_rope(b->kraw, b->kc[l], b->pages, B, pos0, d->k_norm, d->k_norm_dt,
+                             T, nkv, hd, rd, b->cos_t, b->sin_t, eps, mode, st));
+    {
+        const int32_t *blocks = NULL;
+        if (sparse) {
+            CK(m3g_headnorm_rope(b->ikraw, b->ikc[l], b->pages, B, pos0, d->ik_norm,
+                                 d->ik_norm_dt, T, 1, ihd, rd, b->cos_t, b->sin_t, eps, mode,
+                                 st));
+            if (b->ik16[l]) { /* bf16 mode: the indexer streams a bf16 copy (same values) */
+                CK(m3g_to_bf16(b->ik16[l] + P0 * ihd, b->ikc[l] + P0 * ihd, (int64_t)N * ihd,
+                               st));
+            }
+            /* block scores + golden-order top-K in one launch (falls back to the two
+             * launchers for shapes the fused kernel does not take) */
+            CK(m3g_msa_indexer(b->blk, b->bs, b->iq,
+                               b->ik16[l] ? (const void *)b->ik16[l] : (const void *)b->ikc[l],
+                               b->ik16[l] ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, G, ihd,
+                               nbmax, K, c->index_local_blocks, c->index_init_blocks, b->ictr,
+                               b->iws, b->iws_n, st));
+            blocks = b->blk;
+            if (dump) {
+                snprintf(name, sizeof name, "layers.%d.attn.block_indices", l);
+                if (dump_dev(dump, name, M3_I32, 3, G, T, K, b->blk, st))
+                    goto fail;
+            }
+        }
+        if (sparse && mode == 1 && T >= 16 && hd <= 128) /* sparse prefill, bf16: msa_attention.cu
+                                                (tensor cores on NVIDIA, else scalar) */
+            CK(m3g_msa_attention_prefill(
+                b->att, b->q, b->kc16 ? (const void *)b->kc16[l] : (const void *)b->kc[l],
+                b->kc16 ? (const void *)b->vc16[l] : (const void *)b->vc[l],
+                b->kc16 ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, nh, nkv, hd, blocks, K, mode,
+                st));
+        else if (b->kc16) /* bf16 caches: m3g_attention_sk (one-launch cluster kernel for sparse
+                             decode on NVIDIA, else two launches; row chunks if ws is short) */
+            CK(m3g_attention_sk(b->att, b->q, b->kc16[l], b->vc16[l], M3G_BF16, b->pages, B, pos0,
+                                T, nh, nkv, hd, blocks, sparse ? K : 0, mode, b->sws, b->sws_n,
+                                st));
+        else if (b->aws && m3g_attention_split_ws(B, pos0, T, nh, hd, blocks, sparse ? K : 0) <=
+                               b->aws_n)
+            CK(m3g_attention_split(b->att, b->q, b->kc[l], b->vc[l], b->pages, B, pos0, T, nh,
+                                   nkv, hd, blocks, sparse ? K : 0, mode, b->aws, b->aws_n, st));
+        else
+            CK(m3g_attention(b->att, b->q, b->kc[l], b->vc[l], b->pages, B, pos0, T, nh, nkv, hd,
+                             blocks, sparse ? K : 0, mode, st));
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+/* Run the sequences of bt through the model (see gpu_batch), writing their
+ * K/V (and index-K) rows into their cache regions. logits_host gets the
+ * [sum T, V] logits of all rows in sequence order, or when last_only one row
+ * per sequence [n, V] (lm_head on those rows alone). Dumps and teacher
+ * forcing only for a single sequence at pos0 0. */
+static int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int last_only)
 {
     const m3_model *m = b->m;
     dev_model *dm = b->dm;
@@ -444,63 +740,96 @@ static int gpu_step(gpu_sess *b, const int32_t *ids, int T, int pos0, m3_st_writ
     const m3_text_config *c = &m->cfg.text;
     const int H = c->hidden_size, nh = c->num_heads, nkv = c->num_kv_heads, hd = c->head_dim;
     const int V = c->vocab_size, L = c->num_layers, rd = c->rotary_dim;
-    const int G = c->index_n_heads, ihd = c->index_head_dim, K = c->index_topk;
+    const int G = c->index_n_heads, ihd = c->index_head_dim;
     const int B = c->index_block_size > 0 ? c->index_block_size : 128;
     const int kx = c->num_experts_per_tok, E = c->num_experts, I = c->intermediate_size;
     const int Is = c->shared_intermediate_size;
     const float eps = c->rms_norm_eps;
-    const size_t N = (size_t)T;
-    const size_t P0 = (size_t)pos0;
-    const int nbmax = (pos0 + T - 1) / B + 1;
+    const int ns = bt->n;
     float *hbuf = b->hbuf, *ct = b->ct, *stb = b->stb;
     char name[160];
     float *aux = NULL;
-    int rc = -1;
-
-    if (T < 1 || T > b->tmax || pos0 < 0 || pos0 + T > b->cap) {
-        fprintf(stderr, "m3-gpu: %d tokens at position %d do not fit the session (%d rows, %d "
-                        "positions)\n", T, pos0, b->tmax, b->cap);
+    int *off = (int *)calloc((size_t)(ns > 0 ? ns : 1) + 1, sizeof(int));
+    int rc = -1, T = 0, dump = 0;
+    if (!off) {
+        fprintf(stderr, "m3-gpu: out of host memory\n");
         return -1;
     }
-    /* embeddings and RoPE tables on the host (exact, as ref) */
-    for (int t = 0; t < T; t++) {
-        if (ids[t] < 0 || ids[t] >= V) {
-            fprintf(stderr, "m3-gpu: token %d at index %d is out of range [0, %d) of %s/config.json\n",
-                    ids[t], pos0 + t, V, m->dir);
+    for (int s = 0; s < ns; s++) {
+        const int Ts = bt->T[s], p0 = bt->pos0[s];
+        if (Ts < 1 || Ts > b->tmax - T || p0 < 0 || p0 + Ts > b->cap || bt->slot[s] < 0 ||
+            bt->slot[s] >= b->nseq || (bt->tf && (p0 != 0 || ns != 1))) {
+            fprintf(stderr, "m3-gpu: sequence %d (%d tokens at position %d, region %d) does not "
+                            "fit the session (%d rows, %d positions, %d sequences)\n", s, Ts, p0,
+                    bt->slot[s], b->tmax, b->cap, b->nseq);
+            free(off);
             return -1;
         }
-        for (int i = 0; i < H; i++)
-            hbuf[(size_t)t * H + i] =
-                m3_round1(m3_mat_at(&m->w.embed, ids[t], i), (m3_mode)mode);
-        m3_rope_table(ct + (size_t)t * (rd / 2), stb + (size_t)t * (rd / 2), pos0 + t, rd,
-                      c->rope_theta, (m3_mode)mode);
+        off[s] = T;
+        T += Ts;
+        dump |= bt->dump && bt->dump[s];
     }
+    off[ns] = T;
+    const size_t N = (size_t)T;
+    if (ns < 1) {
+        free(off);
+        return 0;
+    }
+    /* embeddings and RoPE tables on the host (exact, as ref) */
+    for (int s = 0; s < ns; s++)
+        for (int t = 0; t < bt->T[s]; t++) {
+            const int32_t id = bt->ids[s][t];
+            const size_t r = (size_t)off[s] + t;
+            if (id < 0 || id >= V) {
+                fprintf(stderr, "m3-gpu: token %d at index %d%s is out of range [0, %d) of "
+                                "%s/config.json\n", id, bt->pos0[s] + t,
+                        ns > 1 ? " of a batched sequence" : "", V, m->dir);
+                goto fail;
+            }
+            for (int i = 0; i < H; i++)
+                hbuf[r * H + i] = m3_round1(m3_mat_at(&m->w.embed, id, i), (m3_mode)mode);
+            m3_rope_table(ct + r * (rd / 2), stb + r * (rd / 2), bt->pos0[s] + t, rd,
+                          c->rope_theta, (m3_mode)mode);
+        }
     CK(hipMemcpy(b->h, hbuf, N * H * sizeof(float), hipMemcpyHostToDevice));
+    /* image/video features replace the placeholder rows (M3-EMB-3) */
+    if (b->vis && ns == 1 && bt->pos0[0] == 0)
+        CK(m3g_vision_place(b->vis, b->h, H, st));
     CK(hipMemcpy(b->cos_t, ct, N * (rd / 2) * sizeof(float), hipMemcpyHostToDevice));
     CK(hipMemcpy(b->sin_t, stb, N * (rd / 2) * sizeof(float), hipMemcpyHostToDevice));
     if (dump) {
         aux = (float *)calloc(N * 3 * (size_t)H, sizeof(float));
-        if (!aux || dump_dev(dump, "embeddings", M3_F32, 2, T, H, 0, b->h, st) != 0)
+        if (!aux || dump_seqs(bt, off, "embeddings", M3_F32, H, b->h, st) != 0)
             goto fail;
     }
 
     for (int l = 0; l < L; l++) {
         const dev_layer *d = &dm->layers[l];
         const int sparse = c->layer_sparse[l] != 0;
-        /* residual of the previous layer's FFN fused with this layer's input norm */
-        CK(m3g_residual_rmsnorm(b->h, l > 0 ? b->tmp : NULL, b->xn, d->in_norm, d->in_norm_dt, T,
-                                H, eps, mode, st));
-        if (dump) {
-            if (l > 0) {
+        if (bt->tf) { /* teacher forcing: this layer starts from its golden input */
+            if (l > 0) { /* the previous layer's own output, for its dump */
+                CK(m3g_residual_rmsnorm(b->h, b->tmp, b->xn, d->in_norm, d->in_norm_dt, T, H,
+                                        eps, mode, st));
                 snprintf(name, sizeof name, "layers.%d.output", l - 1);
-                if (dump_dev(dump, name, M3_F32, 2, T, H, 0, b->h, st))
+                if (dump && dump_seqs(bt, off, name, M3_F32, H, b->h, st))
+                    goto fail;
+            }
+            CK(hipMemcpy(b->h, bt->tf[l], N * H * sizeof(float), hipMemcpyHostToDevice));
+        }
+        /* residual of the previous layer's FFN fused with this layer's input norm */
+        CK(m3g_residual_rmsnorm(b->h, l > 0 && !bt->tf ? b->tmp : NULL, b->xn, d->in_norm,
+                                d->in_norm_dt, T, H, eps, mode, st));
+        if (dump) {
+            if (l > 0 && !bt->tf) {
+                snprintf(name, sizeof name, "layers.%d.output", l - 1);
+                if (dump_seqs(bt, off, name, M3_F32, H, b->h, st))
                     goto fail;
             }
             snprintf(name, sizeof name, "layers.%d.input", l);
-            if (dump_dev(dump, name, M3_F32, 2, T, H, 0, b->h, st))
+            if (dump_seqs(bt, off, name, M3_F32, H, b->h, st))
                 goto fail;
             snprintf(name, sizeof name, "layers.%d.attn_norm", l);
-            if (dump_dev(dump, name, M3_F32, 2, T, H, 0, b->xn, st))
+            if (dump_seqs(bt, off, name, M3_F32, H, b->xn, st))
                 goto fail;
             int slot[3], nt = eagle_tap(L, l, slot);
             if (nt > 0) {
@@ -511,56 +840,47 @@ static int gpu_step(gpu_sess *b, const int32_t *ids, int T, int pos0, m3_st_writ
                     goto fail;
                 }
                 for (int j = 0; j < nt; j++)
-                    for (int t = 0; t < T; t++)
-                        memcpy(aux + ((size_t)t * 3 + slot[j]) * H, hh + (size_t)t * H,
-                               sizeof(float) * H);
+                    for (size_t t = 0; t < N; t++)
+                        memcpy(aux + (t * 3 + slot[j]) * H, hh + t * H, sizeof(float) * H);
                 free(hh);
             }
         }
 
-        /* attention: projections, QK-norm + RoPE into the paged caches
-         * (identity pages: position p is cache row p) */
-        CK(m3g_linear(b->q, nh * hd, b->xn, d->q, T, mode, blas, st));
-        CK(m3g_linear(b->kraw, nkv * hd, b->xn, d->k, T, mode, blas, st));
-        CK(m3g_linear(b->vc[l] + P0 * nkv * hd, nkv * hd, b->xn, d->v, T, mode, blas, st));
-        CK(m3g_headnorm_rope(b->q, b->q, NULL, B, pos0, d->q_norm, d->q_norm_dt, T, nh, hd, rd,
-                             b->cos_t, b->sin_t, eps, mode, st));
-        CK(m3g_headnorm_rope(b->kraw, b->kc[l], b->pages, B, pos0, d->k_norm, d->k_norm_dt, T,
-                             nkv, hd, rd, b->cos_t, b->sin_t, eps, mode, st));
-        const int32_t *blocks = NULL;
-        if (sparse) {
-            CK(m3g_linear(b->iq, G * ihd, b->xn, d->iq, T, mode, blas, st));
-            CK(m3g_linear(b->ikraw, ihd, b->xn, d->ik, T, mode, blas, st));
-            CK(m3g_headnorm_rope(b->iq, b->iq, NULL, B, pos0, d->iq_norm, d->iq_norm_dt, T, G,
-                                 ihd, rd, b->cos_t, b->sin_t, eps, mode, st));
-            CK(m3g_headnorm_rope(b->ikraw, b->ikc[l], b->pages, B, pos0, d->ik_norm,
-                                 d->ik_norm_dt, T, 1, ihd, rd, b->cos_t, b->sin_t, eps, mode,
-                                 st));
-            if (b->ik16[l]) { /* bf16 mode: the indexer streams a bf16 copy (same values) */
-                CK(m3g_to_bf16(b->ik16[l] + P0 * ihd, b->ikc[l] + P0 * ihd, (int64_t)N * ihd,
-                               st));
-                CK(m3g_msa_block_scores(b->bs, b->iq, b->ik16[l], M3G_BF16, b->pages, B, pos0, T, G,
-                                        ihd, nbmax, st));
-            } else {
-                CK(m3g_msa_block_scores(b->bs, b->iq, b->ikc[l], M3G_F32, b->pages, B, pos0, T,
-                                        G, ihd, nbmax, st));
-            }
-            CK(m3g_msa_select(b->blk, b->bs, pos0, T, G, nbmax, B, K, c->index_local_blocks,
-                              c->index_init_blocks, st));
-            blocks = b->blk;
-            if (dump) {
-                snprintf(name, sizeof name, "layers.%d.attn.block_indices", l);
-                if (dump_dev(dump, name, M3_I32, 3, G, T, K, b->blk, st))
-                    goto fail;
-            }
+        /* attention: projections of all rows (V into its cache when one
+         * sequence runs at pos0 in fp32 mode, else staged in vraw) */
+        const size_t P0 = (size_t)bt->slot[0] * b->npages * B + (size_t)bt->pos0[0];
+        if (d->nqkv) { /* one pass over [q; k; v (; index q; index k)] */
+            const m3g_seg seg[5] = {{b->q, nh * hd, d->q.rows},
+                                    {b->kraw, nkv * hd, d->k.rows},
+                                    {b->vraw ? b->vraw : b->vc[l] + P0 * nkv * hd, nkv * hd,
+                                     d->v.rows},
+                                    {b->iq, G * ihd, d->iq.rows},
+                                    {b->ikraw, ihd, d->ik.rows}};
+            CK(m3g_linear_multi(b->xn, d->qkv, seg, d->nqkv, T, mode, blas, st));
+        } else {
+            CK(m3g_linear(b->q, nh * hd, b->xn, d->q, T, mode, blas, st));
+            CK(m3g_linear(b->kraw, nkv * hd, b->xn, d->k, T, mode, blas, st));
+            CK(m3g_linear(b->vraw ? b->vraw : b->vc[l] + P0 * nkv * hd, nkv * hd, b->xn, d->v, T,
+                          mode, blas, st));
         }
-        if (b->aws && m3g_attention_split_ws(B, pos0, T, nh, hd, blocks, sparse ? K : 0) <=
-                          b->aws_n)
-            CK(m3g_attention_split(b->att, b->q, b->kc[l], b->vc[l], b->pages, B, pos0, T, nh,
-                                   nkv, hd, blocks, sparse ? K : 0, mode, b->aws, b->aws_n, st));
-        else
-            CK(m3g_attention(b->att, b->q, b->kc[l], b->vc[l], b->pages, B, pos0, T, nh, nkv, hd,
-                             blocks, sparse ? K : 0, mode, st));
+        /* QK-norm + RoPE of the queries of all rows (per-row tables) */
+        CK(m3g_headnorm_rope(b->q, b->q, NULL, B, bt->pos0[0], d->q_norm, d->q_norm_dt, T, nh, hd,
+                             rd, b->cos_t, b->sin_t, eps, mode, st));
+        if (sparse) {
+            if (d->nqkv != 5) { /* else already done by the fused projection */
+                CK(m3g_linear(b->iq, G * ihd, b->xn, d->iq, T, mode, blas, st));
+                CK(m3g_linear(b->ikraw, ihd, b->xn, d->ik, T, mode, blas, st));
+            }
+            CK(m3g_headnorm_rope(b->iq, b->iq, NULL, B, bt->pos0[0], d->iq_norm, d->iq_norm_dt,
+                                 T, G, ihd, rd, b->cos_t, b->sin_t, eps, mode, st));
+        }
+        /* per sequence: cache writes, indexer + selection, attention */
+        for (int s = 0; s < ns; s++) {
+            gpu_sess sv = seq_view(b, off[s], bt->slot[s]);
+            const size_t P0s = (size_t)bt->slot[s] * b->npages * B + (size_t)bt->pos0[s];
+            if (seq_attention(&sv, d, l, bt->T[s], bt->pos0[s], P0s, bt->dump ? bt->dump[s] : NULL))
+                goto fail;
+        }
         CK(m3g_linear(b->tmp, H, b->att, d->o, T, mode, blas, st));
         CK(m3g_residual_rmsnorm(b->h, b->tmp, b->xn, d->post_norm, d->post_norm_dt, T, H, eps,
                                 mode, st));
@@ -569,7 +889,7 @@ static int gpu_step(gpu_sess *b, const int32_t *ids, int T, int pos0, m3_st_writ
             const float *src[3] = {b->tmp, b->h, b->xn};
             for (int i = 0; i < 3; i++) {
                 snprintf(name, sizeof name, "layers.%d.%s", l, sfx[i]);
-                if (dump_dev(dump, name, M3_F32, 2, T, H, 0, src[i], st))
+                if (dump_seqs(bt, off, name, M3_F32, H, src[i], st))
                     goto fail;
             }
         }
@@ -589,10 +909,15 @@ static int gpu_step(gpu_sess *b, const int32_t *ids, int T, int pos0, m3_st_writ
                                 T, kx, mode, st));
             const float *shared = NULL;
             if (c->n_shared_experts > 0 && d->sg.data) {
-                CK(m3g_linear(b->g, Is, b->xn, d->sg, T, mode, blas, st));
-                CK(m3g_linear(b->u, Is, b->xn, d->su, T, mode, blas, st));
-                CK(m3g_swiglu(b->g, b->g, b->u, (int64_t)N * Is, c->swiglu_alpha, c->swiglu_limit,
-                              c->swiglu_beta, mode, st));
+                if (d->sgu.data) { /* gate + up + SwiGLU in one GEMV (decode) */
+                    CK(m3g_linear_swiglu(b->g, Is, b->u, b->xn, d->sgu, T, c->swiglu_alpha,
+                                         c->swiglu_limit, c->swiglu_beta, mode, blas, st));
+                } else {
+                    CK(m3g_linear(b->g, Is, b->xn, d->sg, T, mode, blas, st));
+                    CK(m3g_linear(b->u, Is, b->xn, d->su, T, mode, blas, st));
+                    CK(m3g_swiglu(b->g, b->g, b->u, (int64_t)N * Is, c->swiglu_alpha,
+                                  c->swiglu_limit, c->swiglu_beta, mode, st));
+                }
                 CK(m3g_linear(b->sh, H, b->g, d->sd, T, mode, blas, st));
                 shared = b->sh;
             }
@@ -600,13 +925,13 @@ static int gpu_step(gpu_sess *b, const int32_t *ids, int T, int pos0, m3_st_writ
                                mode, st));
             if (dump) {
                 snprintf(name, sizeof name, "layers.%d.moe.topk_index", l);
-                if (dump_dev(dump, name, M3_I32, 2, T, kx, 0, b->ridx, st))
+                if (dump_seqs(bt, off, name, M3_I32, kx, b->ridx, st))
                     goto fail;
                 snprintf(name, sizeof name, "layers.%d.moe.topk_weight", l);
-                if (dump_dev(dump, name, M3_F32, 2, T, kx, 0, b->rw, st))
+                if (dump_seqs(bt, off, name, M3_F32, kx, b->rw, st))
                     goto fail;
                 snprintf(name, sizeof name, "layers.%d.moe.scores", l);
-                if (dump_dev(dump, name, M3_F32, 2, T, E, 0, b->rscores, st))
+                if (dump_seqs(bt, off, name, M3_F32, E, b->rscores, st))
                     goto fail;
             }
         } else {
@@ -619,18 +944,36 @@ static int gpu_step(gpu_sess *b, const int32_t *ids, int T, int pos0, m3_st_writ
         }
         if (dump) {
             snprintf(name, sizeof name, "layers.%d.mlp.output", l);
-            if (dump_dev(dump, name, M3_F32, 2, T, H, 0, b->tmp, st))
+            if (dump_seqs(bt, off, name, M3_F32, H, b->tmp, st))
                 goto fail;
         }
     }
 
-    /* last residual fused with the final norm; lm_head (all rows, or the last) */
-    CK(m3g_residual_rmsnorm(b->h, b->tmp, b->xn, dm->final_norm, dm->final_norm_dt, T, H, eps,
-                            mode, st));
+    /* last residual fused with the final norm (teacher forcing: the last
+     * layer's own output is dumped, the norm runs on the golden one) */
+    if (bt->tf) {
+        CK(m3g_residual_rmsnorm(b->h, b->tmp, b->xn, dm->final_norm, dm->final_norm_dt, T, H,
+                                eps, mode, st));
+        snprintf(name, sizeof name, "layers.%d.output", L - 1);
+        if (dump && dump_seqs(bt, off, name, M3_F32, H, b->h, st))
+            goto fail;
+        CK(hipMemcpy(b->h, bt->tf[L], N * H * sizeof(float), hipMemcpyHostToDevice));
+    }
+    CK(m3g_residual_rmsnorm(b->h, bt->tf ? NULL : b->tmp, b->xn, dm->final_norm,
+                            dm->final_norm_dt, T, H, eps, mode, st));
+    /* lm_head: all rows, or the last row of each sequence */
     if (last_only) {
-        CK(m3g_linear(b->logits, V, b->xn + (N - 1) * H, dm->lm_head, 1, mode, NULL, st));
+        const float *xl = b->xn + (N - 1) * H;
+        if (ns > 1) { /* gather the last rows (b->tmp is free now) */
+            for (int s = 0; s < ns; s++)
+                CK(hipMemcpyAsync(b->tmp + (size_t)s * H, b->xn + ((size_t)off[s + 1] - 1) * H,
+                                  H * sizeof(float), hipMemcpyDeviceToDevice, st));
+            xl = b->tmp;
+        }
+        CK(m3g_linear(b->logits, V, xl, dm->lm_head, ns, mode, NULL, st));
         CK(hipStreamSynchronize(st));
-        CK(hipMemcpy(logits_host, b->logits, (size_t)V * sizeof(float), hipMemcpyDeviceToHost));
+        CK(hipMemcpy(logits_host, b->logits, (size_t)ns * V * sizeof(float),
+                     hipMemcpyDeviceToHost));
     } else {
         CK(m3g_linear(b->logits, V, b->xn, dm->lm_head, T, mode, blas, st));
         CK(hipStreamSynchronize(st));
@@ -638,29 +981,49 @@ static int gpu_step(gpu_sess *b, const int32_t *ids, int T, int pos0, m3_st_writ
     }
     if (dump) {
         snprintf(name, sizeof name, "layers.%d.output", L - 1);
-        m3_err e;
-        int64_t ashape[2] = {T, 3 * (int64_t)H};
-        if (dump_dev(dump, name, M3_F32, 2, T, H, 0, b->h, st) ||
-            dump_dev(dump, "final_norm", M3_F32, 2, T, H, 0, b->xn, st) ||
-            dump_dev(dump, "logits", M3_F32, 2, T, V, 0, b->logits, st))
+        if ((!bt->tf && dump_seqs(bt, off, name, M3_F32, H, b->h, st)) ||
+            dump_seqs(bt, off, "final_norm", M3_F32, H, b->xn, st) ||
+            dump_seqs(bt, off, "logits", M3_F32, V, b->logits, st))
             goto fail;
-        if (m3_st_writer_add(dump, "eagle3.aux", M3_F32, 2, ashape, aux, &e) != 0) {
-            fprintf(stderr, "m3-gpu: dump: %s\n", e.msg);
-            goto fail;
+        for (int s = 0; s < ns; s++) {
+            m3_err e;
+            int64_t ashape[2] = {bt->T[s], 3 * (int64_t)H};
+            if (bt->dump[s] && m3_st_writer_add(bt->dump[s], "eagle3.aux", M3_F32, 2, ashape,
+                                                aux + (size_t)off[s] * 3 * H, &e) != 0) {
+                fprintf(stderr, "m3-gpu: dump: %s\n", e.msg);
+                goto fail;
+            }
         }
     }
     rc = 0;
 fail:
     free(aux);
+    free(off);
     return rc;
+}
+
+/* Run T tokens ids at positions pos0 .. pos0+T-1 of cache region 0 through
+ * the model (a batch of one, gpu_step_batch). logits_host gets [T, V], or
+ * only the last row [V] when last_only. dump (pos0 0 only) receives every
+ * activation under the m3-ref names. */
+static int gpu_step(gpu_sess *b, const int32_t *ids, int T, int pos0, m3_st_writer *dump,
+                    float *logits_host, int last_only)
+{
+    const int32_t *idv[1] = {ids};
+    const int Tv[1] = {T}, pv[1] = {pos0}, sv[1] = {0};
+    m3_st_writer *dv[1] = {dump};
+    const gpu_batch bt = {1, idv, Tv, pv, sv, dump ? dv : NULL, NULL};
+    return gpu_step_batch(b, &bt, logits_host, last_only);
 }
 
 /* One prefill pass of T tokens at positions 0..T-1 (the forward command). */
 static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int T, int mode,
-                       m3_st_writer *dump, float *logits_host, m3g_blas *blas, hipStream_t st)
+                       m3_st_writer *dump, float *logits_host, m3g_blas *blas, hipStream_t st,
+                       const m3g_vision_feats *vis)
 {
     gpu_sess s;
     int rc = gpu_sess_init(&s, m, dm, T, T, mode, blas, st);
+    s.vis = vis; /* NULL for text-only prompts */
     if (rc == 0)
         rc = gpu_step(&s, ids, T, 0, dump, logits_host, 0);
     gpu_sess_free(&s);
@@ -671,12 +1034,29 @@ static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int
 
 static const char *USAGE =
     "usage: m3-gpu forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
-    "       m3-gpu generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]\n"
+    "                      [--tokens IDS]... (a batch) | [--teacher-forced GOLDEN.safetensors]\n"
+    "                      [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
+    "                      [--vision-joint]   (as bin/m3-ref forward; tower on the GPU)\n"
+    "       m3-gpu vision-case --case DIR --dump OUT.safetensors   (vision component vectors)\n"
+    "       m3-gpu generate --model DIR (--tokens IDS | --prompt TEXT)... [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
     "                       [--print-ids] [--dtype fp32|bf16]\n"
     "forward: run the T token ids through the model on the GPU in one pass (positions\n"
     "0..T-1); print T and the top-5 of the last row; --dump writes the activations under the\n"
     "names of bin/m3-ref forward (spec/dump.md), to be judged by bin/m3-conform.\n"
+    "--teacher-forced GOLDEN (one --tokens): layer l runs from GOLDEN's layers.{l}.input\n"
+    "(layer 0: its embeddings when that is absent) instead of layer l-1's output, the final\n"
+    "norm from GOLDEN's layers.{L-1}.output; GOLDEN: an m3-ref dump or a vector's\n"
+    "expected.safetensors of the same ids. Each dumped layer then carries its own error only\n"
+    "(judge with m3-conform check, plain or --teacher-forced).\n"
+    "batches: several --tokens (generate: --tokens and/or --prompt) run together: linear\n"
+    "layers, norms and MoE over the rows of all prompts in one launch each, attention and\n"
+    "the MSA indexer per prompt over its own cache region. forward prints one line per\n"
+    "prompt ('seq S: T=...'; S from 0 in command-line order) and --dump OUT writes one file\n"
+    "per prompt: OUT with .S inserted before a final .safetensors, else appended\n"
+    "(out.safetensors -> out.0.safetensors, out.1.safetensors, ...). generate prints one\n"
+    "line per prompt, in order, when all are done. Each prompt's dump / ids equal its run\n"
+    "alone (fp32: bitwise).\n"
     "generate: as bin/m3-ref generate (same options, defaults, eos and output): prefill on the\n"
     "GPU, then decode one token at a time over the device KV / index-K caches; the last\n"
     "logits row is copied to the host and chosen by the reference sampler (ref/sampling.h).\n"
@@ -723,15 +1103,241 @@ static int parse_ids(const char *s, int32_t **out, int *n)
     return 0;
 }
 
+/* The dump path of sequence s of n: OUT itself when n == 1, else OUT with
+ * ".s" inserted before a final ".safetensors" (else appended):
+ * out.safetensors → out.0.safetensors, out.1.safetensors, ... */
+static void seq_dump_path(char *buf, size_t cap, const char *out, int s, int n)
+{
+    const size_t len = strlen(out), sfx = strlen(".safetensors");
+    if (n == 1)
+        snprintf(buf, cap, "%s", out);
+    else if (len > sfx && !strcmp(out + len - sfx, ".safetensors"))
+        snprintf(buf, cap, "%.*s.%d.safetensors", (int)(len - sfx), out, s);
+    else
+        snprintf(buf, cap, "%s.%d", out, s);
+}
+
+/* The golden residual streams for teacher forcing from GOLDEN (an m3-ref
+ * dump or a vector's expected.safetensors): tf[l] = layers.{l}.input for
+ * l < L (layer 0: else embeddings), tf[L] = layers.{L-1}.output, each
+ * [T, H] float widened to fp32. Returns 0, or -1 after printing why. */
+static int load_teacher(const char *path, int L, int T, int H, float **tf)
+{
+    m3_store *g = NULL;
+    m3_err e;
+    memset(&e, 0, sizeof e);
+    if (m3_store_open(&g, path, &e) != 0) {
+        fprintf(stderr, "m3-gpu forward: --teacher-forced: %s\n", e.msg);
+        return -1;
+    }
+    int rc = 0;
+    for (int l = 0; l <= L && rc == 0; l++) {
+        char name[64];
+        if (l < L)
+            snprintf(name, sizeof name, "layers.%d.input", l);
+        else
+            snprintf(name, sizeof name, "layers.%d.output", L - 1);
+        const m3_tensor *t = m3_store_get(g, name);
+        if (!t && l == 0)
+            t = m3_store_get(g, "embeddings");
+        if (!t || t->ndim != 2 || t->shape[0] != T || t->shape[1] != H ||
+            !(t->dtype == M3_F32 || t->dtype == M3_BF16 || t->dtype == M3_F16)) {
+            fprintf(stderr, "m3-gpu forward: --teacher-forced %s: tensor \"%s\" %s (needs a "
+                            "float [%d, %d] tensor: T tokens, hidden size)\n", path, name,
+                    t ? "has the wrong shape or dtype" : "is missing", T, H);
+            rc = -1;
+            break;
+        }
+        tf[l] = (float *)malloc((size_t)T * H * sizeof(float));
+        if (!tf[l]) {
+            fprintf(stderr, "m3-gpu: out of host memory\n");
+            rc = -1;
+            break;
+        }
+        for (size_t i = 0; i < (size_t)T * H; i++)
+            tf[l][i] = m3_load_f32(t->data, t->dtype, i);
+    }
+    m3_store_close(g);
+    return rc;
+}
+
+/* forward for a batch of n >= 1 prompts run together (one session, one
+ * cache region each), or one prompt teacher-forced from tf_path. Prints
+ * each sequence's T and top-5 of its last row; dumps per sequence
+ * (seq_dump_path). Returns the exit status. */
+static int forward_batch(const char *dir, const char *const *toks, int n, int mode,
+                         const char *dumpp, const char *tf_path)
+{
+    int rc = EXIT_RUN, Ttot = 0, Tmax = 0, L = 0;
+    int32_t **ids = (int32_t **)calloc((size_t)n, sizeof *ids);
+    int *T = (int *)calloc((size_t)n, sizeof *T), *pos0 = (int *)calloc((size_t)n, sizeof *pos0);
+    int *slot = (int *)calloc((size_t)n, sizeof *slot);
+    m3_st_writer **w = (m3_st_writer **)calloc((size_t)n, sizeof *w);
+    float **tf = NULL, *logits = NULL;
+    m3_model m;
+    m3_err e;
+    dev_model dm;
+    gpu_sess sess;
+    int have_sess = 0;
+    hipStream_t st = NULL;
+    m3g_blas *blas = NULL;
+    memset(&m, 0, sizeof m);
+    memset(&dm, 0, sizeof dm);
+    memset(&e, 0, sizeof e);
+    if (!ids || !T || !pos0 || !slot || !w) {
+        fprintf(stderr, "m3-gpu: out of host memory\n");
+        goto out;
+    }
+    for (int s = 0; s < n; s++) {
+        if (parse_ids(toks[s], &ids[s], &T[s]) != 0) {
+            fprintf(stderr, "m3-gpu forward: --tokens needs comma-separated non-negative "
+                            "integers, got '%s'\n%s", toks[s], USAGE);
+            rc = EXIT_USAGE;
+            goto out;
+        }
+        slot[s] = s;
+        Tmax = T[s] > Tmax ? T[s] : Tmax;
+        if (T[s] > INT32_MAX - Ttot) {
+            fprintf(stderr, "m3-gpu forward: the prompts have too many tokens in all\n");
+            goto out;
+        }
+        Ttot += T[s];
+    }
+    if (m3_model_open(&m, dir, NULL, &e) != 0) {
+        fprintf(stderr, "m3-gpu: %s\n", e.msg);
+        goto out;
+    }
+    L = m.cfg.text.num_layers;
+    if (tf_path) {
+        tf = (float **)calloc((size_t)L + 1, sizeof *tf);
+        if (!tf || load_teacher(tf_path, L, T[0], m.cfg.text.hidden_size, tf) != 0)
+            goto out;
+    }
+    logits = (float *)malloc((size_t)Ttot * (size_t)m.cfg.text.vocab_size * sizeof(float));
+    if (!logits) {
+        fprintf(stderr, "m3-gpu: out of host memory\n");
+        goto out;
+    }
+    for (int s = 0; s < n && dumpp; s++)
+        if (!(w[s] = m3_st_writer_new())) {
+            fprintf(stderr, "m3-gpu: out of host memory\n");
+            goto out;
+        }
+    if (hipStreamCreate(&st) != hipSuccess) {
+        fprintf(stderr, "m3-gpu: no usable GPU (hipStreamCreate failed)\n");
+        goto out;
+    }
+    if (dev_model_upload(&dm, &m) != 0) {
+        fprintf(stderr, "m3-gpu: uploading the weights of %s failed (device memory?)\n", dir);
+        goto out;
+    }
+    if (mode == 1 && Ttot > 8) { /* as the single-prompt forward: BLAS for bf16 prefill GEMMs */
+        const m3_text_config *c = &m.cfg.text;
+        size_t wmax = (size_t)c->hidden_size;
+        const size_t cand[3] = {(size_t)c->num_heads * c->head_dim,
+                                (size_t)c->dense_intermediate_size,
+                                (size_t)c->shared_intermediate_size};
+        for (int i = 0; i < 3; i++)
+            wmax = cand[i] > wmax ? cand[i] : wmax;
+        blas = m3g_blas_new(st, (size_t)Ttot * wmax); /* NULL: fallback kernels */
+    }
+    if (gpu_sess_init_n(&sess, &m, &dm, Ttot, Tmax, n, mode, blas, st) != 0)
+        goto out;
+    have_sess = 1;
+    {
+        const gpu_batch bt = {n, (const int32_t *const *)ids, T, pos0, slot,
+                              dumpp ? w : NULL, (const float *const *)tf};
+        if (gpu_step_batch(&sess, &bt, logits, 0) != 0)
+            goto out;
+    }
+    for (int s = 0; s < n && dumpp; s++) {
+        char buf[32], path[4200], bi[32];
+        snprintf(buf, sizeof buf, "%d", T[s]);
+        snprintf(bi, sizeof bi, "%d/%d", s, n);
+        seq_dump_path(path, sizeof path, dumpp, s, n);
+        if (m3_st_writer_meta(w[s], "m3.dump_version", "1", &e) != 0 ||
+            m3_st_writer_meta(w[s], "m3.mode", mode ? "bf16" : "fp32", &e) != 0 ||
+            m3_st_writer_meta(w[s], "m3.producer", "m3-gpu forward (" M3_GPU_VENDOR ")", &e) != 0 ||
+            m3_st_writer_meta(w[s], "m3.T", buf, &e) != 0 ||
+            (n > 1 && m3_st_writer_meta(w[s], "m3.batch", bi, &e) != 0) ||
+            (tf_path && m3_st_writer_meta(w[s], "m3.teacher_forced", tf_path, &e) != 0) ||
+            m3_st_writer_save(w[s], path, &e) != 0) {
+            fprintf(stderr, "m3-gpu: %s\n", e.msg);
+            goto out;
+        }
+    }
+    for (int s = 0, r = 0; s < n; r += T[s], s++) {
+        const int V = m.cfg.text.vocab_size;
+        const float *last = logits + (size_t)(r + T[s] - 1) * V;
+        int top[5], ntop = V < 5 ? V : 5;
+        if (n > 1)
+            printf("seq %d: ", s);
+        printf("T=%d%s top5:", T[s], tf_path ? " (teacher-forced)" : "");
+        for (int j = 0; j < ntop; j++) {
+            int best = -1;
+            for (int v = 0; v < V; v++) {
+                int used = 0;
+                for (int q = 0; q < j; q++)
+                    used |= top[q] == v;
+                if (!used && (best < 0 || last[v] > last[best]))
+                    best = v;
+            }
+            top[j] = best;
+            printf(" %d:%.6g", best, last[best]);
+        }
+        printf("\n");
+    }
+    rc = 0;
+out:
+    if (have_sess)
+        gpu_sess_free(&sess);
+    m3g_blas_free(blas);
+    dev_model_free(&dm);
+    if (st)
+        (void)hipStreamDestroy(st);
+    for (int s = 0; s < n; s++) {
+        if (w)
+            m3_st_writer_free(w[s]);
+        if (ids)
+            free(ids[s]);
+    }
+    for (int l = 0; tf && l <= L; l++)
+        free(tf[l]);
+    free(tf);
+    free(w);
+    free(ids);
+    free(T);
+    free(pos0);
+    free(slot);
+    free(logits);
+    m3_model_close(&m);
+    return rc;
+}
+
 static int cmd_forward(int argc, char **argv)
 {
-    const char *dir = NULL, *toks = NULL, *dumpp = NULL;
+    const char *dir = NULL, *toks = NULL, *dumpp = NULL, *tfp = NULL;
+    const char *toksv[64]; /* every --tokens (a batch when more than one) */
+    int ntoks = 0;
     int mode = 0;
+    /* vision options as bin/m3-ref forward (gpu/vision.h; H6) */
+    const char *vimg[64];
+    m3g_vision_request vreq;
+    memset(&vreq, 0, sizeof vreq);
+    vreq.image_paths = vimg;
+    int have_fps = 0;
+    m3g_vision_feats vis;
+    memset(&vis, 0, sizeof vis);
     for (int i = 2; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
             fputs(USAGE, stdout);
             return 0;
+        }
+        if (!strcmp(a, "--vision-joint")) { /* a flag: takes no value */
+            vreq.joint = 1;
+            i--;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "m3-gpu forward: %s needs a value\n%s", a, USAGE);
@@ -739,16 +1345,43 @@ static int cmd_forward(int argc, char **argv)
         }
         if (!strcmp(a, "--model"))
             dir = v;
-        else if (!strcmp(a, "--tokens"))
-            toks = v;
+        else if (!strcmp(a, "--tokens") && ntoks < 64)
+            toks = toksv[ntoks++] = v;
         else if (!strcmp(a, "--dump"))
             dumpp = v;
+        else if (!strcmp(a, "--teacher-forced"))
+            tfp = v;
         else if (!strcmp(a, "--dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
             mode = !strcmp(v, "bf16");
+        else if (!strcmp(a, "--image") && vreq.n_images < 64)
+            vimg[vreq.n_images++] = v;
+        else if (!strcmp(a, "--video") && *v)
+            vreq.video_frames = v;
+        else if (!strcmp(a, "--fps") && strtod(v, NULL) > 0.0)
+            have_fps = 1; /* timestamps need a tokenizer: forward has none (as m3-ref) */
+        else if (!strcmp(a, "--pixels"))
+            vreq.pixels_path = v;
         else {
             fprintf(stderr, "m3-gpu forward: unknown option or value '%s %s'\n%s", a, v, USAGE);
             return EXIT_USAGE;
         }
+    }
+    const int vis_req = vreq.n_images > 0 || vreq.video_frames || vreq.pixels_path;
+    if ((vreq.pixels_path && (vreq.n_images > 0 || vreq.video_frames)) ||
+        (!!vreq.video_frames != have_fps) || (vreq.joint && !vis_req)) {
+        fprintf(stderr, "m3-gpu forward: --pixels replaces --image/--video; --video and --fps R "
+                        "go together; --vision-joint needs --image, --video or --pixels\n%s",
+                USAGE);
+        return EXIT_USAGE;
+    }
+    if (ntoks > 1 || tfp) { /* several prompts run together, or teacher forcing */
+        if (!dir || vis_req || (tfp && ntoks != 1)) {
+            fprintf(stderr, "m3-gpu forward: a batch (several --tokens) or --teacher-forced "
+                            "needs --model DIR, takes no vision input, and --teacher-forced "
+                            "takes exactly one --tokens\n%s", USAGE);
+            return EXIT_USAGE;
+        }
+        return forward_batch(dir, toksv, ntoks, mode, dumpp, tfp);
     }
     int32_t *ids = NULL;
     int T = 0;
@@ -781,8 +1414,27 @@ static int cmd_forward(int argc, char **argv)
         fprintf(stderr, "m3-gpu: uploading the weights of %s failed (device memory?)\n", dir);
         goto out;
     }
+    if (vis_req) { /* vision tower on the device; the prompt grows by the placeholder runs */
+        int32_t *ids2 = NULL;
+        int64_t n2 = 0;
+        if (dumpp && !(w = m3_st_writer_new())) {
+            fprintf(stderr, "m3-gpu: out of host memory\n");
+            goto out;
+        }
+        if (m3g_vision_prepare(&m, &vreq, ids, T, mode, st, w, &ids2, &n2, &vis, &e) != 0) {
+            fprintf(stderr, "m3-gpu: %s\n", e.msg);
+            goto out;
+        }
+        free(ids);
+        ids = ids2;
+        if (n2 <= 0 || n2 > INT32_MAX) {
+            fprintf(stderr, "m3-gpu: the multimodal prompt has %lld positions\n", (long long)n2);
+            goto out;
+        }
+        T = (int)n2;
+    }
     logits = (float *)malloc((size_t)T * (size_t)m.cfg.text.vocab_size * sizeof(float));
-    if (!logits || (dumpp && !(w = m3_st_writer_new()))) {
+    if (!logits || (dumpp && !w && !(w = m3_st_writer_new()))) {
         fprintf(stderr, "m3-gpu: out of host memory\n");
         goto out;
     }
@@ -798,7 +1450,7 @@ static int cmd_forward(int argc, char **argv)
             wmax = cand[i] > wmax ? cand[i] : wmax;
         blas = m3g_blas_new(st, (size_t)T * wmax); /* NULL: fallback kernels */
     }
-    if (gpu_forward(&m, &dm, ids, T, mode, w, logits, blas, st) != 0)
+    if (gpu_forward(&m, &dm, ids, T, mode, w, logits, blas, st, vis.n > 0 ? &vis : NULL) != 0)
         goto out;
     if (w) {
         char buf[32];
@@ -832,6 +1484,7 @@ static int cmd_forward(int argc, char **argv)
     }
     rc = 0;
 out:
+    m3g_vision_feats_free(&vis);
     m3g_blas_free(blas);
     dev_model_free(&dm);
     if (st)
@@ -879,9 +1532,263 @@ static int gen_usage(const char *msg, const char *v)
     return EXIT_USAGE;
 }
 
+/* generate for a batch of n >= 2 prompts run together: srcs[s] is a token
+ * list (is_text[s] 0) or a text prompt (1). One session with one cache
+ * region per sequence; the prompts are prefilled in one step, then every
+ * decode step runs the next token of all unfinished sequences at once.
+ * Each sequence has its own sampler (same settings and seed), stop rules
+ * and capacity, so its ids are those of a run with that prompt alone.
+ * Output after the last step: one line per sequence, in order, as the
+ * single-prompt output. Returns the exit status. */
+static int generate_batch(const char *dir, const char *const *srcs, const int *is_text, int n,
+                          int mode, int greedy_flag, int have_temp, float o_temp,
+                          int have_top_p, float o_top_p, int have_top_k, long long o_top_k,
+                          long long o_seed, long long max_new, int print_ids)
+{
+    int rc = EXIT_RUN, Ttot = 0, capmax = 0, nsp = 0, any_text = 0;
+    int32_t **ids = (int32_t **)calloc((size_t)n, sizeof *ids);
+    int32_t **out = (int32_t **)calloc((size_t)n, sizeof *out);
+    int *T = (int *)calloc((size_t)n, sizeof *T), *len = (int *)calloc((size_t)n, sizeof *len);
+    int *cap = (int *)calloc((size_t)n, sizeof *cap), *act = (int *)calloc((size_t)n, sizeof *act);
+    int *p0 = (int *)calloc((size_t)n, sizeof *p0), *one = (int *)calloc((size_t)n, sizeof *one);
+    int *done = (int *)calloc((size_t)n, sizeof *done);
+    long long *produced = (long long *)calloc((size_t)n, sizeof *produced);
+    int32_t *nxt = (int32_t *)calloc((size_t)n, sizeof *nxt);
+    const int32_t **idp = (const int32_t **)calloc((size_t)n, sizeof *idp);
+    m3_sampler *sp = (m3_sampler *)calloc((size_t)n, sizeof *sp);
+    float *logits = NULL;
+    m3_model m;
+    m3_err e;
+    dev_model dm;
+    gpu_sess sess;
+    int have_sess = 0, greedy = 0;
+    hipStream_t st = NULL;
+    m3_tokenizer *tokzr = NULL;
+    memset(&m, 0, sizeof m);
+    memset(&dm, 0, sizeof dm);
+    memset(&e, 0, sizeof e);
+    if (!ids || !out || !T || !len || !cap || !act || !p0 || !one || !done || !produced || !nxt ||
+        !idp || !sp) {
+        fprintf(stderr, "m3-gpu: out of host memory\n");
+        goto out;
+    }
+    for (int s = 0; s < n; s++)
+        any_text |= is_text[s];
+    if ((any_text || !print_ids) && m3_tokenizer_open(&tokzr, dir, &e) != 0) {
+        tokzr = NULL;
+        if (any_text) {
+            fprintf(stderr, "m3-gpu generate: --prompt needs a tokenizer: %s\n", e.msg);
+            goto out;
+        }
+    }
+    for (int s = 0; s < n; s++) {
+        if (is_text[s]) {
+            size_t count = 0;
+            if (!*srcs[s]) {
+                rc = gen_usage("empty prompt", NULL);
+                goto out;
+            }
+            if (m3_tokenizer_encode(tokzr, srcs[s], strlen(srcs[s]), 1, &ids[s], &count, &e)) {
+                fprintf(stderr, "m3-gpu generate: %s\n", e.msg);
+                goto out;
+            }
+            if (count == 0 || count > INT32_MAX / 2) {
+                fprintf(stderr, "m3-gpu generate: prompt %d encodes to %zu tokens\n", s, count);
+                goto out;
+            }
+            T[s] = (int)count;
+        } else if (parse_ids(srcs[s], &ids[s], &T[s]) != 0) {
+            rc = gen_usage("--tokens needs comma-separated non-negative integers, got", srcs[s]);
+            goto out;
+        }
+        if (T[s] > INT32_MAX - Ttot) {
+            fprintf(stderr, "m3-gpu generate: the prompts have too many tokens in all\n");
+            goto out;
+        }
+        Ttot += T[s];
+    }
+    if (m3_model_open(&m, dir, NULL, &e) != 0) {
+        fprintf(stderr, "m3-gpu: %s\n", e.msg);
+        goto out;
+    }
+    {
+        /* flags override generation_config.json, which overrides the defaults */
+        m3_gen_defaults g = m3_gen_defaults_builtin(m.cfg.text.eos_token_id);
+        m3_err ge = {{0}};
+        if (m3_gen_config_load(dir, &g, &ge) != 0) {
+            fprintf(stderr, "m3-gpu generate: %s\n", ge.msg);
+            goto out;
+        }
+        greedy = greedy_flag || (g.greedy && !have_temp && !have_top_p && !have_top_k);
+        const float temp = have_temp ? o_temp : g.temperature;
+        const float top_p = have_top_p ? o_top_p : g.top_p;
+        const int top_k = have_top_k ? (int)o_top_k : g.top_k;
+        const int V = m.cfg.text.vocab_size;
+        const int64_t maxpos = m.cfg.text.max_position_embeddings;
+        for (; nsp < n; nsp++)
+            if (m3_sampler_init(&sp[nsp], V, greedy, temp, top_k, top_p, (uint64_t)o_seed)) {
+                fprintf(stderr, "m3-gpu generate: cannot allocate the sampler for vocab %d\n", V);
+                goto out;
+            }
+        for (int s = 0; s < n; s++) { /* capacity per sequence, as the single-prompt run */
+            int64_t c = (int64_t)T[s] + max_new;
+            if (maxpos > 0 && T[s] > maxpos) {
+                fprintf(stderr, "m3-gpu generate: prompt %d has %d tokens, more than "
+                                "max_position_embeddings %lld of %s/config.json\n", s, T[s],
+                        (long long)maxpos, dir);
+                goto out;
+            }
+            c = maxpos > 0 && c > maxpos ? maxpos : c;
+            if (c > INT32_MAX) {
+                fprintf(stderr, "m3-gpu generate: %lld positions are too many\n", (long long)c);
+                goto out;
+            }
+            cap[s] = (int)c;
+            capmax = cap[s] > capmax ? cap[s] : capmax;
+            len[s] = T[s];
+            idp[s] = ids[s];
+            act[s] = s;
+            out[s] = (int32_t *)malloc((size_t)(max_new > 0 ? max_new : 1) * sizeof(int32_t));
+            if (!out[s]) {
+                fprintf(stderr, "m3-gpu: out of host memory\n");
+                goto out;
+            }
+        }
+        logits = (float *)malloc((size_t)n * V * sizeof(float));
+        if (!logits) {
+            fprintf(stderr, "m3-gpu: out of host memory\n");
+            goto out;
+        }
+        if (hipStreamCreate(&st) != hipSuccess) {
+            fprintf(stderr, "m3-gpu: no usable GPU (hipStreamCreate failed)\n");
+            goto out;
+        }
+        if (dev_model_upload(&dm, &m) != 0) {
+            fprintf(stderr, "m3-gpu: uploading the weights of %s failed (device memory?)\n", dir);
+            goto out;
+        }
+        /* no vendor BLAS here: every linear runs the fixed-order kernels */
+        if (gpu_sess_init_n(&sess, &m, &dm, Ttot, capmax, n, mode, NULL, st) != 0)
+            goto out;
+        have_sess = 1;
+        const double t0 = now_s();
+        {
+            const gpu_batch bt = {n, idp, T, p0, act, NULL, NULL};
+            if (gpu_step_batch(&sess, &bt, logits, 1) != 0)
+                goto out;
+        }
+        const double t_prefill = now_s() - t0, t1 = now_s();
+        long long steps = 0;
+        for (int na = max_new > 0 ? n : 0; na > 0;) {
+            int nn = 0; /* sample every active sequence; keep those that go on */
+            for (int a = 0; a < na; a++) {
+                const int s = act[a];
+                const int32_t tok = m3_sample(&sp[s], logits + (size_t)a * V);
+                int stop = 0;
+                out[s][produced[s]++] = tok;
+                for (int j = 0; j < g.n_eos; j++)
+                    stop |= tok == g.eos[j];
+                done[s] = stop ? 1 : 0;
+                if (stop || produced[s] == max_new || len[s] >= cap[s])
+                    continue;
+                act[nn] = s;
+                nxt[nn] = tok;
+                idp[nn] = &nxt[nn];
+                one[nn] = 1;
+                p0[nn] = len[s]++;
+                nn++;
+            }
+            na = nn;
+            if (na == 0)
+                break;
+            const gpu_batch bt = {na, idp, one, p0, act, NULL, NULL};
+            if (gpu_step_batch(&sess, &bt, logits, 1) != 0)
+                goto out;
+            steps += na;
+        }
+        const double t_decode = now_s() - t1;
+        if (!print_ids && !tokzr)
+            fprintf(stderr, "m3-gpu: %s has no usable tokenizer; printing token ids\n", dir);
+        for (int s = 0; s < n; s++) {
+            if (print_ids || !tokzr) {
+                for (long long k = 0; k < produced[s]; k++)
+                    printf("%s%d", k ? (print_ids ? "," : " ") : "", (int)out[s][k]);
+            } else {
+                m3_decode_stream ds;
+                const char *txt;
+                size_t txtlen;
+                m3_decode_stream_init(&ds, 0);
+                if (is_text[s]) /* echo the prompt, as m3-ref */
+                    fwrite(srcs[s], 1, strlen(srcs[s]), stdout);
+                int bad = 0;
+                for (long long k = 0; k < produced[s] && !bad; k++) {
+                    bad = m3_tokenizer_decode_stream(tokzr, &ds, out[s][k], &txt, &txtlen, &e);
+                    if (!bad)
+                        fwrite(txt, 1, txtlen, stdout);
+                }
+                if (!bad && !(bad = m3_decode_stream_flush(&ds, &txt, &txtlen, &e)))
+                    fwrite(txt, 1, txtlen, stdout);
+                m3_decode_stream_free(&ds);
+                if (bad) {
+                    printf("\n");
+                    fprintf(stderr, "m3-gpu generate: %s\n", e.msg);
+                    goto out;
+                }
+            }
+            printf("\n");
+            if (done[s])
+                fprintf(stderr, "m3-gpu: sequence %d stopped at end-of-sequence token\n", s);
+            else if (produced[s] < max_new && maxpos > 0 && cap[s] == maxpos)
+                fprintf(stderr, "m3-gpu: sequence %d stopped at the context limit "
+                                "(max_position_embeddings %lld)\n", s, (long long)maxpos);
+        }
+        fflush(stdout);
+        fprintf(stderr,
+                "m3-gpu: batch of %d, %s (%s); prefill %d tokens in %.3f s (%.1f tokens/s); "
+                "decode %lld tokens in %.3f s (%.2f tokens/s)\n",
+                n, greedy ? "greedy" : "sampled", M3_GPU_VENDOR, Ttot, t_prefill,
+                t_prefill > 0 ? Ttot / t_prefill : 0.0, steps, t_decode,
+                t_decode > 0 ? (double)steps / t_decode : 0.0);
+    }
+    rc = 0;
+out:
+    if (have_sess)
+        gpu_sess_free(&sess);
+    for (int s = 0; s < nsp; s++)
+        m3_sampler_free(&sp[s]);
+    dev_model_free(&dm);
+    if (st)
+        (void)hipStreamDestroy(st);
+    for (int s = 0; s < n; s++) {
+        if (ids)
+            free(ids[s]);
+        if (out)
+            free(out[s]);
+    }
+    free(ids);
+    free(out);
+    free(T);
+    free(len);
+    free(cap);
+    free(act);
+    free(p0);
+    free(one);
+    free(done);
+    free(produced);
+    free(nxt);
+    free(idp);
+    free(sp);
+    free(logits);
+    m3_model_close(&m);
+    m3_tokenizer_free(tokzr);
+    return rc;
+}
+
 static int cmd_generate(int argc, char **argv)
 {
     const char *dir = NULL, *toks = NULL, *prompt = NULL;
+    const char *srcv[64]; /* every --tokens / --prompt in order (a batch when more than one) */
+    int srctext[64], nsrc = 0;
     int mode = 0, greedy_flag = 0, print_ids = 0;
     int have_temp = 0, have_top_p = 0, have_top_k = 0, have_seed = 0;
     float o_temp = 1.0f, o_top_p = 1.0f;
@@ -905,11 +1812,13 @@ static int cmd_generate(int argc, char **argv)
         i++;
         if (!strcmp(a, "--model"))
             dir = v;
-        else if (!strcmp(a, "--tokens"))
-            toks = v;
-        else if (!strcmp(a, "--prompt"))
-            prompt = v;
-        else if (!strcmp(a, "--dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
+        else if (!strcmp(a, "--tokens") && nsrc < 64) {
+            toks = srcv[nsrc] = v;
+            srctext[nsrc++] = 0;
+        } else if (!strcmp(a, "--prompt") && nsrc < 64) {
+            prompt = srcv[nsrc] = v;
+            srctext[nsrc++] = 1;
+        } else if (!strcmp(a, "--dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
             mode = !strcmp(v, "bf16");
         else if (!strcmp(a, "--max-new-tokens")) {
             if (parse_i64(v, 0, INT32_MAX, &max_new))
@@ -937,6 +1846,14 @@ static int cmd_generate(int argc, char **argv)
     }
     if (!dir)
         return gen_usage("--model DIR is required", NULL);
+    if (nsrc > 1) { /* a batch of prompts run together */
+        if (greedy_flag && (have_temp || have_top_p || have_top_k || have_seed))
+            return gen_usage("--greedy cannot be combined with --temperature, --top-p, --top-k "
+                             "or --seed", NULL);
+        return generate_batch(dir, srcv, srctext, nsrc, mode, greedy_flag, have_temp, o_temp,
+                              have_top_p, o_top_p, have_top_k, o_top_k, o_seed, max_new,
+                              print_ids);
+    }
     if (!!toks == !!prompt)
         return gen_usage("give exactly one of --tokens IDS and --prompt TEXT", NULL);
     if (greedy_flag && (have_temp || have_top_p || have_top_k || have_seed))
@@ -1129,6 +2046,47 @@ out:
     return rc;
 }
 
+/* m3-gpu vision-case --case DIR --dump OUT: one vision component vector case
+ * (gpu/vision.h m3g_vision_run_case) on the device, for bin/m3-conform check. */
+static int cmd_vision_case(int argc, char **argv)
+{
+    const char *dir = NULL, *dumpp = NULL;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--case"))
+            dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--dump"))
+            dumpp = argv[i + 1];
+        else
+            dir = NULL, i = argc;
+    }
+    if (!dir || !dumpp || argc % 2) {
+        fprintf(stderr, "usage: m3-gpu vision-case --case DIR --dump OUT.safetensors\n");
+        return EXIT_USAGE;
+    }
+    int rc = EXIT_RUN, mode = 0;
+    m3_err e;
+    memset(&e, 0, sizeof e);
+    hipStream_t st = NULL;
+    m3_st_writer *w = m3_st_writer_new();
+    if (!w || hipStreamCreate(&st) != hipSuccess) {
+        fprintf(stderr, "m3-gpu: no usable GPU or out of memory\n");
+    } else if (m3g_vision_run_case(dir, st, w, &mode, &e) != 0 ||
+               m3_st_writer_meta(w, "m3.dump_version", "1", &e) != 0 ||
+               m3_st_writer_meta(w, "m3.mode", mode ? "bf16" : "fp32", &e) != 0 ||
+               m3_st_writer_meta(w, "m3.producer", "m3-gpu vision-case (" M3_GPU_VENDOR ")",
+                                 &e) != 0 ||
+               m3_st_writer_save(w, dumpp, &e) != 0) {
+        fprintf(stderr, "m3-gpu vision-case: %s\n", e.msg);
+    } else {
+        printf("vision-case %s: dump %s\n", dir, dumpp);
+        rc = 0;
+    }
+    if (st)
+        (void)hipStreamDestroy(st);
+    m3_st_writer_free(w);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -1139,6 +2097,8 @@ int main(int argc, char **argv)
         return cmd_forward(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "generate"))
         return cmd_generate(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "vision-case"))
+        return cmd_vision_case(argc, argv);
     fprintf(stderr, "m3-gpu: the command must be forward or generate\n%s", USAGE);
     return EXIT_USAGE;
 }

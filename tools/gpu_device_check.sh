@@ -1,10 +1,12 @@
 #!/bin/sh
 # gpu_device_check.sh — the device-machine run for the GPU path (issue 8):
 # build bin/m3-ref, bin/m3-conform and bin/m3-gpu there, judge bin/m3-gpu's
-# dumps with bin/m3-conform on every text model vector and on the ragged
+# dumps with bin/m3-conform on every model vector (the multimodal one with
+# --pixels, also in bf16), the vision component cases (m3-gpu vision-case), and on the ragged
 # lengths 1, 127, 128, 129, 2047, 2048, 2049, 2200 of the deployment-MSA
 # model, compare bin/m3-gpu generate with bin/m3-ref generate on models/demo
-# (greedy and seeded sampling, fp32 and bf16), then run the benchmarks (gpu/bench.cu and tools/bench_torch.py).
+# (greedy and seeded sampling, fp32 and bf16), teacher-forced dumps of the
+# model vectors, batches of prompts (forward and generate), then run the benchmarks (gpu/bench.cu and tools/bench_torch.py).
 #
 #   sh tools/gpu_device_check.sh OUTDIR
 # Headers and libraries the device lacks come from .devroot/ (Debian
@@ -26,10 +28,21 @@ log() { echo "$*" | tee -a "$out/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv >"$out/gpu.txt" 2>&1
 nvcc --version | tail -2 >>"$out/gpu.txt"
 t0=$(date +%s)
+# benchmarks (numbers only; docs/performance.md records them). SKIP_BENCH=1
+# runs only the correctness part, ONLY_BENCH=1 only this part (two device
+# calls of under 10 minutes each).
+run_bench() {
+  make -j16 BUILD=$B gpu/build/bench-gpu >>"$out/build.log" 2>&1 && \
+    timeout 300 gpu/build/bench-gpu >"$out/bench-gpu.txt" 2>&1; log "bench-gpu rc=$?"
+  timeout 200 $PY tools/bench_torch.py >"$out/bench-torch.txt" 2>&1; log "bench-torch rc=$?"
+  log "total: $(( $(date +%s) - t0 )) s"
+}
+[ -n "${ONLY_BENCH:-}" ] && { run_bench; exit 0; }
 if ! make -j16 BUILD=$B bin/m3-ref bin/m3-conform gpu >"$out/build.log" 2>&1; then
   log "BUILD FAILED"; tail -30 "$out/build.log"; exit 1
 fi
 log "build: $(( $(date +%s) - t0 )) s"
+
 
 ids_of() { $PY - "$1" <<'PYEOF'
 import json, struct, sys
@@ -47,7 +60,9 @@ judge() { # case_dir mode label
   c=$1 mode=$2 label=$3
   ids=$(ids_of "$c/inputs.safetensors")
   s=$(date +%s.%N)
-  if ! bin/m3-gpu forward --model "$c" --tokens "$ids" --dtype "$mode" --dump /tmp/gd.safetensors >/tmp/gd.out 2>&1; then
+  vis=  # multimodal cases: pixel_values + image_grid_thw in the inputs (vision tower on the GPU)
+  grep -qa '"pixel_values"' "$c/inputs.safetensors" && vis="--pixels $c/inputs.safetensors"
+  if ! bin/m3-gpu forward --model "$c" --tokens "$ids" --dtype "$mode" $vis --dump /tmp/gd.safetensors >/tmp/gd.out 2>&1; then
     log "$label: m3-gpu FAILED: $(tail -2 /tmp/gd.out | tr '\n' ' ')"; return
   fi
   e=$(date +%s.%N)
@@ -59,9 +74,36 @@ judge() { # case_dir mode label
 }
 
 for c in vectors/model/*; do
-  case $c in *vision*) continue ;; esac
   mode=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["mode"])' "$c/case.json")
   judge "$c" "$mode" "$c"
+done
+
+# the vision model in bf16 (golden: the reference in bf16, run by m3-conform)
+d=/tmp/vision_tiny_bf16; rm -rf $d; mkdir -p $d
+for f in config.json model.safetensors inputs.safetensors; do ln -s "$PWD/vectors/model/vision_tiny_fp32/$f" $d/$f; done
+$PY - vectors/model/vision_tiny_fp32/case.json $d <<'PYEOF'
+import hashlib, json, os, sys
+c = json.load(open(sys.argv[1])); d = sys.argv[2]
+c['mode'] = c['profile'] = 'bf16'
+c['id'] = 'model.vision_tiny_bf16'
+c['files'] = {f: hashlib.sha256(open(os.path.join(d, f), 'rb').read()).hexdigest()
+              for f in ('config.json', 'model.safetensors', 'inputs.safetensors')}
+json.dump(c, open(os.path.join(d, 'case.json'), 'w'), indent=1)
+PYEOF
+judge $d bf16 "vision_tiny bf16"
+
+# vision component cases (tower, layer, projector, patch embedding) through m3-gpu vision-case
+for c in vectors/vision/*; do
+  comp=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["component"])' "$c/case.json")
+  case $comp in vision_patch_embed|vision_layer|vision_tower|vision_projector) ;; *) continue ;; esac
+  mode=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["mode"])' "$c/case.json")
+  if ! bin/m3-gpu vision-case --case "$c" --dump /tmp/gv.safetensors >/tmp/gv.out 2>&1; then
+    log "$c: m3-gpu vision-case FAILED: $(tail -2 /tmp/gv.out | tr '\n' ' ')"; continue
+  fi
+  bin/m3-conform check --case "$c" --dump /tmp/gv.safetensors --profile "$mode" >/tmp/gc.out 2>&1
+  rc=$?
+  log "$c ($mode, vision-case): rc=$rc $(tail -1 /tmp/gc.out)"
+  [ $rc -eq 0 ] || grep -v ' Pass ' /tmp/gc.out | head -12 >>"$out/summary.txt"
 done
 
 # ragged lengths on the deployment MSA model (block 128, top-16, 4 index heads)
@@ -114,9 +156,113 @@ for mode in fp32 bf16; do
   done
 done
 
+# teacher-forced forward (H5): every layer from the golden input of that layer
+# (the case's expected.safetensors); judged plainly and with --teacher-forced
+stcmp() { # A B: count of tensors that differ bit for bit (metadata ignored)
+  $PY - "$1" "$2" <<'PYEOF'
+import json, struct, sys
+def load(p):
+    with open(p, 'rb') as f:
+        n = struct.unpack('<Q', f.read(8))[0]; h = json.loads(f.read(n)); d = f.read()
+    return {k: (v['dtype'], v['shape'], d[v['data_offsets'][0]:v['data_offsets'][1]])
+            for k, v in h.items() if k != '__metadata__'}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+bad = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+print('%d of %d tensors differ%s' % (len(bad), len(a), (': ' + ' '.join(bad[:12])) if bad else ''))
+PYEOF
+}
+for c in vectors/model/*; do
+  case $c in *vision*) continue ;; esac
+  mode=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["mode"])' "$c/case.json")
+  ids=$(ids_of "$c/inputs.safetensors")
+  if ! bin/m3-gpu forward --model "$c" --tokens "$ids" --dtype $mode --teacher-forced "$c/expected.safetensors" \
+       --dump /tmp/gtf.safetensors >/tmp/gtf.out 2>&1; then
+    log "teacher-forced $c: m3-gpu FAILED: $(tail -2 /tmp/gtf.out | tr '\n' ' ')"; continue
+  fi
+  for tfopt in "" --teacher-forced; do
+    bin/m3-conform check --case "$c" --dump /tmp/gtf.safetensors --profile $mode --declare-unsupported greedy \
+      $tfopt >/tmp/gc.out 2>&1
+    rc=$?
+    log "teacher-forced $c ($mode), check ${tfopt:-plain}: rc=$rc $(tail -1 /tmp/gc.out)"
+    [ $rc -eq 0 ] || grep -v ' Pass ' /tmp/gc.out | head -12 >>"$out/summary.txt"
+  done
+done
+# isolation: one row of layers.3.input changed in a copy of the golden; only layer 3 may change
+c=vectors/model/tiny_fp32; ids=$(ids_of "$c/inputs.safetensors")
+$PY - "$c/expected.safetensors" /tmp/gtf_golden3.safetensors <<'PYEOF'
+import sys
+sys.path.insert(0, 'tools')
+import st
+import numpy as np
+t = st.load(sys.argv[1]); t = dict(t[0] if isinstance(t, tuple) else t)
+x = t['layers.3.input'].copy(); x[5, :] += 0.25 * np.where(np.arange(x.shape[1]) % 2 == 0, 1, -1)
+t['layers.3.input'] = x.astype(np.float32)
+st.save(sys.argv[2], t)
+PYEOF
+bin/m3-gpu forward --model $c --tokens "$ids" --teacher-forced $c/expected.safetensors --dump /tmp/gtf_a.safetensors >/dev/null 2>&1
+bin/m3-gpu forward --model $c --tokens "$ids" --teacher-forced /tmp/gtf_golden3.safetensors --dump /tmp/gtf_b.safetensors >/dev/null 2>&1
+log "teacher-forced isolation (tiny_fp32, layers.3.input row 5 perturbed; expect only layers.3.*): $(stcmp /tmp/gtf_a.safetensors /tmp/gtf_b.safetensors)"
+
+# batches (H5): 3 prompts of lengths 129, 1, 7 (different tokens) on the
+# deployment-MSA model (block 128) run together; each sequence's dump judged
+# by m3-conform and compared with the single-prompt run (fp32: bitwise)
+mkcase() { # SRC_CASE DIR IDS MODE: a case without expected (m3-conform runs the reference)
+  rm -rf $2; mkdir -p $2
+  ln -s "$PWD/$1/config.json" $2/config.json; ln -s "$PWD/$1/model.safetensors" $2/model.safetensors
+  $PY - "$2" "$3" "$4" <<'PYEOF'
+import hashlib, json, os, sys
+sys.path.insert(0, 'tools')
+import st
+import numpy as np
+d, ids, mode = sys.argv[1], [int(x) for x in sys.argv[2].split(',')], sys.argv[3]
+st.save(os.path.join(d, 'inputs.safetensors'), {'input_ids': np.array(ids, dtype=np.int32)})
+files = {f: hashlib.sha256(open(os.path.join(d, f), 'rb').read()).hexdigest()
+         for f in ('config.json', 'model.safetensors', 'inputs.safetensors')}
+json.dump({'id': 'model.batch_%d_%s' % (len(ids), mode), 'description': 'batch member', 'clauses': ['M3-MODEL-1'],
+           'component': 'model', 'mode': mode, 'profile': mode, 'seed': 0, 'generator': 'gpu_device_check',
+           'generator_version': '1', 'params': {'T': len(ids)}, 'files': files},
+          open(os.path.join(d, 'case.json'), 'w'), indent=1)
+PYEOF
+}
+base=vectors/model/deploy_msa_2200_fp32
+all=$(ids_of $base/inputs.safetensors)
+p0=$(echo $all | cut -d, -f1-129); p1=$(echo $all | cut -d, -f201); p2=$(echo $all | cut -d, -f301-307)
+for mode in fp32 bf16; do
+  if ! bin/m3-gpu forward --model $base --tokens $p0 --tokens $p1 --tokens $p2 --dtype $mode \
+       --dump /tmp/gb.safetensors >/tmp/gb.out 2>&1; then
+    log "batch $mode: m3-gpu FAILED: $(tail -2 /tmp/gb.out | tr '\n' ' ')"; continue
+  fi
+  s=0
+  for p in $p0 $p1 $p2; do
+    mkcase $base /tmp/gbcase_$s $p $mode
+    bin/m3-gpu forward --model $base --tokens $p --dtype $mode --dump /tmp/gb1.safetensors >/dev/null 2>&1
+    bin/m3-conform check --case /tmp/gbcase_$s --dump /tmp/gb.$s.safetensors --profile $mode \
+      --declare-unsupported greedy >/tmp/gc.out 2>&1
+    rc=$?
+    log "batch $mode seq $s (T=$(echo $p | tr ',' '\n' | wc -l)): rc=$rc $(tail -1 /tmp/gc.out); vs alone: $(stcmp /tmp/gb1.safetensors /tmp/gb.$s.safetensors)"
+    [ $rc -eq 0 ] || grep -v ' Pass ' /tmp/gc.out | head -12 >>"$out/summary.txt"
+    s=$((s + 1))
+  done
+done
+# batch generate on the demo model: each sequence's ids vs its run alone and vs m3-ref
+P2="In the beginning God created the heaven and the earth. And the earth was"
+for mode in fp32 bf16; do
+  bin/m3-gpu generate --model models/demo --prompt "$P" --tokens 2082 --prompt "$P2" --greedy \
+    --max-new-tokens 40 --print-ids --dtype $mode >/tmp/gg_b.txt 2>/tmp/gg_b.err
+  log "generate batch demo $mode: rc=$? $(tail -1 /tmp/gg_b.err)"
+  s=1
+  for opt in "--prompt" "--tokens" "--prompt"; do
+    case $s in 1) arg=$P ;; 2) arg=2082 ;; 3) arg=$P2 ;; esac
+    g1=$(bin/m3-gpu generate --model models/demo $opt "$arg" --greedy --max-new-tokens 40 --print-ids --dtype $mode 2>/dev/null)
+    r1=$(bin/m3-ref generate --model models/demo $opt "$arg" --greedy --max-new-tokens 40 --print-ids --dtype $mode 2>/dev/null)
+    gb=$(sed -n ${s}p /tmp/gg_b.txt)
+    [ "$gb" = "$g1" ] && va=EQUAL || va=DIFFERENT; [ "$gb" = "$r1" ] && vr=EQUAL || vr=DIFFERENT
+    log "  seq $((s - 1)): batch vs alone $va, vs m3-ref $vr"
+    [ $va = EQUAL ] || { log "    batch: $gb"; log "    alone: $g1"; }
+    s=$((s + 1))
+  done
+done
+
 # benchmarks (numbers only; docs/performance.md records them); SKIP_BENCH=1 skips
 [ -n "${SKIP_BENCH:-}" ] && { log "total: $(( $(date +%s) - t0 )) s"; exit 0; }
-make BUILD=$B gpu/build/bench-gpu >>"$out/build.log" 2>&1 && \
-  timeout 200 gpu/build/bench-gpu >"$out/bench-gpu.txt" 2>&1; log "bench-gpu rc=$?"
-timeout 150 $PY tools/bench_torch.py >"$out/bench-torch.txt" 2>&1; log "bench-torch rc=$?"
-log "total: $(( $(date +%s) - t0 )) s"
+run_bench

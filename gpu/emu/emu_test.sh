@@ -4,7 +4,10 @@
 # dump with bin/m3-conform (greedy decoding is not implemented in m3-gpu yet,
 # so that capability is declared absent). This checks the kernels' logic
 # (indexing, layouts, MSA selection, MoE routing, rounding points) without a
-# GPU; it says nothing about speed or GPU memory-model bugs.
+# GPU; it says nothing about speed or GPU memory-model bugs. Model cases
+# whose inputs hold pixel_values run with --pixels (the vision tower on the
+# device); cases under */vision/* are component cases run by
+# `m3-gpu vision-case`.
 #
 #   sh gpu/emu/emu_test.sh EMU_BIN CONFORM_BIN PYTHON CASE_DIR...
 set -e
@@ -14,6 +17,19 @@ tmp=$(mktemp -d /tmp/m3_gpu_emu.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 for c in "$@"; do
   mode=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["mode"])' "$c/case.json")
+  case $c in
+  */vision/*) # vision component cases: m3-gpu vision-case (gpu/vision.h)
+    "$emu" vision-case --case "$c" --dump "$tmp/dump.safetensors" >/dev/null
+    if "$conform" check --case "$c" --dump "$tmp/dump.safetensors" --profile "$mode" >"$tmp/out" 2>&1; then
+      echo "gpu-emu $c: $(tail -1 "$tmp/out")"
+    else
+      grep -v ' Pass ' "$tmp/out"; echo "gpu-emu $c: FAILED"; exit 1
+    fi
+    continue ;;
+  esac
+  # multimodal model cases carry pixel_values + image_grid_thw in their inputs
+  vis=
+  if grep -qa '"pixel_values"' "$c/inputs.safetensors"; then vis="--pixels $c/inputs.safetensors"; fi
   ids=$("$py" - "$c/inputs.safetensors" <<'PYEOF'
 import json, struct, sys
 import numpy as np
@@ -25,7 +41,7 @@ with open(sys.argv[1], 'rb') as f:
 print(','.join(str(int(x)) for x in a))
 PYEOF
 )
-  "$emu" forward --model "$c" --tokens "$ids" --dtype "$mode" --dump "$tmp/dump.safetensors" >/dev/null
+  "$emu" forward --model "$c" --tokens "$ids" --dtype "$mode" $vis --dump "$tmp/dump.safetensors" >/dev/null
   if "$conform" check --case "$c" --dump "$tmp/dump.safetensors" --profile "$mode" \
        --declare-unsupported greedy >"$tmp/out" 2>&1; then
     echo "gpu-emu $c: $(tail -1 "$tmp/out")"

@@ -5,7 +5,8 @@
  * selection logic and the rounding points, not memory-model or timing bugs.
  *
  * Model: blocks of a launch run one after another; inside a block every
- * thread is a std::thread; __syncthreads is a std::barrier over the block;
+ * thread is a fiber (ucontext) of the calling host thread, resumed
+ * round-robin; __syncthreads is a cooperative barrier over the block;
  * warp shuffles exchange through a per-warp slot array between two warp
  * barriers (all 32 lanes of a warp must reach every shuffle, which the
  * gpu/ kernels guarantee: warp-uniform control flow around shuffles).
@@ -15,13 +16,12 @@
 #ifndef M3_HIP_EMU_H
 #define M3_HIP_EMU_H
 
-#include <barrier>
+#include <ucontext.h>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #define M3_GPU_VENDOR "cpu-emulation"
@@ -42,6 +42,9 @@ struct uint4 {
 struct float4 {
     float x, y, z, w;
 };
+struct uint2 {
+    uint32_t x, y;
+};
 
 typedef int hipError_t;
 typedef void *hipStream_t;
@@ -59,22 +62,77 @@ struct hipDeviceProp_t {
 enum { hipMemcpyHostToDevice, hipMemcpyDeviceToHost, hipMemcpyDeviceToDevice };
 enum { hipStreamCaptureModeGlobal };
 
-/* per emulated thread */
+/* Each emulated GPU thread is a fiber (ucontext) on the calling host thread;
+ * a block's fibers are scheduled round-robin and switch only at barriers
+ * (__syncthreads, the two warp barriers around a shuffle) and at exit. */
+struct m3emu_bar { /* a cooperative barrier over fibers */
+    int expected, arrived;
+    unsigned gen;
+};
 struct m3emu_ctx {
     dim3 tid, bid, bdim, gdim;
-    std::barrier<> *block_bar;
-    std::barrier<> **warp_bar;
-    float *wslot;   /* [nwarps][32] */
+    m3emu_bar *block_bar;
+    m3emu_bar *warp_bar; /* [nwarps] */
+    float *wslot;        /* [nwarps][32] */
     int *wslot_i;
     void *dyn;
 };
-inline thread_local m3emu_ctx m3emu;
+struct m3emu_sched {
+    ucontext_t main_uc;
+    ucontext_t *uc;   /* [nt] */
+    m3emu_ctx *ctx;   /* [nt] */
+    int nt, cur;
+    long idle;        /* yields since the last barrier release or fiber exit */
+    void (*body)(void *);
+    void *arg;
+};
+inline thread_local m3emu_ctx *m3emu_cur;
+inline thread_local m3emu_sched *m3emu_sch;
+#define m3emu (*m3emu_cur)
 #define threadIdx (m3emu.tid)
 #define blockIdx (m3emu.bid)
 #define blockDim (m3emu.bdim)
 #define gridDim (m3emu.gdim)
 
-inline void __syncthreads() { m3emu.block_bar->arrive_and_wait(); }
+inline void m3emu_yield()
+{
+    m3emu_sched *s = m3emu_sch;
+    if (++s->idle > 64L * s->nt + 100000L) {
+        fprintf(stderr, "hip_emu: deadlock: every thread of block (%u,%u,%u) waits at a "
+                        "barrier the others never reach\n", m3emu.bid.x, m3emu.bid.y, m3emu.bid.z);
+        abort();
+    }
+    swapcontext(&s->uc[s->cur], &s->main_uc);
+}
+inline void m3emu_bar_release(m3emu_bar *b)
+{
+    b->arrived = 0;
+    b->gen++;
+    m3emu_sch->idle = 0;
+}
+inline void m3emu_bar_wait(m3emu_bar *b)
+{
+    const unsigned g = b->gen;
+    if (++b->arrived == b->expected) {
+        m3emu_bar_release(b);
+        return;
+    }
+    while (b->gen == g)
+        m3emu_yield();
+}
+/* a thread that exits leaves the barrier (std::barrier::arrive_and_drop) */
+inline void m3emu_bar_drop(m3emu_bar *b)
+{
+    b->expected--;
+    if (b->arrived > 0 && b->arrived == b->expected)
+        m3emu_bar_release(b);
+}
+
+inline void __syncthreads() { m3emu_bar_wait(m3emu.block_bar); }
+/* device-wide atomics and fences (blocks run one after another here, and the
+ * threads of a block are fibers of one host thread) */
+inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 inline float __uint_as_float(uint32_t u)
 {
@@ -94,9 +152,9 @@ template <typename T> inline T m3emu_xchg(T v, int src_lane, T *slots)
 {
     const int w = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     slots[w * 32 + lane] = v;
-    m3emu.warp_bar[w]->arrive_and_wait();
+    m3emu_bar_wait(&m3emu.warp_bar[w]);
     T r = slots[w * 32 + (src_lane & 31)];
-    m3emu.warp_bar[w]->arrive_and_wait();
+    m3emu_bar_wait(&m3emu.warp_bar[w]);
     return r;
 }
 inline float m3_shfl_xor(float v, int mask)
@@ -111,10 +169,44 @@ inline float m3_shfl(float v, int src) { return m3emu_xchg(v, src, m3emu.wslot);
 
 #define M3_DYN_SHARED(type, name) type *name = (type *)m3emu.dyn
 
-/* Run a kernel: blocks in order on one team of std::threads (one per
- * thread of a block, created once per launch). Each block has fresh
- * barriers, so a thread that returns early simply drops out of them;
- * `done` (which every thread reaches) separates consecutive blocks. */
+#define M3EMU_STACK (256 * 1024)
+
+/* fiber entry: run the kernel body, leave the barriers, return to the scheduler */
+inline void m3emu_fiber_main()
+{
+    m3emu_sched *s = m3emu_sch;
+    s->body(s->arg);
+    m3emu_bar_drop(m3emu.block_bar);
+    const unsigned flat = m3emu.tid.x + m3emu.bdim.x * (m3emu.tid.y + m3emu.bdim.y * m3emu.tid.z);
+    m3emu_bar_drop(&m3emu.warp_bar[flat / 32]);
+    s->idle = 0;
+}
+
+/* a fresh fiber context running m3emu_fiber_main on stack (kept out of the
+ * launch template: getcontext returns twice) */
+__attribute__((noinline)) inline void m3emu_make(ucontext_t *uc, char *stack, ucontext_t *link)
+{
+    getcontext(uc);
+    uc->uc_stack.ss_sp = stack;
+    uc->uc_stack.ss_size = M3EMU_STACK;
+    uc->uc_link = link;
+    makecontext(uc, m3emu_fiber_main, 0);
+}
+
+/* fiber stacks, reused across launches (per host thread) */
+struct m3emu_stacks {
+    std::vector<char *> v;
+    ~m3emu_stacks()
+    {
+        for (char *p : v)
+            free(p);
+    }
+};
+inline thread_local m3emu_stacks m3emu_stk;
+
+/* Run a kernel: blocks in order; inside a block every thread is a fiber on
+ * this host thread, resumed round-robin until all have returned. Each block
+ * has fresh barriers, so a thread that returns early simply drops out. */
 template <typename K, typename... A>
 void m3emu_launch(K k, dim3 g, dim3 b, size_t shm, A... args)
 {
@@ -123,47 +215,73 @@ void m3emu_launch(K k, dim3 g, dim3 b, size_t shm, A... args)
     std::vector<char> dyn(shm + 16);
     std::vector<float> ws((size_t)nw * 32);
     std::vector<int> wsi((size_t)nw * 32);
-    std::barrier<> done(nt);
-    std::barrier<> *bar = nullptr;
-    std::vector<std::barrier<> *> wb((size_t)nw, nullptr);
-    auto setup = [&]() { /* fresh per-block barriers (one thread, between blocks) */
-        delete bar;
-        bar = new std::barrier<>(nt);
-        for (int w = 0; w < nw; w++) {
-            delete wb[(size_t)w];
-            wb[(size_t)w] = new std::barrier<>(nt - 32 * w < 32 ? nt - 32 * w : 32);
+    std::vector<ucontext_t> uc((size_t)nt);
+    std::vector<m3emu_ctx> ctx((size_t)nt);
+    std::vector<m3emu_bar> wb((size_t)nw);
+    std::vector<char> done((size_t)nt);
+    m3emu_bar bar;
+    while ((int)m3emu_stk.v.size() < nt) {
+        char *p = (char *)malloc(M3EMU_STACK);
+        if (!p) {
+            fprintf(stderr, "hip_emu: out of memory for %d fiber stacks\n", nt);
+            abort();
         }
-    };
-    setup();
-    std::vector<std::thread> th;
-    th.reserve((size_t)nt);
-    for (int t = 0; t < nt; t++)
-        th.emplace_back([&, t]() {
-            m3emu.tid = dim3(t % b.x, (t / b.x) % b.y, t / (b.x * b.y));
-            m3emu.bdim = b;
-            m3emu.gdim = g;
-            m3emu.wslot = ws.data();
-            m3emu.wslot_i = wsi.data();
-            m3emu.dyn = dyn.data();
-            for (long i = 0; i < nb; i++) {
-                m3emu.bid = dim3((unsigned)(i % g.x), (unsigned)((i / g.x) % g.y),
-                                 (unsigned)(i / ((long)g.x * g.y)));
-                m3emu.block_bar = bar;
-                m3emu.warp_bar = wb.data();
-                k(args...);
-                bar->arrive_and_drop();
-                wb[(size_t)(t / 32)]->arrive_and_drop();
-                done.arrive_and_wait();
-                if (t == 0)
-                    setup();
-                done.arrive_and_wait();
+        m3emu_stk.v.push_back(p);
+    }
+    auto body = [&]() { k(args...); };
+    m3emu_sched s;
+    s.uc = uc.data();
+    s.ctx = ctx.data();
+    s.nt = nt;
+    s.cur = 0;
+    s.idle = 0;
+    s.body = [](void *f) { (*(decltype(body) *)f)(); };
+    s.arg = &body;
+    m3emu_sched *saved_sch = m3emu_sch;
+    m3emu_ctx *saved_cur = m3emu_cur;
+    m3emu_sch = &s;
+    for (long i = 0; i < nb; i++) {
+        const dim3 bid((unsigned)(i % g.x), (unsigned)((i / g.x) % g.y),
+                       (unsigned)(i / ((long)g.x * g.y)));
+        bar.expected = nt;
+        bar.arrived = 0;
+        bar.gen = 0;
+        for (int w = 0; w < nw; w++)
+            wb[(size_t)w] = m3emu_bar{nt - 32 * w < 32 ? nt - 32 * w : 32, 0, 0};
+        for (int t = 0; t < nt; t++) {
+            m3emu_ctx &c = ctx[(size_t)t];
+            c.tid = dim3(t % b.x, (t / b.x) % b.y, t / (b.x * b.y));
+            c.bid = bid;
+            c.bdim = b;
+            c.gdim = g;
+            c.block_bar = &bar;
+            c.warp_bar = wb.data();
+            c.wslot = ws.data();
+            c.wslot_i = wsi.data();
+            c.dyn = dyn.data();
+            m3emu_make(&uc[(size_t)t], m3emu_stk.v[(size_t)t], &s.main_uc);
+            done[(size_t)t] = 0;
+        }
+        for (int left = nt; left > 0;) {
+            for (int t = 0; t < nt; t++) {
+                if (done[(size_t)t])
+                    continue;
+                s.cur = t;
+                m3emu_cur = &ctx[(size_t)t];
+                /* the fiber returns here when it yields (still running) or
+                 * exits (uc_link); an exit is marked by m3emu_fiber_main's
+                 * drop of the block barrier, seen as fewer expected threads */
+                const int before = bar.expected;
+                swapcontext(&s.main_uc, &uc[(size_t)t]);
+                if (bar.expected < before) {
+                    done[(size_t)t] = 1;
+                    left--;
+                }
             }
-        });
-    for (auto &x : th)
-        x.join();
-    delete bar;
-    for (auto *p : wb)
-        delete p;
+        }
+    }
+    m3emu_sch = saved_sch;
+    m3emu_cur = saved_cur;
 }
 #define hipLaunchKernelGGL(k, grid, block, shm, stream, ...) \
     ((void)(stream), m3emu_launch(k, dim3(grid), dim3(block), (size_t)(shm), __VA_ARGS__))

@@ -41,6 +41,13 @@ hipError_t m3g_headnorm_rope(const float *src, float *dst, const int32_t *page_t
                              int rd, const float *cos_t, const float *sin_t, float eps, int mode,
                              hipStream_t st);
 
+/* The same with dst holding raw bf16 bits of the result (the bf16 K cache
+ * of bf16 mode: exact there, the result is already rounded). */
+hipError_t m3g_headnorm_rope_bf16(const float *src, uint16_t *dst, const int32_t *page_table,
+                                  int B, int64_t pos0, const void *w, int w_dtype, int T,
+                                  int nheads, int hd, int rd, const float *cos_t,
+                                  const float *sin_t, float eps, int mode, hipStream_t st);
+
 /* ---- attention.cu ------------------------------------------------------ */
 /* out [T, nh, hd] for queries q [T, nh, hd] at positions pos0 + t over the
  * paged caches kc/vc [slots, nkv, hd] (ref m3_attention_row; M3-ATTN-GQA-1,
@@ -65,6 +72,58 @@ hipError_t m3g_attention_split(float *out, const float *q, const float *kc, cons
 size_t m3g_attention_split_ws(int B, int64_t pos0, int T, int nh, int hd, const int32_t *blocks,
                               int topk);
 
+/* The same result by the two-launch split-key path (scores + split stats;
+ * then global max/sum, p = round(exp(s - M) / L) as ref, P.V partials and a
+ * last-block merge in fixed split order: deterministic). kc/vc are the paged
+ * caches [slots, nkv, hd] of kv_dtype M3G_F32 or M3G_BF16 (raw bf16 bits;
+ * exact in bf16 mode, where the caches hold rounded values). Needs
+ * hd % 8 == 0, hd <= 128, 16-byte aligned q and caches. ws: device scratch
+ * of ws_bytes, caller-owned, no initialisation needed; rows are processed
+ * in chunks when ws is smaller than m3g_attention_sk_ws(..., T, ...)
+ * (error if it cannot hold one row). The decode fast path. */
+hipError_t m3g_attention_sk(float *out, const float *q, const void *kc, const void *vc,
+                            int kv_dtype, const int32_t *page_table, int B, int64_t pos0, int T,
+                            int nh, int nkv, int hd, const int32_t *blocks, int topk, int mode,
+                            void *ws, size_t ws_bytes, hipStream_t st);
+
+/* Workspace bytes m3g_attention_sk needs for all T rows in one pass (host
+ * only; blocks is only tested for NULL; 0 for invalid shapes). */
+size_t m3g_attention_sk_ws(int B, int64_t pos0, int T, int nh, int nkv, int hd,
+                           const int32_t *blocks, int topk, int kv_dtype);
+
+/* 1 iff m3g_attention_sk takes its one-launch thread-block-cluster path for
+ * these shapes (NVIDIA build, mode 1, bf16 caches, blocks != NULL, topk <=
+ * 16, B <= 128; it needs no workspace then, ws may be NULL), else 0 (the two
+ * launches; host only). The device may still refuse the cluster, in which
+ * case the launcher runs the two launches (ws needed). */
+int m3g_attention_sk_cluster(int B, int nh, int nkv, int hd, const int32_t *blocks, int topk,
+                             int kv_dtype, int mode);
+
+/* m3g_attention_sk with a benchmark knob: variant bit 0 forces the two-launch
+ * path where the cluster path would be taken (0 = m3g_attention_sk). */
+hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, const void *vc,
+                                  int kv_dtype, const int32_t *page_table, int B, int64_t pos0,
+                                  int T, int nh, int nkv, int hd, const int32_t *blocks, int topk,
+                                  int mode, void *ws, size_t ws_bytes, int variant,
+                                  hipStream_t st);
+
+/* ---- msa_attention.cu -------------------------------------------------- */
+/* MSA block-sparse attention for prefill: the result of m3g_attention with
+ * blocks [nkv, T, topk] != NULL (a set per row; -1 = empty), but the caches
+ * kc/vc [slots, nkv, hd] are of kv_dtype: M3G_F32, or M3G_BF16 (raw bf16
+ * bits). Tensor cores (mma.sync bf16, fp32 accumulate, two passes, p rounded
+ * with the global row max and sum) when m3g_msa_attention_tc says so, else
+ * a portable scalar kernel. Needs hd <= 128. */
+hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc, const void *vc,
+                                     int kv_dtype, const int32_t *page_table, int B, int64_t pos0,
+                                     int T, int nh, int nkv, int hd, const int32_t *blocks,
+                                     int topk, int mode, hipStream_t st);
+
+/* 1 iff m3g_msa_attention_prefill takes the tensor-core path for these shapes
+ * (NVIDIA build, mode 1, hd in {16, 32, 64, 128}, nh/nkv <= 16, B <= 128,
+ * topk <= 32), else 0 (host only). */
+int m3g_msa_attention_tc(int nh, int nkv, int hd, int B, int topk, int kv_dtype, int mode);
+
 /* ---- msa.cu ------------------------------------------------------------ */
 /* bs [T, G, nbmax]: for query t (pos0 + t) and index head g, the block max
  * of iq[t, g] . ik[j] over keys j <= pos in each block, -inf for blocks the
@@ -83,6 +142,33 @@ hipError_t m3g_to_bf16(uint16_t *dst, const float *src, int64_t n, hipStream_t s
  * m3_msa_select; M3-MSA-SELECT-*). topk <= 32. */
 hipError_t m3g_msa_select(int32_t *out, const float *bs, int64_t pos0, int T, int G, int nbmax,
                           int B, int topk, int local_blocks, int init_blocks, hipStream_t st);
+
+/* The whole indexer step in one launch (the decode path): bs as
+ * m3g_msa_block_scores and out as m3g_msa_select from the same arguments
+ * (ref m3_msa_block_scores + m3_msa_select; M3-MSA-SCORE-1, M3-MSA-BLOCK-1,
+ * M3-MSA-SELECT-*): scores bitwise as ref, selections identical. ctr: T
+ * unsigned tickets, ZEROED ONCE by the caller (every launch leaves them
+ * zero); ws: scratch of ws_bytes >= m3g_msa_indexer_ws(T, G, nbmax) bytes
+ * (no init); both device memory owned by the caller. Fused when G <= 4,
+ * d * sizeof(ik) % 16 == 0 and B % 32 == 0 or B | 32; other shapes (or a
+ * NULL / too small ctr, ws) run the two launchers above. */
+hipError_t m3g_msa_indexer(int32_t *out, float *bs, const float *iq, const void *ikc, int ik_dtype,
+                           const int32_t *page_table, int B, int64_t pos0, int T, int G, int d,
+                           int nbmax, int topk, int local_blocks, int init_blocks, unsigned *ctr,
+                           void *ws, size_t ws_bytes, hipStream_t st);
+
+/* Scratch bytes m3g_msa_indexer needs for T rows (host only). */
+size_t m3g_msa_indexer_ws(int T, int G, int nbmax);
+
+/* m3g_msa_indexer with a benchmark knob: variant bit 0 allows fmaf scores
+ * when iq is bf16 (exact products; see msa.cu); variant >> 1 picks a launch
+ * configuration on NVIDIA (0 default; 2: 1 key per thread, 3 blocks per SM,
+ * bf16 cache and G = 4 only). */
+hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const void *ikc,
+                                 int ik_dtype, const int32_t *page_table, int B, int64_t pos0,
+                                 int T, int G, int d, int nbmax, int topk, int local_blocks,
+                                 int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
+                                 int variant, hipStream_t st);
 
 /* ---- moe.cu ------------------------------------------------------------ */
 /* Router for T tokens (ref m3_router; M3-MOE-ROUTER-*): fp32 logits of
@@ -105,11 +191,38 @@ hipError_t m3g_moe_combine(float *y, const float *ye, const float *w, const floa
 
 /* ---- gemv.cu / gemm.cu -------------------------------------------------- */
 /* Y [T, W.rows] = X [T, W.cols] W^T, fp32 accumulation, output rounded per
- * mode (ref m3_matmul + round; M3-NUM-BF16-2 item 3). Small T uses the
- * streaming GEMV; large T uses BLAS when built with it (bf16 weights, bf16
- * mode), else the tiled fallback GEMM. ldy: row stride of Y (>= W.rows). */
+ * mode (ref m3_matmul + round; M3-NUM-BF16-2 item 3). fp32 mode: the
+ * reference's 8-partial order, bitwise (M3-NUM-MODE-2), any T. bf16 mode:
+ * T <= 8 the streaming GEMV (bf16 weights); larger T BLAS when built with
+ * it (bf16 weights), else the tiled fallback GEMM. ldy: row stride of Y
+ * (>= W.rows). */
 hipError_t m3g_linear(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
                       m3g_blas *blas, hipStream_t st);
+
+/* One output of a fused projection: the next `rows` rows of the
+ * concatenated weight go to y [T, ld] (see m3g_linear_multi). */
+#define M3G_MAX_SEG 6
+typedef struct m3g_seg {
+    float *y;
+    int ld;
+    int rows;
+} m3g_seg;
+
+/* Fused projections sharing the input X [T, W.cols] (e.g. q/k/v/index q/k):
+ * W is the concatenation [W_0; W_1; ...] of nseg <= M3G_MAX_SEG matrices
+ * (rows summing to W.rows); seg[s].y = X W_s^T, each exactly as m3g_linear
+ * on W_s would give. T <= 8 (and fp32 mode): one pass over W; else one
+ * GEMM per segment. */
+hipError_t m3g_linear_multi(const float *X, m3g_mat W, const m3g_seg *seg, int nseg, int T,
+                            int mode, m3g_blas *blas, hipStream_t st);
+
+/* act [T, ld] = round(SwiGLU-OAI(round(X Wg^T), round(X Wu^T))) for
+ * W = [Wg; Wu] (2I rows, gate first) = m3g_linear twice + m3g_swiglu
+ * (M3-MLP-SWIGLU-1, M3-MOE-SHARED-1). T <= 8 (and fp32 mode): one GEMV with
+ * the SwiGLU epilogue; else needs ld == I and up_tmp [T, I] (scratch). */
+hipError_t m3g_linear_swiglu(float *act, int ld, float *up_tmp, const float *X, m3g_mat W, int T,
+                             float alpha, float limit, float beta, int mode, m3g_blas *blas,
+                             hipStream_t st);
 
 /* Grouped GEMV for MoE (M3-MOE-EXPERT-1): for token t and slot s < k,
  * Y[t, s, :rows] = W_e X[t*xs + s*xk, :] with e = idx[t, k], W_e = base +
@@ -128,5 +241,40 @@ hipError_t m3g_round(float *x, int64_t n, int mode, hipStream_t st);
  * BLAS is not compiled in; the caller frees with m3g_blas_free (NULL ok). */
 m3g_blas *m3g_blas_new(hipStream_t st, size_t max_x);
 void m3g_blas_free(m3g_blas *b);
+/* Use cuBLASLt (heuristic algorithm, 32 MiB workspace; NVIDIA builds) for
+ * the GEMMs when on != 0 (the default), else cublasGemmEx / hipBLAS.
+ * Returns whether Lt is now in use (0 where it is not available). */
+int m3g_blas_use_lt(m3g_blas *b, int on);
+
+/* ---- vision.cu (the vision tower; orchestration in gpu/vision.cu) ------- */
+/* y [T, n] = LayerNorm(x) * w + b (ref m3_layernorm: serial double mean and
+ * variance, fp32 affine step; M3-VIS-LN-1), rounded per mode; y may be x. */
+hipError_t m3g_layernorm(float *y, const float *x, const void *w, int w_dtype, const void *b,
+                         int b_dtype, int T, int n, float eps, int mode, hipStream_t st);
+
+/* Epilogue of a vision linear y [T, n] (an unrounded m3g_linear mode-0
+ * output; ref vision.c linear_bias / m3_gelu): y = round(y + b) when b != NULL;
+ * then y = round(GELU_erf(y)) when gelu (M3-VIS-MLP-1); then
+ * resid = round(resid + y) when resid != NULL (the residual add). */
+hipError_t m3g_bias_act(float *y, const void *b, int b_dtype, int64_t T, int n, int gelu,
+                        float *resid, int mode, hipStream_t st);
+
+/* x [T, nh, hd] in place: rotate-half RoPE over the first rd dims in fp32
+ * with cos_t/sin_t [T, rd/2] (the host tables of m3_vision_rope_table), then
+ * every dim rounded per mode (ref m3_vision_forward; M3-VIS-ROPE-2). */
+hipError_t m3g_vision_rope(float *x, int T, int nh, int hd, int rd, const float *cos_t,
+                           const float *sin_t, int mode, hipStream_t st);
+
+/* out [len, nh, hd]: full bidirectional attention of the len rows of one
+ * segment, q/k/v [len, nh, hd], scale hd^-0.5 (ref vision.c
+ * segment_attention, same summation orders; M3-VIS-ATTN-1, M3-VIS-SEG-1).
+ * Probabilities and outputs rounded per mode. hd <= 1024. */
+hipError_t m3g_vision_attention(float *out, const float *q, const float *k, const float *v,
+                                int len, int nh, int hd, int mode, hipStream_t st);
+
+/* dst row rows[f] (row stride ld) = src row f [H] for f < n (the placement
+ * of vision features into placeholder rows, ref m3_mm_embed; M3-EMB-3). */
+hipError_t m3g_scatter_rows(float *dst, int ld, const float *src, const int32_t *rows,
+                            int64_t n, int H, hipStream_t st);
 
 #endif

@@ -1,35 +1,381 @@
 /* linear.cu — every projection: bf16/fp32 GEMV for decode (and small T),
- * grouped expert GEMV for MoE, GEMM through hipBLAS/cuBLAS with a
+ * fused multi-output / SwiGLU GEMVs over concatenated weights, grouped
+ * expert GEMV for MoE, GEMM through cuBLASLt / hipBLAS / cuBLAS with a
  * hand-written tiled fallback for prefill.
  *
  * Must match: ref/linear.c m3_matvec / m3_matmul followed by the mode
- * rounding of ref/model.c linear() (M3-NUM-BF16-2 item 3); experts:
- * ref/moe.c m3_moe (M3-MOE-EXPERT-1, M3-MOE-SHARED-1).
- * Spec: M3-NUM-MODE-1 (fp32 accumulation, weights widened exactly).
+ * rounding of ref/model.c linear() (M3-NUM-BF16-2 item 3); SwiGLU epilogue:
+ * ref/mlp.c m3_swiglu_oai (M3-MLP-SWIGLU-1, same expression as moe.cu
+ * k_swiglu); experts: ref/moe.c m3_moe (M3-MOE-EXPERT-1, M3-MOE-SHARED-1).
+ * Spec: M3-NUM-MODE-1 (fp32 accumulation, weights widened exactly),
+ * M3-NUM-MODE-2 (the fixed 8-partial matvec order).
  *
- * Known difference from ref: the reference sums in 8 fixed partials per row;
- * the GEMV sums per lane then a warp tree, the GEMM in one accumulator per
- * output, BLAS in its own order: fp32 tolerance, not bitwise.
+ * Paths of m3g_linear / m3g_linear_multi / m3g_linear_swiglu:
+ *  - fp32 mode (mode 0), any T, and bf16 mode when the fast path does not
+ *    apply: k_gemv_exact, the reference order exactly — lane l of an
+ *    8-lane group keeps partial p[l] over c = l (mod 8) ascending, no FMA
+ *    (the build has --fmad=false / -ffp-contract=off), combined by
+ *    shuffles as ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)): bitwise equal to
+ *    m3_matmul whatever T (decode == prefill). Slow (8 lanes per row).
+ *  - bf16 mode, bf16 weights, cols % 8 == 0, T <= 8: k_gemv_bf16, the
+ *    streaming kernel: one weight row per warp (H200 sweeps of 1, 2, 4
+ *    rows per warp x 2, 4, 8 loads in flight x 1-8 K slices: one row per
+ *    warp best or within noise; 4 independent 16-byte loads per lane),
+ *    split-K over up to 8 warps of a block for long rows and for short
+ *    matrices that would not fill 132 SMs (fixed-order shared-memory
+ *    reduction), fmaf accumulation (within the bf16 profile, not bitwise to
+ *    ref), weights read once per <= 8 tokens, programmatic dependent launch
+ *    on NVIDIA (the first weight chunk is in flight before the previous
+ *    kernel has finished).
+ *  - bf16 mode, T > 8: BLAS (cuBLASLt with a 32 MiB workspace and the
+ *    heuristic's best algorithm on NVIDIA; hipBLAS on ROCm / cublasGemmEx
+ *    when Lt is unavailable), bf16 in, fp32 accumulate and output, then the
+ *    mode rounding; without BLAS the 64x64 tiled fallback k_gemm.
+ * The fused entry points write the row segments of one concatenated weight
+ * to separate outputs (q/k/v/index q/k) or apply the SwiGLU-OAI epilogue to
+ * [gate; up] (shared expert): one weight pass instead of several launches.
  *
- * Structure: GEMV = one warp per output row, 8 rows per 256-thread block;
- * each lane streams 16 bytes of the weight row per step (8 bf16 or 4 fp32,
- * coalesced 512 B per warp), fp32 FMAs-free multiply-adds (--fmad=false for
- * conformance builds), NT (1..8) activation rows per pass so the weight is
- * read once for up to 8 tokens. Fallback GEMM = 64x64 tile, 16-deep K
- * slices in shared memory, 4x4 outputs per thread.
- *
- * Tuning next: several rows per warp and 2-4 independent 16 B loads in
- * flight per lane before use (needed to reach >= 80% of HBM); keep x in
- * shared memory for long rows; a persistent grid for the LM head; split-K
- * for short/wide matrices; grouped GEMM (tokens sorted by expert) for MoE
- * prefill; a build with --fmad=true for the speed run (FMA changes
- * rounding, still within the bf16 profile).
+ * Status (H4, 2026-11-29): checked on the H200 by bench-gpu's host goldens
+ * (fp32 bitwise, bf16 within tolerance, Lt vs fallback). The U = 4 / K-split
+ * rule below was picked from a sweep of this kernel on the H200 and has not
+ * yet been re-timed through bench-gpu itself.
+ * Tuning next: grouped GEMV on the same streaming scheme (MoE), dense MLP
+ * gate+up through m3g_linear_swiglu, bf16 GEMM output (avoid the fp32
+ * write + rounding pass), PDL on the other decode kernels (today a GEMV
+ * only overlaps its own predecessor's tail when that one is a GEMV).
  */
 #include <stdlib.h>
+#include <string.h>
 #include "common.cuh"
 #include "kernels.h"
 
-#define GEMV_ROWS 8 /* warps (rows) per block */
+#define GEMV_ROWS 8 /* warps per 256-thread block */
+
+#if defined(M3_EMU)
+#define M3_UNROLL
+#else
+#define M3_UNROLL _Pragma("unroll")
+#endif
+
+/* ---- output description shared by the GEMV kernels ----------------------- */
+typedef struct gemv_out {
+    float *y[M3G_MAX_SEG];
+    int ld[M3G_MAX_SEG];
+    int end[M3G_MAX_SEG]; /* cumulative row end of each segment */
+    int nseg;
+    int half; /* > 0: SwiGLU epilogue; rows [0, half) gate, [half, 2 half) up → y[0] */
+    float alpha, limit, beta;
+} gemv_out;
+
+/* Row r, token t of the concatenated output → its segment. */
+__device__ __forceinline__ void out_store(const gemv_out &o, int r, int t, float v)
+{
+    float *y = o.y[0];
+    int ld = o.ld[0], r0 = 0;
+    M3_UNROLL
+    for (int s = 1; s < M3G_MAX_SEG; s++) /* constant indices: no local copy of o */
+        if (s < o.nseg && r >= o.end[s - 1]) {
+            y = o.y[s];
+            ld = o.ld[s];
+            r0 = o.end[s - 1];
+        }
+    y[(size_t)t * ld + (r - r0)] = v;
+}
+
+/* SwiGLU-OAI of rounded gate/up, rounded per mode (= moe.cu k_swiglu). */
+__device__ __forceinline__ float swiglu1(float gv, float uv, const gemv_out &o, int mode)
+{
+    const float g = gv > o.limit ? o.limit : gv;
+    const float u = uv > o.limit ? o.limit : (uv < -o.limit ? -o.limit : uv);
+    const float sig = 1.0f / (1.0f + expf(-(o.alpha * g)));
+    return m3d_round((u + o.beta) * (g * sig), mode);
+}
+
+/* ---- exact kernel (reference summation order) ------------------------------ */
+#define EX_NT 8 /* tokens per block (blockIdx.y tiles T) */
+
+/* grid (ceil(units / 32) [or half / 16 with SwiGLU], ceil(T / 8)), block 256.
+ * Warp = 4 rows (or 2 gate/up pairs) x 8 partial lanes. */
+__global__ void k_gemv_exact(gemv_out o, const float *__restrict__ X, const void *__restrict__ W,
+                             int dtype, int rows, int cols, int T, int mode)
+{
+    const int lane = threadIdx.x & 31, sub = lane >> 3, l = lane & 7;
+    const int gw = blockIdx.x * GEMV_ROWS + (threadIdx.x >> 5);
+    const int t0 = blockIdx.y * EX_NT;
+    const int nt = T - t0 < EX_NT ? T - t0 : EX_NT;
+    int r, j = 0;
+    bool ok;
+    if (o.half > 0) {
+        j = gw * 2 + (sub & 1);
+        ok = j < o.half;
+        r = ok ? (sub < 2 ? j : o.half + j) : 0;
+    } else {
+        r = gw * 4 + sub;
+        ok = r < rows;
+        if (!ok)
+            r = rows - 1;
+    }
+    float p[EX_NT];
+    for (int n = 0; n < EX_NT; n++)
+        p[n] = 0.0f;
+    const float *x0 = X + (size_t)t0 * cols;
+    const size_t wb = (size_t)r * (size_t)cols;
+    for (int c = l; c < cols; c += 8) {
+        const float wv = m3d_load(W, dtype, wb + c);
+        for (int n = 0; n < EX_NT; n++)
+            if (n < nt)
+                p[n] += wv * x0[(size_t)n * cols + c];
+    }
+    for (int n = 0; n < EX_NT; n++) {
+        float s = p[n];
+        s = s + m3_shfl_xor(s, 1); /* l even: p_l + p_(l+1) */
+        s = s + m3_shfl_xor(s, 2); /* l 0, 4: (p0+p1)+(p2+p3), (p4+p5)+(p6+p7) */
+        s = s + m3_shfl_xor(s, 4); /* l 0: the reference combine */
+        const float up = m3_shfl(s, (lane + 16) & 31);
+        if (l == 0 && ok && n < nt) {
+            if (o.half > 0) {
+                if (sub < 2)
+                    o.y[0][(size_t)(t0 + n) * o.ld[0] + j] =
+                        swiglu1(m3d_round(s, mode), m3d_round(up, mode), o, mode);
+            } else {
+                out_store(o, r, t0 + n, m3d_round(s, mode));
+            }
+        }
+    }
+}
+
+/* ---- streaming bf16 kernel (bf16 mode) ------------------------------------ */
+
+__device__ __forceinline__ float dot8(const uint4 p, const float4 a, const float4 b, float acc)
+{
+    acc = fmaf(__uint_as_float(p.x << 16), a.x, acc);
+    acc = fmaf(__uint_as_float(p.x & 0xffff0000u), a.y, acc);
+    acc = fmaf(__uint_as_float(p.y << 16), a.z, acc);
+    acc = fmaf(__uint_as_float(p.y & 0xffff0000u), a.w, acc);
+    acc = fmaf(__uint_as_float(p.z << 16), b.x, acc);
+    acc = fmaf(__uint_as_float(p.z & 0xffff0000u), b.y, acc);
+    acc = fmaf(__uint_as_float(p.w << 16), b.z, acc);
+    acc = fmaf(__uint_as_float(p.w & 0xffff0000u), b.w, acc);
+    return acc;
+}
+
+/* Programmatic dependent launch (NVIDIA sm_90, CUDA-only): the kernel lets
+ * the next launch start once all its blocks run, and streams its first
+ * weight chunk before waiting for the previous kernel (weights never depend
+ * on it; X and the outputs are touched only after the wait). No-ops
+ * elsewhere and when launched without the attribute. */
+#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+#define M3_PDL 1
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+#else
+#define M3_PDL 0
+__device__ __forceinline__ void pdl_trigger() {}
+__device__ __forceinline__ void pdl_wait() {}
+#endif
+
+/* grid ceil(slots / (8 / ks_n)), block 256. A slot is one weight row (in
+ * SwiGLU mode slot 2j = gate row j, 2j+1 = up row j, both in one block);
+ * warp w streams K slice w % ks_n of slot w / ks_n with U independent
+ * 16-byte loads per lane in flight; slices and gate/up meet in shared
+ * memory (fixed order: slices ascending). X is read with coherent loads
+ * (not the read-only path): under PDL its producer may still be running
+ * when this kernel starts. */
+template <int NT, int U>
+__global__ void k_gemv_bf16(gemv_out o, const float *X, const uint16_t *__restrict__ W, int rows,
+                            int cols, int ks_n, int mode)
+{
+    __shared__ float red[GEMV_ROWS][NT];
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int slot = w / ks_n, ks = w % ks_n;
+    const int gslot = blockIdx.x * (GEMV_ROWS / ks_n) + slot;
+    int r, j = 0;
+    bool ok;
+    if (o.half > 0) {
+        j = gslot >> 1;
+        ok = j < o.half;
+        r = ok ? ((gslot & 1) ? o.half + j : j) : 0;
+    } else {
+        r = gslot;
+        ok = r < rows;
+        if (!ok)
+            r = rows - 1;
+    }
+    const int c8n = cols >> 3;
+    const int per = (c8n + ks_n - 1) / ks_n;
+    const int beg = ks * per, end = beg + per < c8n ? beg + per : c8n;
+    const uint4 *wr = (const uint4 *)(W + (size_t)r * (size_t)cols);
+    float acc[NT];
+    for (int n = 0; n < NT; n++)
+        acc[n] = 0.0f;
+    int c = beg + lane;
+    uint4 wv[U];
+    M3_UNROLL
+    for (int u = 0; u < U; u++) {
+        if (c + 32 * u < end) {
+            wv[u] = wr[c + 32 * u];
+        } else {
+            wv[u].x = wv[u].y = wv[u].z = wv[u].w = 0u;
+        }
+    }
+    pdl_wait(); /* X is the previous kernel's output */
+    while (c < end) {
+        M3_UNROLL
+        for (int u = 0; u < U; u++) {
+            const int cc = c + 32 * u;
+            if (cc < end) {
+                M3_UNROLL
+                for (int n = 0; n < NT; n++) {
+                    const float4 *xr = (const float4 *)(X + (size_t)n * cols) + 2 * cc;
+                    acc[n] = dot8(wv[u], xr[0], xr[1], acc[n]);
+                }
+            }
+        }
+        c += 32 * U;
+        M3_UNROLL
+        for (int u = 0; u < U; u++) {
+            if (c + 32 * u < end) {
+                wv[u] = wr[c + 32 * u];
+            } else {
+                wv[u].x = wv[u].y = wv[u].z = wv[u].w = 0u;
+            }
+        }
+    }
+    for (int n = 0; n < NT; n++)
+        acc[n] = m3d_warp_sum(acc[n]);
+    if (ks_n == 1 && o.half == 0) { /* block-uniform */
+        if (lane == 0 && ok)
+            for (int n = 0; n < NT; n++)
+                out_store(o, r, n, m3d_round(acc[n], mode));
+        return;
+    }
+    if (lane == 0)
+        for (int n = 0; n < NT; n++)
+            red[w][n] = acc[n];
+    __syncthreads();
+    if (lane != 0 || ks != 0 || !ok)
+        return;
+    if (o.half > 0) {
+        if (gslot & 1) /* the gate slot's warp finishes the pair */
+            return;
+        for (int n = 0; n < NT; n++) {
+            float g = red[slot * ks_n][n], u = red[(slot + 1) * ks_n][n];
+            for (int k = 1; k < ks_n; k++) {
+                g += red[slot * ks_n + k][n];
+                u += red[(slot + 1) * ks_n + k][n];
+            }
+            o.y[0][(size_t)n * o.ld[0] + j] =
+                swiglu1(m3d_round(g, mode), m3d_round(u, mode), o, mode);
+        }
+    } else {
+        for (int n = 0; n < NT; n++) {
+            float s = red[w][n];
+            for (int k = 1; k < ks_n; k++)
+                s += red[w + k][n];
+            out_store(o, r, n, m3d_round(s, mode));
+        }
+    }
+}
+
+/* Loads in flight per lane and the K split: from the H200 sweep of this
+ * kernel (plain launches, 25 graph replays each, cold weights): U = 4 beat
+ * U = 8 on 9 of 10 M3 shapes, and about 3072 columns per warp was best or
+ * within 5% of best (q_proj, gate, qkv, gate+up: 2 slices; o_proj, down:
+ * 4; k_proj: 4 to fill the GPU). The LM head class (>= 4096 blocks at one
+ * slice, 94% of HBM) keeps whole rows. */
+#define FAST_U 4
+
+/* K slices for `slots` rows of cols columns: about 3072 columns per warp
+ * (unless the grid is huge), then more slices until the grid has >= 256
+ * blocks (2 per SM of an H200) while each slice keeps >= 1024 columns. */
+static int gemv_ks(int slots, int cols, int swiglu)
+{
+    const int kmax = swiglu ? GEMV_ROWS / 2 : GEMV_ROWS;
+    int ks = 1;
+    if ((slots + GEMV_ROWS - 1) / GEMV_ROWS < 4096)
+        while (ks < kmax && cols > 3072 * ks)
+            ks *= 2;
+    while (ks < kmax && (slots + GEMV_ROWS / ks - 1) / (GEMV_ROWS / ks) < 256 &&
+           cols / (2 * ks) >= 1024)
+        ks *= 2;
+    return ks;
+}
+
+/* Launch one k_gemv_bf16 pass of NT tokens (PDL attribute on NVIDIA). */
+template <int NT>
+static hipError_t launch_bf16(const gemv_out &o, const float *X, const uint16_t *W, int rows,
+                              int cols, int mode, hipStream_t st)
+{
+    const int slots = o.half > 0 ? 2 * o.half : rows;
+    const int ks = gemv_ks(slots, cols, o.half > 0);
+    const int spb = GEMV_ROWS / ks; /* slots per block */
+    const int nb = (slots + spb - 1) / spb;
+#if M3_PDL
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    cfg.gridDim = dim3(nb);
+    cfg.blockDim = dim3(32 * GEMV_ROWS);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = st;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, k_gemv_bf16<NT, FAST_U>, o, X, W, rows, cols, ks, mode) ==
+        cudaSuccess)
+        return hipSuccess;
+    (void)hipGetLastError(); /* PDL refused: plain launch */
+#endif
+    hipLaunchKernelGGL((k_gemv_bf16<NT, FAST_U>), dim3(nb), dim3(32 * GEMV_ROWS), 0, st, o, X, W,
+                       rows, cols, ks, mode);
+    return hipGetLastError();
+}
+
+/* The GEMV paths for T tokens (see the file header). */
+static hipError_t gemv_run(const gemv_out &o, const float *X, m3g_mat W, int T, int mode,
+                           hipStream_t st)
+{
+    const bool fast = mode == 1 && W.dtype == M3G_BF16 && (W.cols & 7) == 0 &&
+                      ((uintptr_t)X & 15) == 0 && ((uintptr_t)W.data & 15) == 0 && T <= 8;
+    if (!fast) {
+        const int units = o.half > 0 ? o.half : W.rows;
+        const int per_block = o.half > 0 ? 2 * GEMV_ROWS : 4 * GEMV_ROWS;
+        hipLaunchKernelGGL(k_gemv_exact, dim3((units + per_block - 1) / per_block,
+                                              (T + EX_NT - 1) / EX_NT),
+                           dim3(32 * GEMV_ROWS), 0, st, o, X, W.data, W.dtype, W.rows, W.cols, T,
+                           mode);
+        return hipGetLastError();
+    }
+    const uint16_t *Wb = (const uint16_t *)W.data;
+    int t = 0;
+    while (t < T) {
+        gemv_out ot = o;
+        for (int s = 0; s < o.nseg; s++)
+            ot.y[s] = o.y[s] + (size_t)t * o.ld[s];
+        const float *Xt = X + (size_t)t * W.cols;
+        const int left = T - t;
+        hipError_t e;
+        if (left >= 8) {
+            e = launch_bf16<8>(ot, Xt, Wb, W.rows, W.cols, mode, st);
+            t += 8;
+        } else if (left >= 4) {
+            e = launch_bf16<4>(ot, Xt, Wb, W.rows, W.cols, mode, st);
+            t += 4;
+        } else if (left >= 2) {
+            e = launch_bf16<2>(ot, Xt, Wb, W.rows, W.cols, mode, st);
+            t += 2;
+        } else {
+            e = launch_bf16<1>(ot, Xt, Wb, W.rows, W.cols, mode, st);
+            t += 1;
+        }
+        if (e != hipSuccess)
+            return e;
+    }
+    return hipSuccess;
+}
+
+/* ---- grouped GEMV (MoE experts) ------------------------------------------ */
 
 /* acc[n] += W[row, :] . X[n, :] partials for this lane (n < NT). */
 template <int NT>
@@ -68,27 +414,6 @@ __device__ __forceinline__ void gemv_lane(float acc[NT], const void *W, int dtyp
             for (int n = 0; n < NT; n++)
                 acc[n] += w * X[n * ldx + c];
         }
-    }
-}
-
-/* Y[n, row] for n < NT; grid ceil(rows / 8), block 256. X rows must be
- * 16-byte aligned (cols % 4 == 0 and an aligned base) for the vector path. */
-template <int NT>
-__global__ void k_gemv(float *Y, int ldy, const float *X, const void *W, int dtype, int rows,
-                       int cols, int mode)
-{
-    const int lane = threadIdx.x & 31;
-    const int row = blockIdx.x * GEMV_ROWS + (threadIdx.x >> 5);
-    if (row >= rows)
-        return;
-    float acc[NT];
-    for (int n = 0; n < NT; n++)
-        acc[n] = 0.0f;
-    gemv_lane<NT>(acc, W, dtype, cols, (size_t)row, X, (size_t)cols, lane);
-    for (int n = 0; n < NT; n++) {
-        const float s = m3d_warp_sum(acc[n]);
-        if (lane == 0)
-            Y[(size_t)n * ldy + row] = m3d_round(s, mode);
     }
 }
 
@@ -160,6 +485,7 @@ __global__ void k_gemm(float *Y, int ldy, const float *X, const void *W, int dty
         }
 }
 
+/* grid-stride; float4 when n % 4 == 0 and x is 16-byte aligned */
 __global__ void k_round(float *x, int64_t n)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -167,18 +493,51 @@ __global__ void k_round(float *x, int64_t n)
         x[i] = m3d_round_bf16(x[i]);
 }
 
+__global__ void k_round4(float4 *x, int64_t n4)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float4 v = x[i];
+        v.x = m3d_round_bf16(v.x);
+        v.y = m3d_round_bf16(v.y);
+        v.z = m3d_round_bf16(v.z);
+        v.w = m3d_round_bf16(v.w);
+        x[i] = v;
+    }
+}
+
+static unsigned grid_for(int64_t n)
+{
+    const int64_t nb = (n + 255) / 256;
+    return (unsigned)(nb > 65535 ? 65535 : nb);
+}
+
 hipError_t m3g_round(float *x, int64_t n, int mode, hipStream_t st)
 {
     if (mode == 0 || n <= 0)
         return hipSuccess;
-    int64_t nb = (n + 255) / 256;
-    if (nb > 65535)
-        nb = 65535;
-    hipLaunchKernelGGL(k_round, dim3((unsigned)nb), dim3(256), 0, st, x, n);
+    if ((n & 3) == 0 && ((uintptr_t)x & 15) == 0)
+        hipLaunchKernelGGL(k_round4, dim3(grid_for(n / 4)), dim3(256), 0, st, (float4 *)x, n / 4);
+    else
+        hipLaunchKernelGGL(k_round, dim3(grid_for(n)), dim3(256), 0, st, x, n);
     return hipGetLastError();
 }
 
 /* ---- BLAS context ---------------------------------------------------------- */
+#ifdef M3_HAVE_BLASLT
+#define LT_PLANS 32
+#define LT_WS_BYTES ((size_t)32 << 20)
+/* One cached cuBLASLt problem: descriptors + the heuristic's best algorithm. */
+typedef struct lt_plan {
+    int rows, cols, T, ldy, align_a, align_c;
+    int ok; /* 0: no algorithm found (use cublasGemmEx) */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    size_t ws;
+} lt_plan;
+#endif
+
 struct m3g_blas {
 #ifdef M3_HAVE_BLAS
     hipblasHandle_t h;
@@ -186,6 +545,13 @@ struct m3g_blas {
     size_t max_x;
 #else
     int unused;
+#endif
+#ifdef M3_HAVE_BLASLT
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    int use_lt;
+    int nplans;
+    lt_plan plans[LT_PLANS];
 #endif
 };
 
@@ -195,6 +561,121 @@ __global__ void k_to_bf16(uint16_t *out, const float *x, int64_t n)
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         out[i] = (uint16_t)(__float_as_uint(m3d_round_bf16(x[i])) >> 16);
+}
+
+/* 4 at a time: n4 float4 in, n4 uint2 (4 bf16) out */
+__global__ void k_to_bf16_4(uint2 *out, const float4 *x, int64_t n4)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 v = x[i];
+        uint2 o;
+        o.x = (__float_as_uint(m3d_round_bf16(v.x)) >> 16) |
+              (__float_as_uint(m3d_round_bf16(v.y)) & 0xffff0000u);
+        o.y = (__float_as_uint(m3d_round_bf16(v.z)) >> 16) |
+              (__float_as_uint(m3d_round_bf16(v.w)) & 0xffff0000u);
+        out[i] = o;
+    }
+}
+
+static hipError_t stage_bf16(uint16_t *xb, const float *X, int64_t n, hipStream_t st)
+{
+    if ((n & 3) == 0 && ((uintptr_t)X & 15) == 0)
+        hipLaunchKernelGGL(k_to_bf16_4, dim3(grid_for(n / 4)), dim3(256), 0, st, (uint2 *)xb,
+                           (const float4 *)X, n / 4);
+    else
+        hipLaunchKernelGGL(k_to_bf16, dim3(grid_for(n)), dim3(256), 0, st, xb, X, n);
+    return hipGetLastError();
+}
+#endif
+
+#ifdef M3_HAVE_BLASLT
+static int ptr_align(const void *p)
+{
+    const uintptr_t u = (uintptr_t)p;
+    int a = 256;
+    while (a > 1 && (u & (uintptr_t)(a - 1)))
+        a >>= 1;
+    return a;
+}
+
+/* The cached plan for this problem (created on first use; heuristic query
+ * is host-only, so this is safe inside stream capture). NULL: cache full or
+ * descriptor creation failed. */
+static lt_plan *lt_get(m3g_blas *b, int rows, int cols, int T, int ldy, int align_a, int align_c)
+{
+    for (int i = 0; i < b->nplans; i++) {
+        lt_plan *p = &b->plans[i];
+        if (p->rows == rows && p->cols == cols && p->T == T && p->ldy == ldy &&
+            p->align_a == align_a && p->align_c == align_c)
+            return p;
+    }
+    if (b->nplans == LT_PLANS)
+        return NULL;
+    lt_plan *p = &b->plans[b->nplans];
+    memset(p, 0, sizeof *p);
+    p->rows = rows, p->cols = cols, p->T = T, p->ldy = ldy;
+    p->align_a = align_a, p->align_c = align_c;
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const uint64_t wsb = LT_WS_BYTES;
+    const uint32_t al_a = (uint32_t)align_a, al_b = 256, al_c = (uint32_t)align_c;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    /* column-major view: A = W as [cols x rows] (ld cols), op T; B = X as
+     * [cols x T] (ld cols); C = D = Y as [rows x T] (ld ldy), fp32 */
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+        return NULL;
+    if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)cols, (uint64_t)rows, cols) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)cols, (uint64_t)T, cols) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)rows, (uint64_t)T, ldy) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
+        goto done; /* p->ok stays 0; the descriptors made so far are kept for free */
+    if (cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                             sizeof wsb) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                             &al_a, sizeof al_a) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                             &al_b, sizeof al_b) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                             &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                             &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(b->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res,
+                                       &nres) == CUBLAS_STATUS_SUCCESS &&
+        nres > 0 && res.workspaceSize <= LT_WS_BYTES) {
+        p->algo = res.algo;
+        p->ws = res.workspaceSize;
+        p->ok = 1;
+    }
+done:
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    b->nplans++;
+    return p;
+}
+
+static void lt_free(m3g_blas *b)
+{
+    for (int i = 0; i < b->nplans; i++) {
+        lt_plan *p = &b->plans[i];
+        if (p->a)
+            cublasLtMatrixLayoutDestroy(p->a);
+        if (p->b)
+            cublasLtMatrixLayoutDestroy(p->b);
+        if (p->c)
+            cublasLtMatrixLayoutDestroy(p->c);
+        if (p->op)
+            cublasLtMatmulDescDestroy(p->op);
+    }
+    b->nplans = 0;
 }
 #endif
 
@@ -215,6 +696,18 @@ m3g_blas *m3g_blas_new(hipStream_t st, size_t max_x)
         return NULL;
     }
     b->max_x = max_x;
+#ifdef M3_HAVE_BLASLT
+    /* Lt is an optimisation: without it (or its workspace) cublasGemmEx serves */
+    if (cublasLtCreate(&b->lt) == CUBLAS_STATUS_SUCCESS) {
+        if (hipMalloc(&b->lt_ws, LT_WS_BYTES) == hipSuccess) {
+            b->use_lt = 1;
+        } else {
+            b->lt_ws = NULL;
+            cublasLtDestroy(b->lt);
+            b->lt = NULL;
+        }
+    }
+#endif
     return b;
 #else
     (void)st;
@@ -227,6 +720,13 @@ void m3g_blas_free(m3g_blas *b)
 {
     if (!b)
         return;
+#ifdef M3_HAVE_BLASLT
+    lt_free(b);
+    if (b->lt_ws)
+        (void)hipFree(b->lt_ws);
+    if (b->lt)
+        cublasLtDestroy(b->lt);
+#endif
 #ifdef M3_HAVE_BLAS
     (void)hipFree(b->xb);
     hipblasDestroy(b->h);
@@ -234,38 +734,46 @@ void m3g_blas_free(m3g_blas *b)
     free(b);
 }
 
-hipError_t m3g_linear(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
-                      m3g_blas *blas, hipStream_t st)
+int m3g_blas_use_lt(m3g_blas *b, int on)
 {
-    if (T <= 0)
-        return hipSuccess;
-    const dim3 gg((W.rows + GEMV_ROWS - 1) / GEMV_ROWS), gb(32 * GEMV_ROWS);
-    if (T <= 8) { /* decode / tiny prefill: stream the weight once per 8 tokens */
-        int t = 0;
-        for (; t + 8 <= T; t += 8)
-            hipLaunchKernelGGL(k_gemv<8>, gg, gb, 0, st, Y + (size_t)t * ldy, ldy,
-                               X + (size_t)t * W.cols, W.data, W.dtype, W.rows, W.cols, mode);
-        for (; t + 4 <= T; t += 4)
-            hipLaunchKernelGGL(k_gemv<4>, gg, gb, 0, st, Y + (size_t)t * ldy, ldy,
-                               X + (size_t)t * W.cols, W.data, W.dtype, W.rows, W.cols, mode);
-        for (; t + 2 <= T; t += 2)
-            hipLaunchKernelGGL(k_gemv<2>, gg, gb, 0, st, Y + (size_t)t * ldy, ldy,
-                               X + (size_t)t * W.cols, W.data, W.dtype, W.rows, W.cols, mode);
-        for (; t < T; t++)
-            hipLaunchKernelGGL(k_gemv<1>, gg, gb, 0, st, Y + (size_t)t * ldy, ldy,
-                               X + (size_t)t * W.cols, W.data, W.dtype, W.rows, W.cols, mode);
-        return hipGetLastError();
+#ifdef M3_HAVE_BLASLT
+    if (b && b->lt) {
+        b->use_lt = on != 0;
+        return b->use_lt;
     }
+#else
+    (void)on;
+#endif
+    (void)b;
+    return 0;
+}
+
+/* GEMM path for T > 8 tokens (bf16 mode BLAS, else the tiled fallback). */
+static hipError_t gemm_run(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
+                           m3g_blas *blas, hipStream_t st)
+{
 #ifdef M3_HAVE_BLAS
     /* BLAS only where it is exact to the contract: bf16 weights, bf16 mode
      * (X values are already bf16), and a contiguous output. */
     if (blas && mode == 1 && W.dtype == M3G_BF16 && ldy == W.rows &&
         (size_t)T * W.cols <= blas->max_x) {
         const int64_t n = (int64_t)T * W.cols;
-        hipLaunchKernelGGL(k_to_bf16, dim3((unsigned)((n + 255) / 256 < 65535 ? (n + 255) / 256
-                                                                              : 65535)),
-                           dim3(256), 0, st, blas->xb, X, n);
+        hipError_t e = stage_bf16(blas->xb, X, n, st);
+        if (e != hipSuccess)
+            return e;
         const float one = 1.0f, zero = 0.0f;
+#ifdef M3_HAVE_BLASLT
+        lt_plan *p = blas->use_lt ? lt_get(blas, W.rows, W.cols, T, ldy, ptr_align(W.data),
+                                           ptr_align(Y))
+                                  : NULL;
+        if (p && p->ok) {
+            if (cublasLtMatmul(blas->lt, p->op, &one, W.data, p->a, blas->xb, p->b, &zero, Y,
+                               p->c, Y, p->c, &p->algo, blas->lt_ws, p->ws,
+                               st) != CUBLAS_STATUS_SUCCESS)
+                return hipErrorUnknown;
+            return m3g_round(Y, (int64_t)T * W.rows, mode, st);
+        }
+#endif
         if (hipblasGemmEx(blas->h, HIPBLAS_OP_T, HIPBLAS_OP_N, W.rows, T, W.cols, &one, W.data,
                           HIPBLAS_R_16B, W.cols, blas->xb, HIPBLAS_R_16B, W.cols, &zero, Y,
                           HIPBLAS_R_32F, ldy, HIPBLAS_COMPUTE_32F,
@@ -279,4 +787,79 @@ hipError_t m3g_linear(float *Y, int ldy, const float *X, m3g_mat W, int T, int m
     hipLaunchKernelGGL(k_gemm, dim3((W.rows + GT - 1) / GT, (T + GT - 1) / GT), dim3(256), 0, st,
                        Y, ldy, X, W.data, W.dtype, T, W.rows, W.cols, mode);
     return hipGetLastError();
+}
+
+/* Rows [r0, r0 + n) of W as their own matrix. */
+static m3g_mat mat_rows(m3g_mat W, int r0, int n)
+{
+    m3g_mat s = W;
+    s.rows = n;
+    s.data = (const char *)W.data + (size_t)r0 * (size_t)W.cols * (W.dtype == M3G_BF16 ? 2 : 4);
+    return s;
+}
+
+hipError_t m3g_linear_multi(const float *X, m3g_mat W, const m3g_seg *seg, int nseg, int T,
+                            int mode, m3g_blas *blas, hipStream_t st)
+{
+    if (T <= 0)
+        return hipSuccess;
+    if (nseg < 1 || nseg > M3G_MAX_SEG)
+        return hipErrorInvalidValue;
+    gemv_out o;
+    memset(&o, 0, sizeof o);
+    int r = 0;
+    for (int s = 0; s < nseg; s++) {
+        o.y[s] = seg[s].y;
+        o.ld[s] = seg[s].ld;
+        r += seg[s].rows;
+        o.end[s] = r;
+    }
+    o.nseg = nseg;
+    if (r != W.rows)
+        return hipErrorInvalidValue;
+    if (mode == 0 || T <= 8) /* exact order (fp32) or streaming GEMV: one pass */
+        return gemv_run(o, X, W, T, mode, st);
+    for (int s = 0, r0 = 0; s < nseg; r0 += seg[s].rows, s++) {
+        hipError_t e = gemm_run(seg[s].y, seg[s].ld, X, mat_rows(W, r0, seg[s].rows), T, mode,
+                                blas, st);
+        if (e != hipSuccess)
+            return e;
+    }
+    return hipSuccess;
+}
+
+hipError_t m3g_linear(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
+                      m3g_blas *blas, hipStream_t st)
+{
+    const m3g_seg s = {Y, ldy, W.rows};
+    return m3g_linear_multi(X, W, &s, 1, T, mode, blas, st);
+}
+
+hipError_t m3g_linear_swiglu(float *act, int ld, float *up_tmp, const float *X, m3g_mat W, int T,
+                             float alpha, float limit, float beta, int mode, m3g_blas *blas,
+                             hipStream_t st)
+{
+    if (T <= 0)
+        return hipSuccess;
+    if ((W.rows & 1) != 0)
+        return hipErrorInvalidValue;
+    const int I = W.rows / 2;
+    if (mode == 0 || T <= 8) {
+        gemv_out o;
+        memset(&o, 0, sizeof o);
+        o.y[0] = act;
+        o.ld[0] = ld;
+        o.end[0] = W.rows;
+        o.nseg = 1;
+        o.half = I;
+        o.alpha = alpha, o.limit = limit, o.beta = beta;
+        return gemv_run(o, X, W, T, mode, st);
+    }
+    if (ld != I || !up_tmp)
+        return hipErrorInvalidValue;
+    hipError_t e;
+    if ((e = gemm_run(act, I, X, mat_rows(W, 0, I), T, mode, blas, st)) != hipSuccess ||
+        (e = gemm_run(up_tmp, I, X, mat_rows(W, I, I), T, mode, blas, st)) != hipSuccess)
+        return e;
+    return m3g_swiglu(act, act, up_tmp, (int64_t)T * I, alpha, limit, beta, mode, st);
 }

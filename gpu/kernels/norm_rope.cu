@@ -51,9 +51,17 @@ hipError_t m3g_residual_rmsnorm(float *x, const float *y, float *out, const void
     return hipGetLastError();
 }
 
+/* store one result: fp32, or bf16 bits (round to nearest even) */
+__device__ __forceinline__ void nr_store(float *p, float v) { *p = v; }
+__device__ __forceinline__ void nr_store(uint16_t *p, float v)
+{
+    *p = (uint16_t)(__float_as_uint(m3d_round_bf16(v)) >> 16);
+}
+
 /* grid (nheads, T), block hd rounded up to a multiple of 32 (<= 1024);
  * thread j owns dim j (threads j >= hd only join the reduction). */
-__global__ void k_headnorm_rope(const float *src, float *dst, const int32_t *page_table, int B,
+template <typename OT>
+__global__ void k_headnorm_rope(const float *src, OT *dst, const int32_t *page_table, int B,
                                 int64_t pos0, const void *w, int w_dtype, int nheads, int hd,
                                 int rd, const float *cos_t, const float *sin_t, float eps,
                                 int mode)
@@ -86,7 +94,7 @@ __global__ void k_headnorm_rope(const float *src, float *dst, const int32_t *pag
         }
     }
     const int64_t slot = page_table ? m3d_slot(page_table, pos0 + t, B) : (int64_t)t;
-    dst[((size_t)slot * nheads + h) * hd + j] = o;
+    nr_store(dst + ((size_t)slot * nheads + h) * hd + j, o);
 }
 
 hipError_t m3g_headnorm_rope(const float *src, float *dst, const int32_t *page_table, int B,
@@ -98,8 +106,23 @@ hipError_t m3g_headnorm_rope(const float *src, float *dst, const int32_t *page_t
         return hipSuccess;
     if (hd <= 0 || hd > 1024 || rd > hd || rd % 2 != 0)
         return hipErrorInvalidValue;
-    hipLaunchKernelGGL(k_headnorm_rope, dim3(nheads, T), dim3((hd + 31) / 32 * 32), hd * sizeof(float), st, src,
+    hipLaunchKernelGGL(k_headnorm_rope<float>, dim3(nheads, T), dim3((hd + 31) / 32 * 32), hd * sizeof(float), st, src,
                        dst, page_table, B, pos0, w, w_dtype, nheads, hd, rd, cos_t, sin_t, eps,
                        mode);
+    return hipGetLastError();
+}
+
+hipError_t m3g_headnorm_rope_bf16(const float *src, uint16_t *dst, const int32_t *page_table,
+                                  int B, int64_t pos0, const void *w, int w_dtype, int T,
+                                  int nheads, int hd, int rd, const float *cos_t,
+                                  const float *sin_t, float eps, int mode, hipStream_t st)
+{
+    if (T <= 0 || nheads <= 0)
+        return hipSuccess;
+    if (hd <= 0 || hd > 1024 || rd > hd || rd % 2 != 0)
+        return hipErrorInvalidValue;
+    hipLaunchKernelGGL(k_headnorm_rope<uint16_t>, dim3(nheads, T), dim3((hd + 31) / 32 * 32),
+                       hd * sizeof(float), st, src, dst, page_table, B, pos0, w, w_dtype, nheads,
+                       hd, rd, cos_t, sin_t, eps, mode);
     return hipGetLastError();
 }
