@@ -902,7 +902,7 @@ static int check_msa_prefill_edges(hipStream_t st)
     return bad ? -1 : 0;
 }
 
-/* ---- fused GEMVs (H4): [q; k; v (; index q; index k)] and [gate; up] ------ */
+/* ---- fused GEMVs : [q; k; v (; index q; index k)] and [gate; up] ------ */
 
 typedef struct fused_ctx {
     m3g_mat w[64];
@@ -957,7 +957,7 @@ static int make_fused(bench_case *bc, const char *name, const int *segrows, int 
     return 0;
 }
 
-/* ---- linear-layer self-checks against host goldens (H4) ------------------ */
+/* ---- linear-layer self-checks against host goldens --------------------- */
 
 /* ref/linear.c order: 8 partials over c = l (mod 8) ascending, combined
  * ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)); no FMA (host -ffp-contract=off). */
@@ -1233,7 +1233,7 @@ int main(int argc, char **argv)
         if (any)
             printf("indexer self-check: %s\n", cb ? "FAILED" : "pass");
     }
-    if (!only || !strncmp(only, "gem", 3)) /* H4: linear layers */
+    if (!only || !strncmp(only, "gem", 3)) /* linear layers */
         printf("linear self-check: %s\n", check_linear(blas, blas_nolt, st) ? "FAILED" : "pass");
     if (!only || !strncmp(only, "msa prefill", strlen(only) < 11 ? strlen(only) : 11)) {
         /* MSA prefill kernel vs host goldens before its timing */

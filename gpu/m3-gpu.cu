@@ -17,53 +17,43 @@
  * M3-NUM-BF16-2 (all rounding points are in the kernels, see
  * gpu/kernels/kernels.h), M3-MSA-CACHE-1 (paged caches, page == MSA block).
  *
- * Status (written by H13): NEVER RUN ON A GPU yet. Compiled with nvcc
- * (sm_90) and hipcc (gfx90a, gfx940); the same sources built against the CPU
- * emulation of the HIP subset (gpu/emu/hip_emu.h, `make gpu-emu-test`) pass
- * bin/m3-conform on the model vectors tiny_fp32/bf16, layer_sparse_moe_*,
- * layer_dense_* (greedy declared absent), and agree with bin/m3-ref dumps
- * for T = 1, 3, 8 (the GEMV path). What that does not show: GPU memory-model
- * or occupancy bugs, the cuBLAS path (emulation uses the fallback GEMM), speed.
- *  - complete in code: checkpoint load through build/libm3.a, weight upload
- *    (fp32 / bf16 kept as stored; other dtypes widened to fp32 on the host),
- *    embeddings (host lookup, exact), RoPE tables (host m3_rope_table,
- *    exact), every layer kind: dense causal attention, MSA indexer + select +
- *    block-sparse attention, dense SwiGLU-OAI MLP, MoE (router, 4 grouped
+ * Status: on an H200 (docs/performance.md has the run) every text and
+ * vision model vector, the vision component vectors, the ragged lengths 1 ..
+ * 2200, teacher-forced dumps and batches of prompts pass bin/m3-conform in
+ * fp32 and bf16; generate matches m3-ref's ids in fp32, and in bf16 until a
+ * near tie of two logits (explained there). The same sources also build
+ * against the CPU emulation of the HIP subset (gpu/emu/hip_emu.h, `make
+ * gpu-emu-test`), which checks the logic without a GPU.
+ *  - checkpoint load through libm3.a; weight upload (fp32 / bf16 kept as
+ *    stored, other dtypes widened on the host; q/k/v(+index q/k) and the
+ *    shared expert's gate/up uploaded as one concatenated matrix each);
+ *    embeddings and RoPE tables on the host (exact); every layer kind: dense
+ *    causal attention, MSA indexer + selection + block-sparse attention
+ *    (bf16 KV cache in bf16 mode), dense SwiGLU-OAI MLP, MoE (router, grouped
  *    expert GEMVs, shared expert, combine), final norm, lm_head, and every
  *    dump name incl. eagle3.aux.
- *  - one prefill pass of T tokens at positions 0..T-1 (what `forward` does).
- *  - batches (H5): a session has nseq cache regions (region s = pages
- *    s*npages.. in order, identity inside a region); gpu_step_batch stacks the
- *    rows of all sequences for the linear layers, norms, router/MoE and
- *    lm_head (one launch each) and runs cache writes, indexer, selection and
- *    attention per sequence (seq_attention over a seq_view of the session).
- *    forward takes several --tokens (one dump per sequence), generate several
- *    --tokens / --prompt (decode steps batch the unfinished sequences).
- *    Emulation: each sequence's dump / ids equal its single-prompt run,
- *    bitwise in fp32; bf16: see the H5 report (T <= 8 GEMV vs T > 8 GEMM).
- *  - teacher forcing (H5): forward --teacher-forced GOLDEN feeds every layer
- *    its golden input (gpu_batch.tf); dumps as usual.
- *  - `generate` (H18): same options, defaults (ref/genconfig.h reads
- *    generation_config.json for both programs), eos and output as m3-ref
- *    generate; prefill of the prompt in one gpu_step, then one gpu_step per
- *    token at positions T, T+1, ... over the session's device caches
- *    (per-layer bf16 index-K copies, converted row by row); lm_head on the
- *    last row only, copied to the host, chosen by ref m3_sample. No vendor
- *    BLAS in generate. On the H200: ids identical to m3-ref on models/demo
- *    in fp32 (greedy and seeded); bf16 diverges after 10 (greedy) / 2
- *    (sampled) tokens. Greedy cause (H5, emulation, which reproduces the
- *    H200 ids): a near tie, not a decode defect. At new token 11 (13-token
- *    prefix) the GPU's decode logits equal its one-shot prefill bitwise;
- *    the fp32 golden has 356: 9.83522, 1226: 9.83033 (gap 0.0049); the
- *    bf16 logits are ref 356: 9.875, 1226: 9.8125 and GPU 1226: 9.875,
- *    356: 9.8125 (one bf16 ulp, 0.0063 of max|logit|, tie tolerance 0.02);
- *    the GPU forward of that prefix passes the bf16 profile.
- *  - vision (H6, gpu/vision.h): forward --image / --video --fps / --pixels /
- *    --vision-joint as m3-ref; host preprocessing (ref library), tower +
- *    projector + merge on the device, features placed into the placeholder
- *    rows in gpu_step; `m3-gpu vision-case --case DIR --dump OUT` runs the
- *    vision component vectors. Emulation: bitwise equal to m3-ref's vision.*
- *    in fp32 and bf16. Not in generate (token prompts only there).
+ *  - batches: a session has one cache region per sequence (pages in order);
+ *    gpu_step_batch stacks the rows of all sequences for the linear layers,
+ *    norms, router/MoE and lm_head (one launch each) and runs cache writes,
+ *    indexer, selection and attention per sequence (seq_attention over a
+ *    seq_view). forward takes several --tokens (dump OUT becomes OUT.S per
+ *    sequence S), generate several --tokens / --prompt (each step batches
+ *    the unfinished sequences). In fp32 a sequence's results equal its
+ *    single-prompt run bitwise; in bf16 a batch of more than 8 rows takes the
+ *    GEMM instead of the GEMV and may differ by a bf16 step.
+ *  - teacher forcing: forward --teacher-forced GOLDEN feeds every layer the
+ *    golden `layers.L.input` (final norm: `layers.{L-1}.output`) of an
+ *    m3-ref dump or a vector's expected.safetensors; the dump then holds
+ *    each layer's own error (gpu_batch.tf).
+ *  - generate: the options, defaults (ref/genconfig.h) and output of m3-ref
+ *    generate; prefill of the prompt in one step, then one step per token
+ *    over the device caches; lm_head on the last row, copied to the host,
+ *    chosen by the reference sampler (m3_sample).
+ *  - vision (gpu/vision.h): forward --image / --video --fps / --pixels /
+ *    --vision-joint as m3-ref; host preprocessing through the ref library,
+ *    tower + projector + merge on the device, features placed into the
+ *    placeholder rows; `m3-gpu vision-case --case DIR --dump OUT` runs the
+ *    vision component vectors. Not in generate (token prompts only there).
  *  - NOT done: chunked prefill (the whole prompt is one call), batches
  *    with vision inputs, teacher forcing of a batch, CUDA-graph capture of
  *    the decode step, memory for full M3 (all weights are uploaded: only
@@ -88,7 +78,7 @@ extern "C" {
 #include "hip_compat.h"
 #include "kernels/common.cuh"
 #include "kernels/kernels.h"
-#include "vision.h" /* the vision tower and --image/--pixels front end (H6) */
+#include "vision.h" /* the vision tower and --image/--pixels front end */
 
 #define EXIT_RUN 1
 #define EXIT_USAGE 2
@@ -108,7 +98,7 @@ extern "C" {
 
 typedef struct dev_layer {
     m3g_mat q, k, v, o, iq, ik, gate, up, down, router, sg, su, sd;
-    /* fused weights (H4): qkv = [q; k; v (; index_q; index_k)] with nqkv
+    /* fused weights: qkv = [q; k; v (; index_q; index_k)] with nqkv
      * segments (0: not fused), sgu = [sh_gate; sh_up]; the views above
      * point into them */
     m3g_mat qkv, sgu;
@@ -1320,7 +1310,7 @@ static int cmd_forward(int argc, char **argv)
     const char *toksv[64]; /* every --tokens (a batch when more than one) */
     int ntoks = 0;
     int mode = 0;
-    /* vision options as bin/m3-ref forward (gpu/vision.h; H6) */
+    /* vision options as bin/m3-ref forward (gpu/vision.h) */
     const char *vimg[64];
     m3g_vision_request vreq;
     memset(&vreq, 0, sizeof vreq);

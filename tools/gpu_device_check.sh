@@ -156,7 +156,7 @@ for mode in fp32 bf16; do
   done
 done
 
-# teacher-forced forward (H5): every layer from the golden input of that layer
+# teacher-forced forward: every layer from the golden input of that layer
 # (the case's expected.safetensors); judged plainly and with --teacher-forced
 stcmp() { # A B: count of tensors that differ bit for bit (metadata ignored)
   $PY - "$1" "$2" <<'PYEOF'
@@ -203,7 +203,7 @@ bin/m3-gpu forward --model $c --tokens "$ids" --teacher-forced $c/expected.safet
 bin/m3-gpu forward --model $c --tokens "$ids" --teacher-forced /tmp/gtf_golden3.safetensors --dump /tmp/gtf_b.safetensors >/dev/null 2>&1
 log "teacher-forced isolation (tiny_fp32, layers.3.input row 5 perturbed; expect only layers.3.*): $(stcmp /tmp/gtf_a.safetensors /tmp/gtf_b.safetensors)"
 
-# batches (H5): 3 prompts of lengths 129, 1, 7 (different tokens) on the
+# batches: 3 prompts of lengths 129, 1, 7 (different tokens) on the
 # deployment-MSA model (block 128) run together; each sequence's dump judged
 # by m3-conform and compared with the single-prompt run (fp32: bitwise)
 mkcase() { # SRC_CASE DIR IDS MODE: a case without expected (m3-conform runs the reference)

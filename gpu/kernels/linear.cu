@@ -35,7 +35,7 @@
  * to separate outputs (q/k/v/index q/k) or apply the SwiGLU-OAI epilogue to
  * [gate; up] (shared expert): one weight pass instead of several launches.
  *
- * Status (H4, 2026-11-29): checked on the H200 by bench-gpu's host goldens
+ * Status (2026-11-29): checked on the H200 by bench-gpu's host goldens
  * (fp32 bitwise, bf16 within tolerance, Lt vs fallback). The U = 4 / K-split
  * rule below was picked from a sweep of this kernel on the H200 and has not
  * yet been re-timed through bench-gpu itself.
