@@ -36,9 +36,7 @@
 #include <cJSON.h>
 
 extern "C" {
-#include "image.h"
 #include "multimodal.h"
-#include "preprocess.h"
 #include "vision_rope.h"
 #include "../ref/vision.h"
 }
@@ -804,79 +802,19 @@ done:
 
 #define MAX_FRAMES 4096 /* frames of one --video, as bin/m3-ref */
 
-typedef struct pixbuf {
-    float *rows;
-    int64_t n;
-    int32_t *grid; /* [nitems, 3] */
-    int nitems;
-} pixbuf;
-
-static int pix_append(pixbuf *p, const float *rows, int64_t n, const int32_t g[3], int dim,
-                      m3_err *e)
+/* Split the --video list "f1,f2,..." in place into frames (at most
+ * MAX_FRAMES). Returns the frame count, or -1 with the reason in e. */
+static int split_frames(char *list, const char **frames, m3_err *e)
 {
-    float *nr = (float *)realloc(p->rows, (size_t)(p->n + n) * dim * sizeof *nr);
-    if (!nr)
-        return m3_fail(e, "multimodal: out of memory for %lld patch rows", (long long)(p->n + n));
-    p->rows = nr;
-    int32_t *ng = (int32_t *)realloc(p->grid, (size_t)(p->nitems + 1) * 3 * sizeof *ng);
-    if (!ng)
-        return m3_fail(e, "multimodal: out of memory for grids");
-    p->grid = ng;
-    memcpy(p->rows + (size_t)p->n * dim, rows, (size_t)n * dim * sizeof *rows);
-    memcpy(p->grid + 3 * p->nitems, g, 3 * sizeof *g);
-    p->n += n;
-    p->nitems++;
-    return 0;
-}
-
-/* pixel_values F32 [N, dim] and image_grid_thw I32/I64 [n, 3] of a
- * safetensors file (the checks of ref multimodal.c load_pixels). */
-static int load_pixels(pixbuf *p, const char *path, int dim, m3_err *e)
-{
-    m3_store *s = NULL;
-    if (m3_store_open(&s, path, e))
-        return -1;
-    int rc = -1, n = 0;
-    const m3_tensor *pv = m3_store_get(s, "pixel_values");
-    const m3_tensor *gt = m3_store_get(s, "image_grid_thw");
-    if (!pv || !gt) {
-        m3_fail(e, "%s: needs tensors pixel_values and image_grid_thw", path);
-        goto done;
+    int n = 0;
+    for (char *s = list, *tok; (tok = strsep(&s, ",")) != NULL;) {
+        if (!*tok)
+            return m3_fail(e, "--video: empty frame name in the list");
+        if (n == MAX_FRAMES)
+            return m3_fail(e, "--video: more than %d frames", MAX_FRAMES);
+        frames[n++] = tok;
     }
-    if (pv->dtype != M3_F32 || pv->ndim != 2 || pv->shape[1] != dim) {
-        m3_fail(e, "%s: pixel_values must be F32 [N, %d]", path, dim);
-        goto done;
-    }
-    if ((gt->dtype != M3_I32 && gt->dtype != M3_I64) || gt->ndim != 2 || gt->shape[1] != 3 ||
-        gt->shape[0] < 1 || gt->shape[0] > 4096) {
-        m3_fail(e, "%s: image_grid_thw must be I32 or I64 [n, 3] with 1 <= n <= 4096", path);
-        goto done;
-    }
-    n = (int)gt->shape[0];
-    p->grid = (int32_t *)malloc((size_t)n * 3 * sizeof *p->grid);
-    p->rows = (float *)malloc((size_t)(pv->shape[0] > 0 ? pv->shape[0] : 1) * dim *
-                              sizeof *p->rows);
-    if (!p->grid || !p->rows) {
-        m3_fail(e, "%s: out of memory", path);
-        goto done;
-    }
-    for (int i = 0; i < 3 * n; i++) {
-        const int64_t val = gt->dtype == M3_I32 ? ((const int32_t *)gt->data)[i]
-                                                : ((const int64_t *)gt->data)[i];
-        if (val <= 0 || val > (1 << 20)) {
-            m3_fail(e, "%s: image_grid_thw[%d][%d] = %lld is out of range", path, i / 3, i % 3,
-                    (long long)val);
-            goto done;
-        }
-        p->grid[i] = (int32_t)val;
-    }
-    memcpy(p->rows, pv->data, (size_t)pv->shape[0] * dim * sizeof *p->rows);
-    p->n = pv->shape[0];
-    p->nitems = n;
-    rc = 0;
-done:
-    m3_store_close(s);
-    return rc;
+    return n;
 }
 
 int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int32_t *ids,
@@ -886,53 +824,18 @@ int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int
     *ids_out = NULL;
     *nout = 0;
     memset(out, 0, sizeof *out);
-    if (!m->cfg.has_vision || !m->w.has_vision)
-        return m3_fail(e, "%s: images or pixels were given but the checkpoint has no vision "
-                          "tower",
-                       m->dir);
-    if (r->pixels_path && (r->n_images > 0 || r->video_frames))
-        return m3_fail(e, "multimodal: give either pixel inputs or image/video files, not both");
-    const m3_vision_config *vc = &m->cfg.vision;
     const int H = m->cfg.text.hidden_size;
-    const int dim = vc->num_channels * vc->temporal_patch_size * vc->patch_size * vc->patch_size;
-    const int group = vc->spatial_merge_size * vc->spatial_merge_size;
     m3_mm_ids t;
     m3_mm_ids_from_config(&t, &m->cfg);
-    pixbuf p;
+    m3_mm_pixels p;
     memset(&p, 0, sizeof p);
-    m3_mm_item *items = NULL;
     int32_t *use_ids = NULL, *rows = NULL;
     int64_t nuse = 0, nfeat = 0, slots = 0, f = 0;
     int rc = -1, nframes = 0;
     char *fbuf = NULL;
     const char **frames = NULL;
-    m3_preprocess_opts io, vo;
-    m3_preprocess_image_defaults(&io);
-    m3_preprocess_video_defaults(&vo);
-    io.patch_size = vo.patch_size = vc->patch_size;
-    io.merge_size = vo.merge_size = vc->spatial_merge_size;
-
-    /* host preprocessing through the reference library (exact) */
-    if (r->pixels_path && load_pixels(&p, r->pixels_path, dim, e))
-        goto done;
-    for (int i = 0; i < r->n_images; i++) {
-        m3_image img;
-        float *px = NULL;
-        int64_t nr = 0;
-        int32_t g[3];
-        if (m3_image_load(&img, r->image_paths[i], e))
-            goto done;
-        int bad = m3_preprocess_image(&img, &io, &px, &nr, g, e);
-        m3_image_free(&img);
-        if (bad) {
-            m3_fail_prefix(e, "%s", r->image_paths[i]);
-            goto done;
-        }
-        bad = pix_append(&p, px, nr, g, dim, e);
-        free(px);
-        if (bad)
-            goto done;
-    }
+    m3_mm_request mr;
+    memset(&mr, 0, sizeof mr);
     if (r->video_frames) { /* the frame list, split at commas (as bin/m3-ref --video) */
         fbuf = strdup(r->video_frames);
         frames = (const char **)malloc(MAX_FRAMES * sizeof *frames);
@@ -940,46 +843,27 @@ int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int
             m3_fail(e, "out of memory for the --video frame list");
             goto done;
         }
-        for (char *s = fbuf, *tok; (tok = strsep(&s, ",")) != NULL;) {
-            if (!*tok) {
-                m3_fail(e, "--video: empty frame name in the list");
-                goto done;
-            }
-            if (nframes == MAX_FRAMES) {
-                m3_fail(e, "--video: more than %d frames", MAX_FRAMES);
-                goto done;
-            }
-            frames[nframes++] = tok;
-        }
-    }
-    if (nframes > 0) {
-        m3_image *fr = (m3_image *)calloc((size_t)nframes, sizeof *fr);
-        float *px = NULL;
-        int64_t nr = 0;
-        int32_t g[3];
-        int bad = !fr;
-        if (bad)
-            m3_fail(e, "multimodal: out of memory for %d frames", nframes);
-        for (int i = 0; !bad && i < nframes; i++)
-            bad = m3_image_load(&fr[i], frames[i], e);
-        if (!bad)
-            bad = m3_preprocess_video(fr, nframes, &vo, &px, &nr, g, e);
-        for (int i = 0; fr && i < nframes; i++)
-            m3_image_free(&fr[i]);
-        free(fr);
-        if (!bad)
-            bad = pix_append(&p, px, nr, g, dim, e);
-        free(px);
-        if (bad)
+        if ((nframes = split_frames(fbuf, frames, e)) < 0)
             goto done;
     }
+    /* host preprocessing and placeholder expansion through the reference
+     * library (exact; no tokenizer here, so no video timestamps) */
+    mr.image_paths = r->image_paths;
+    mr.n_images = r->n_images;
+    mr.video_paths = frames;
+    mr.n_video_frames = nframes;
+    mr.pixels_path = r->pixels_path;
+    mr.joint = r->joint;
+    mr.mode = mode ? M3_MODE_BF16 : M3_MODE_FP32;
+    if (m3_mm_collect(m, &mr, &p, e))
+        goto done;
     if (p.nitems == 0) {
         m3_fail(e, "multimodal: no image, video or pixel input was given");
         goto done;
     }
 
     /* the tower on the device */
-    nfeat = p.n / group;
+    nfeat = p.n / (m->cfg.vision.spatial_merge_size * m->cfg.vision.spatial_merge_size);
     if (hipMalloc((void **)&out->feats, (size_t)(nfeat > 0 ? nfeat : 1) * H * sizeof(float)) !=
         hipSuccess) {
         out->feats = NULL;
@@ -990,36 +874,8 @@ int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int
     if (m3g_vision_forward(m, p.rows, p.n, p.grid, p.nitems, mode, r->joint, st, out->feats,
                            dump, e))
         goto done;
-
-    /* placeholder runs already present, or one marker per item to expand */
-    slots = m3_mm_count(ids, n, t.image, t.video);
-    if (slots != nfeat) {
-        items = (m3_mm_item *)calloc((size_t)p.nitems, sizeof *items);
-        if (!items) {
-            m3_fail(e, "multimodal: out of memory");
-            goto done;
-        }
-        for (int i = 0; i < p.nitems; i++) {
-            memcpy(items[i].grid, p.grid + 3 * i, sizeof items[i].grid);
-            /* pixel inputs: grid_t > 1 means a video; files: the video is last */
-            items[i].is_video = r->pixels_path ? p.grid[3 * i] > 1
-                                               : (nframes > 0 && i == p.nitems - 1);
-        }
-        if (m3_mm_expand(ids, n, &t, items, p.nitems, &use_ids, &nuse, e)) {
-            m3_fail_prefix(e, "the prompt has %lld placeholder ids, neither the %lld of the "
-                              "features nor one marker per image/video",
-                           (long long)slots, (long long)nfeat);
-            goto done;
-        }
-    } else {
-        use_ids = (int32_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof *use_ids);
-        if (!use_ids) {
-            m3_fail(e, "multimodal: out of memory");
-            goto done;
-        }
-        memcpy(use_ids, ids, (size_t)n * sizeof *use_ids);
-        nuse = n;
-    }
+    if (m3_mm_place_ids(m, &mr, &p, nfeat, ids, n, &use_ids, &nuse, e))
+        goto done;
 
     /* the placeholder rows, in order (M3-EMB-3: the count must match) */
     slots = m3_mm_count(use_ids, nuse, t.image, t.video);
@@ -1057,9 +913,7 @@ int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int
 done:
     if (rc != 0)
         m3g_vision_feats_free(out);
-    free(p.rows);
-    free(p.grid);
-    free(items);
+    m3_mm_pixels_free(&p);
     free(use_ids);
     free(rows);
     free(fbuf);

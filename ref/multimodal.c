@@ -143,14 +143,7 @@ int m3_mm_embed(const m3_model *m, const int32_t *ids, int64_t n, const m3_mm_id
 
 /* ---- front end ------------------------------------------------------------ */
 
-typedef struct pixbuf {
-    float *rows;
-    int64_t n;
-    int32_t *grid; /* [nitems, 3] */
-    int nitems;
-} pixbuf;
-
-static int pix_append(pixbuf *p, const float *rows, int64_t n, const int32_t g[3], int dim,
+static int pix_append(m3_mm_pixels *p, const float *rows, int64_t n, const int32_t g[3], int dim,
                       m3_err *e)
 {
     float *nr = realloc(p->rows, (size_t)(p->n + n) * dim * sizeof *nr);
@@ -168,7 +161,7 @@ static int pix_append(pixbuf *p, const float *rows, int64_t n, const int32_t g[3
     return 0;
 }
 
-static int load_pixels(pixbuf *p, const char *path, int dim, m3_err *e)
+static int load_pixels(m3_mm_pixels *p, const char *path, int dim, m3_err *e)
 {
     m3_store *s = NULL;
     if (m3_store_open(&s, path, e))
@@ -256,6 +249,127 @@ static int video_timestamps(m3_mm_item *it, const m3_mm_request *r, timestamps *
     return 0;
 }
 
+void m3_mm_pixels_free(m3_mm_pixels *px)
+{
+    free(px->rows);
+    free(px->grid);
+    memset(px, 0, sizeof *px);
+}
+
+int m3_mm_collect(const m3_model *m, const m3_mm_request *r, m3_mm_pixels *px, m3_err *e)
+{
+    memset(px, 0, sizeof *px);
+    if (!r || (r->n_images == 0 && r->n_video_frames == 0 && !r->pixels_path))
+        return 0;
+    if (!m->cfg.has_vision || !m->w.has_vision)
+        return m3_fail(e, "%s: images or pixels were given but the checkpoint has no vision "
+                          "tower",
+                       m->dir);
+    if (r->pixels_path && (r->n_images > 0 || r->n_video_frames > 0))
+        return m3_fail(e, "multimodal: give either pixel inputs or image/video files, not both");
+    const m3_vision_config *vc = &m->cfg.vision;
+    const int dim = vc->num_channels * vc->temporal_patch_size * vc->patch_size * vc->patch_size;
+    m3_preprocess_opts io, vo;
+    m3_preprocess_image_defaults(&io);
+    m3_preprocess_video_defaults(&vo);
+    io.patch_size = vo.patch_size = vc->patch_size;
+    io.merge_size = vo.merge_size = vc->spatial_merge_size;
+    if (r->pixels_path && load_pixels(px, r->pixels_path, dim, e))
+        goto fail;
+    for (int i = 0; i < r->n_images; i++) {
+        m3_image img;
+        float *rows = NULL;
+        int64_t nr = 0;
+        int32_t g[3];
+        if (m3_image_load(&img, r->image_paths[i], e))
+            goto fail;
+        int bad = m3_preprocess_image(&img, &io, &rows, &nr, g, e);
+        m3_image_free(&img);
+        if (bad) {
+            m3_fail_prefix(e, "%s", r->image_paths[i]);
+            goto fail;
+        }
+        bad = pix_append(px, rows, nr, g, dim, e);
+        free(rows);
+        if (bad)
+            goto fail;
+    }
+    if (r->n_video_frames > 0) {
+        m3_image *fr = calloc((size_t)r->n_video_frames, sizeof *fr);
+        float *rows = NULL;
+        int64_t nr = 0;
+        int32_t g[3];
+        int bad = !fr;
+        if (bad)
+            m3_fail(e, "multimodal: out of memory for %d frames", r->n_video_frames);
+        for (int i = 0; !bad && i < r->n_video_frames; i++)
+            bad = m3_image_load(&fr[i], r->video_paths[i], e);
+        if (!bad)
+            bad = m3_preprocess_video(fr, r->n_video_frames, &vo, &rows, &nr, g, e);
+        for (int i = 0; fr && i < r->n_video_frames; i++)
+            m3_image_free(&fr[i]);
+        free(fr);
+        if (!bad)
+            bad = pix_append(px, rows, nr, g, dim, e);
+        free(rows);
+        if (bad)
+            goto fail;
+    }
+    return 0;
+fail:
+    m3_mm_pixels_free(px);
+    return -1;
+}
+
+int m3_mm_place_ids(const m3_model *m, const m3_mm_request *r, const m3_mm_pixels *px,
+                    int64_t nfeat, const int32_t *ids, int64_t n, int32_t **ids_out,
+                    int64_t *nout, m3_err *e)
+{
+    *ids_out = NULL;
+    *nout = 0;
+    m3_mm_ids t;
+    m3_mm_ids_from_config(&t, &m->cfg);
+    int64_t slots = m3_mm_count(ids, n, t.image, t.video);
+    if (px->nitems == 0 || slots == nfeat) { /* placeholder runs already present */
+        int32_t *use = malloc((size_t)(n > 0 ? n : 1) * sizeof *use);
+        if (!use)
+            return m3_fail(e, "multimodal: out of memory");
+        memcpy(use, ids, (size_t)n * sizeof *use);
+        *ids_out = use;
+        *nout = n;
+        return 0;
+    }
+    /* one marker per item to expand */
+    m3_mm_item *items = calloc((size_t)px->nitems, sizeof *items);
+    timestamps ts = {0};
+    int rc = -1;
+    if (!items) {
+        m3_fail(e, "multimodal: out of memory");
+        goto done;
+    }
+    const int has_video = r->n_video_frames > 0;
+    for (int i = 0; i < px->nitems; i++) {
+        memcpy(items[i].grid, px->grid + 3 * i, sizeof items[i].grid);
+        /* pixel inputs: grid_t > 1 means a video; files: the video is last */
+        items[i].is_video = r->pixels_path ? px->grid[3 * i] > 1
+                                           : (has_video && i == px->nitems - 1);
+    }
+    if (r->tok && has_video && !r->pixels_path &&
+        video_timestamps(&items[px->nitems - 1], r, &ts, e))
+        goto done;
+    if (m3_mm_expand(ids, n, &t, items, px->nitems, ids_out, nout, e)) {
+        m3_fail_prefix(e, "the prompt has %lld placeholder ids, neither the %lld of the "
+                          "features nor one marker per image/video",
+                       (long long)slots, (long long)nfeat);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(items);
+    timestamps_free(&ts);
+    return rc;
+}
+
 int m3_mm_prepare(const m3_model *m, const m3_mm_request *r, const int32_t *ids, int64_t n,
                   float **x, int32_t **ids_out, int64_t *nout, m3_st_writer *dump, m3_err *e)
 {
@@ -265,71 +379,15 @@ int m3_mm_prepare(const m3_model *m, const m3_mm_request *r, const int32_t *ids,
     const int H = m->cfg.text.hidden_size;
     m3_mm_ids t;
     m3_mm_ids_from_config(&t, &m->cfg);
-    int any = r && (r->n_images > 0 || r->n_video_frames > 0 || r->pixels_path);
-    pixbuf p = {0};
-    m3_mm_item *items = NULL;
-    timestamps ts = {0};
+    m3_mm_pixels p;
     float *feats = NULL;
     int32_t *use_ids = NULL;
     int64_t nuse = 0, nfeat = 0;
     int rc = -1;
-    if (any) {
-        if (!m->cfg.has_vision || !m->w.has_vision)
-            return m3_fail(e, "%s: images or pixels were given but the checkpoint has no vision "
-                              "tower",
-                           m->dir);
+    if (m3_mm_collect(m, r, &p, e))
+        return -1;
+    if (p.nitems > 0) {
         const m3_vision_config *vc = &m->cfg.vision;
-        int dim = vc->num_channels * vc->temporal_patch_size * vc->patch_size * vc->patch_size;
-        if (r->pixels_path && (r->n_images > 0 || r->n_video_frames > 0))
-            return m3_fail(e, "multimodal: give either pixel inputs or image/video files, not both");
-        m3_preprocess_opts io, vo;
-        m3_preprocess_image_defaults(&io);
-        m3_preprocess_video_defaults(&vo);
-        io.patch_size = vo.patch_size = vc->patch_size;
-        io.merge_size = vo.merge_size = vc->spatial_merge_size;
-        if (r->pixels_path) {
-            if (load_pixels(&p, r->pixels_path, dim, e))
-                goto done;
-        }
-        for (int i = 0; i < r->n_images; i++) {
-            m3_image img;
-            float *rows = NULL;
-            int64_t nr = 0;
-            int32_t g[3];
-            if (m3_image_load(&img, r->image_paths[i], e))
-                goto done;
-            int bad = m3_preprocess_image(&img, &io, &rows, &nr, g, e);
-            m3_image_free(&img);
-            if (bad) {
-                m3_fail_prefix(e, "%s", r->image_paths[i]);
-                goto done;
-            }
-            bad = pix_append(&p, rows, nr, g, dim, e);
-            free(rows);
-            if (bad)
-                goto done;
-        }
-        if (r->n_video_frames > 0) {
-            m3_image *fr = calloc((size_t)r->n_video_frames, sizeof *fr);
-            float *rows = NULL;
-            int64_t nr = 0;
-            int32_t g[3];
-            int bad = !fr;
-            if (bad)
-                m3_fail(e, "multimodal: out of memory for %d frames", r->n_video_frames);
-            for (int i = 0; !bad && i < r->n_video_frames; i++)
-                bad = m3_image_load(&fr[i], r->video_paths[i], e);
-            if (!bad)
-                bad = m3_preprocess_video(fr, r->n_video_frames, &vo, &rows, &nr, g, e);
-            for (int i = 0; fr && i < r->n_video_frames; i++)
-                m3_image_free(&fr[i]);
-            free(fr);
-            if (!bad)
-                bad = pix_append(&p, rows, nr, g, dim, e);
-            free(rows);
-            if (bad)
-                goto done;
-        }
         int group = vc->spatial_merge_size * vc->spatial_merge_size;
         nfeat = p.n / group;
         feats = malloc((size_t)(nfeat > 0 ? nfeat : 1) * H * sizeof *feats);
@@ -341,39 +399,8 @@ int m3_mm_prepare(const m3_model *m, const m3_mm_request *r, const int32_t *ids,
         if (m3_vision_forward(m, p.rows, p.n, p.grid, p.nitems, &vopt, feats, dump, e))
             goto done;
     }
-    /* Placeholder runs already present, or one marker per item to expand. */
-    int64_t slots = m3_mm_count(ids, n, t.image, t.video);
-    if (any && slots != nfeat) {
-        int n_file_items = p.nitems;
-        items = calloc((size_t)n_file_items, sizeof *items);
-        if (!items) {
-            m3_fail(e, "multimodal: out of memory");
-            goto done;
-        }
-        for (int i = 0; i < n_file_items; i++) {
-            memcpy(items[i].grid, p.grid + 3 * i, sizeof items[i].grid);
-            /* pixel inputs: grid_t > 1 means a video; files: the video is last */
-            items[i].is_video = r->pixels_path ? p.grid[3 * i] > 1
-                                               : (r->n_video_frames > 0 && i == n_file_items - 1);
-        }
-        if (r->tok && r->n_video_frames > 0 && !r->pixels_path &&
-            video_timestamps(&items[n_file_items - 1], r, &ts, e))
-            goto done;
-        if (m3_mm_expand(ids, n, &t, items, n_file_items, &use_ids, &nuse, e)) {
-            m3_fail_prefix(e, "the prompt has %lld placeholder ids, neither the %lld of the "
-                              "features nor one marker per image/video",
-                           (long long)slots, (long long)nfeat);
-            goto done;
-        }
-    } else {
-        use_ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *use_ids);
-        if (!use_ids) {
-            m3_fail(e, "multimodal: out of memory");
-            goto done;
-        }
-        memcpy(use_ids, ids, (size_t)n * sizeof *use_ids);
-        nuse = n;
-    }
+    if (m3_mm_place_ids(m, r, &p, nfeat, ids, n, &use_ids, &nuse, e))
+        goto done;
     float *xx = malloc((size_t)(nuse > 0 ? nuse : 1) * H * sizeof *xx);
     if (!xx) {
         m3_fail(e, "multimodal: out of memory for %lld embedding rows", (long long)nuse);
@@ -389,11 +416,8 @@ int m3_mm_prepare(const m3_model *m, const m3_mm_request *r, const int32_t *ids,
     use_ids = NULL;
     rc = 0;
 done:
-    free(p.rows);
-    free(p.grid);
-    free(items);
+    m3_mm_pixels_free(&p);
     free(feats);
     free(use_ids);
-    timestamps_free(&ts);
     return rc;
 }

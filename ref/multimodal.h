@@ -71,6 +71,31 @@ typedef struct m3_mm_request {
                                      * text of each temporal group (M3-VIS-PLACE-2) */
 } m3_mm_request;
 
+/* Preprocessed pixel inputs: rows [n, dim] (dim = channels x temporal patch
+ * x patch^2) and one (t, h, w) grid per item, in prompt order. */
+typedef struct m3_mm_pixels {
+    float *rows;
+    int64_t n;
+    int32_t *grid; /* [nitems, 3] */
+    int nitems;
+} m3_mm_pixels;
+
+/* Decode and preprocess r's image and video files, or read r->pixels_path,
+ * into px (M3-VIS-PRE-*); px is empty when r has no such input. The caller
+ * frees px with m3_mm_pixels_free (also after a failure: then px is empty). */
+int m3_mm_collect(const m3_model *m, const m3_mm_request *r, m3_mm_pixels *px, m3_err *e);
+
+/* Free px's arrays and empty it. */
+void m3_mm_pixels_free(m3_mm_pixels *px);
+
+/* The prompt to run for px's nfeat feature rows: ids as they are when they
+ * already hold nfeat placeholders (or px is empty), else one marker per item
+ * expanded (M3-VIS-PLACE-1/2; timestamps only when r->tok is set). *ids_out
+ * [*nout] is malloc'd. */
+int m3_mm_place_ids(const m3_model *m, const m3_mm_request *r, const m3_mm_pixels *px,
+                    int64_t nfeat, const int32_t *ids, int64_t n, int32_t **ids_out,
+                    int64_t *nout, m3_err *e);
+
 /* The whole multimodal front end for token-id prompts: decode and
  * preprocess the files (or read pixels_path), run the vision tower (dumping
  * vision.* into dump when non-NULL), expand single markers when ids hold one
