@@ -1020,6 +1020,27 @@ static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int
     return rc;
 }
 
+/* Print " top5: id:logit ..." (the five largest of last [V], ties to the
+ * lower id, as bin/m3-ref forward prints them) and a newline. */
+static void print_top5(const float *last, int V)
+{
+    int top[5], ntop = V < 5 ? V : 5;
+    printf(" top5:");
+    for (int j = 0; j < ntop; j++) {
+        int best = -1;
+        for (int v = 0; v < V; v++) {
+            int used = 0;
+            for (int q = 0; q < j; q++)
+                used |= top[q] == v;
+            if (!used && (best < 0 || last[v] > last[best]))
+                best = v;
+        }
+        top[j] = best;
+        printf(" %d:%.6g", best, last[best]);
+    }
+    printf("\n");
+}
+
 /* ---- CLI -------------------------------------------------------------------- */
 
 static const char *USAGE =
@@ -1258,24 +1279,10 @@ static int forward_batch(const char *dir, const char *const *toks, int n, int mo
     }
     for (int s = 0, r = 0; s < n; r += T[s], s++) {
         const int V = m.cfg.text.vocab_size;
-        const float *last = logits + (size_t)(r + T[s] - 1) * V;
-        int top[5], ntop = V < 5 ? V : 5;
         if (n > 1)
             printf("seq %d: ", s);
-        printf("T=%d%s top5:", T[s], tf_path ? " (teacher-forced)" : "");
-        for (int j = 0; j < ntop; j++) {
-            int best = -1;
-            for (int v = 0; v < V; v++) {
-                int used = 0;
-                for (int q = 0; q < j; q++)
-                    used |= top[q] == v;
-                if (!used && (best < 0 || last[v] > last[best]))
-                    best = v;
-            }
-            top[j] = best;
-            printf(" %d:%.6g", best, last[best]);
-        }
-        printf("\n");
+        printf("T=%d%s", T[s], tf_path ? " (teacher-forced)" : "");
+        print_top5(logits + (size_t)(r + T[s] - 1) * V, V);
     }
     rc = 0;
 out:
@@ -1455,22 +1462,8 @@ static int cmd_forward(int argc, char **argv)
     }
     {
         const int V = m.cfg.text.vocab_size;
-        const float *last = logits + (size_t)(T - 1) * V;
-        int top[5], ntop = V < 5 ? V : 5;
-        printf("T=%d top5:", T);
-        for (int j = 0; j < ntop; j++) {
-            int best = -1;
-            for (int v = 0; v < V; v++) {
-                int used = 0;
-                for (int q = 0; q < j; q++)
-                    used |= top[q] == v;
-                if (!used && (best < 0 || last[v] > last[best]))
-                    best = v;
-            }
-            top[j] = best;
-            printf(" %d:%.6g", best, last[best]);
-        }
-        printf("\n");
+        printf("T=%d", T);
+        print_top5(logits + (size_t)(T - 1) * V, V);
     }
     rc = 0;
 out:
