@@ -1191,6 +1191,10 @@ int main(int argc, char **argv)
         bad |= make_indexer_alt(&cases[n++], "indexer decode 1M rows", &cases[i1m], 0, 2);
         bad |= make_indexer_alt(&cases[n++], "indexer decode 128K cfg2", &cases[i128], 0, 4);
         bad |= make_indexer_alt(&cases[n++], "indexer decode 1M cfg2", &cases[i1m], 0, 4);
+        bad |= make_indexer_alt(&cases[n++], "indexer decode 128K cfg3", &cases[i128], 0, 6);
+        bad |= make_indexer_alt(&cases[n++], "indexer decode 1M cfg3", &cases[i1m], 0, 6);
+        bad |= make_indexer_alt(&cases[n++], "indexer decode 128K cfg3 fma", &cases[i128], 0, 7);
+        bad |= make_indexer_alt(&cases[n++], "indexer decode 1M cfg3 fma", &cases[i1m], 0, 7);
     }
     /* prefill GEMMs at M = 4096 */
     bad |= make_linear(&cases[n++], "gemm M4096 q_proj 8192x6144", NH * HD, H, 4096, l2, blas);

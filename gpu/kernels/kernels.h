@@ -162,8 +162,9 @@ size_t m3g_msa_indexer_ws(int T, int G, int nbmax);
 
 /* m3g_msa_indexer with a benchmark knob: variant bit 0 allows fmaf scores
  * when iq is bf16 (exact products; see msa.cu); variant >> 1 picks a launch
- * configuration on NVIDIA (0 default; 2: 1 key per thread, 3 blocks per SM,
- * bf16 cache and G = 4 only). */
+ * configuration on NVIDIA (0 default; 1: whole rows per slice; 2: 1 key per
+ * thread, 3 blocks per SM; 3: 2-deep ring, 4 blocks per SM; 1-3 need the
+ * bf16 cache and G = 4). */
 hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const void *ikc,
                                  int ik_dtype, const int32_t *page_table, int B, int64_t pos0,
                                  int T, int G, int d, int nbmax, int topk, int local_blocks,

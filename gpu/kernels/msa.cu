@@ -1171,7 +1171,7 @@ static int mix_grid_p(int per_sm, int T, int nbmax)
     return P > 65535 ? 65535 : P;
 }
 
-#define MIX_MAX_PER_SM 3 /* the largest per_sm of any configuration below */
+#define MIX_MAX_PER_SM 4 /* the largest per_sm of any configuration below */
 
 /* Launch configuration: threads, keys per thread, ring depth, resident
  * blocks per SM (shared memory bound). ws: the group maxima [T][NG][P]. */
@@ -1222,6 +1222,12 @@ static hipError_t mix_dispatch(int cfg, int32_t *out, float *bs, const float *iq
                                                      ctr, ws, allow_fma, st);
         if (cfg == 2) /* 128 threads, 1 key each, 40 KB ring, 3 per SM */
             return mix_launch<BF, NG, 128, 1, 4, 4>(3, out, bs, iq, ikc, page_table, B, pos0, T, d,
+                                                 nbmax, topk, local_blocks, init_blocks, ctr,
+                                                 ws, allow_fma, st);
+        if (cfg == 3) /* the default's 2 keys per thread with a 2-deep ring (40 KB):
+                       * 4 CTAs (16 warps) per SM instead of 2, for occupancy
+                       * (ncu: the default runs 8 warps per SM at 30% of DRAM) */
+            return mix_launch<BF, NG, 128, 2, 2, 4>(4, out, bs, iq, ikc, page_table, B, pos0, T, d,
                                                  nbmax, topk, local_blocks, init_blocks, ctr,
                                                  ws, allow_fma, st);
     }
