@@ -1602,10 +1602,12 @@ static int generate_batch(const char *dir, const char *const *srcs, const int *i
             fprintf(stderr, "m3-gpu generate: %s\n", ge.msg);
             goto out;
         }
-        greedy = greedy_flag || (g.greedy && !have_temp && !have_top_p && !have_top_k);
-        const float temp = have_temp ? o_temp : g.temperature;
-        const float top_p = have_top_p ? o_top_p : g.top_p;
-        const int top_k = have_top_k ? (int)o_top_k : g.top_k;
+        const int flag_top_k = (int)o_top_k;
+        m3_gen_apply_flags(&g, greedy_flag, have_temp ? &o_temp : NULL,
+                           have_top_p ? &o_top_p : NULL, have_top_k ? &flag_top_k : NULL);
+        greedy = g.greedy;
+        const float temp = g.temperature, top_p = g.top_p;
+        const int top_k = g.top_k;
         const int V = m.cfg.text.vocab_size;
         const int64_t maxpos = m.cfg.text.max_position_embeddings;
         for (; nsp < n; nsp++)
@@ -1900,10 +1902,12 @@ static int cmd_generate(int argc, char **argv)
             fprintf(stderr, "m3-gpu generate: %s\n", ge.msg);
             goto out;
         }
-        const int greedy = greedy_flag || (g.greedy && !have_temp && !have_top_p && !have_top_k);
-        const float temp = have_temp ? o_temp : g.temperature;
-        const float top_p = have_top_p ? o_top_p : g.top_p;
-        const int top_k = have_top_k ? (int)o_top_k : g.top_k;
+        const int flag_top_k = (int)o_top_k;
+        m3_gen_apply_flags(&g, greedy_flag, have_temp ? &o_temp : NULL,
+                           have_top_p ? &o_top_p : NULL, have_top_k ? &flag_top_k : NULL);
+        const int greedy = g.greedy;
+        const float temp = g.temperature, top_p = g.top_p;
+        const int top_k = g.top_k;
         const int V = m.cfg.text.vocab_size;
         if (m3_sampler_init(&sp, V, greedy, temp, top_k, top_p, (uint64_t)o_seed) != 0) {
             fprintf(stderr, "m3-gpu generate: cannot allocate the sampler for vocab %d\n", V);

@@ -98,3 +98,15 @@ int m3_gen_config_load(const char *dir, m3_gen_defaults *g, m3_err *e)
         return m3_fail(e, "%s: %s", path, bad);
     return 0;
 }
+
+void m3_gen_apply_flags(m3_gen_defaults *g, int greedy_flag, const float *temperature,
+                        const float *top_p, const int *top_k)
+{
+    g->greedy = greedy_flag || (g->greedy && !temperature && !top_p && !top_k);
+    if (temperature)
+        g->temperature = *temperature;
+    if (top_p)
+        g->top_p = *top_p;
+    if (top_k)
+        g->top_k = *top_k;
+}

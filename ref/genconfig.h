@@ -31,4 +31,11 @@ m3_gen_defaults m3_gen_defaults_builtin(int eos);
  * and the field; g may then be partly updated. */
 int m3_gen_config_load(const char *dir, m3_gen_defaults *g, m3_err *e);
 
+/* Apply the command-line flags over g (M3-SAMPLE-3 precedence: flags, then
+ * the file, then the built-in defaults). A NULL pointer means the flag was
+ * not given. --greedy forces greedy; a file's do_sample false / temperature
+ * 0 makes the default greedy only when no sampling flag is given. */
+void m3_gen_apply_flags(m3_gen_defaults *g, int greedy_flag, const float *temperature,
+                        const float *top_p, const int *top_k);
+
 #endif

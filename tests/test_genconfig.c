@@ -133,12 +133,35 @@ static void test_malformed(void **st)
     rm_tmp(&d);
 }
 
+/* Flags over the file over the built-ins (M3-SAMPLE-3). */
+static void test_flags(void **st)
+{
+    (void)st;
+    m3_gen_defaults g = m3_gen_defaults_builtin(1);
+    g.greedy = 1; /* as from do_sample false */
+    float t = 0.7f;
+    m3_gen_apply_flags(&g, 0, &t, NULL, NULL); /* a sampling flag overrides the file's greedy */
+    assert_int_equal(g.greedy, 0);
+    assert_true(g.temperature == 0.7f && g.top_p == 0.95f && g.top_k == 40);
+    g = m3_gen_defaults_builtin(1);
+    g.greedy = 1;
+    m3_gen_apply_flags(&g, 0, NULL, NULL, NULL); /* no flags: the file's greedy stays */
+    assert_int_equal(g.greedy, 1);
+    g = m3_gen_defaults_builtin(1);
+    float p = 0.5f;
+    int k = 7;
+    m3_gen_apply_flags(&g, 1, NULL, &p, &k); /* --greedy always wins */
+    assert_int_equal(g.greedy, 1);
+    assert_true(g.top_p == 0.5f && g.top_k == 7 && g.temperature == 1.0f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_absent_and_builtin),
         cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_flags),
     };
     return cmocka_run_group_tests_name("genconfig", tests, NULL, NULL);
 }

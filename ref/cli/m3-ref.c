@@ -724,10 +724,12 @@ static int cmd_generate(int argc, char **argv)
     m3_gen_defaults g = m3_gen_defaults_builtin(m.cfg.text.eos_token_id);
     if (m3_gen_config_load(o.model, &g, &e) != 0)
         goto fail;
-    int greedy = o.greedy || (g.greedy && !o.have_temp && !o.have_top_p && !o.have_top_k);
-    float temp = o.have_temp ? o.temperature : g.temperature;
-    float top_p = o.have_top_p ? o.top_p : g.top_p;
-    int top_k = o.have_top_k ? (int)o.top_k : g.top_k;
+    const int flag_top_k = (int)o.top_k;
+    m3_gen_apply_flags(&g, o.greedy, o.have_temp ? &o.temperature : NULL,
+                       o.have_top_p ? &o.top_p : NULL, o.have_top_k ? &flag_top_k : NULL);
+    const int greedy = g.greedy;
+    const float temp = g.temperature, top_p = g.top_p;
+    const int top_k = g.top_k;
     const int V = m.cfg.text.vocab_size;
     if (m3_sampler_init(&sp, V, greedy, temp, top_k, top_p, (uint64_t)o.seed) != 0) {
         m3_fail(&e, "cannot allocate the sampler for vocab %d", V);
