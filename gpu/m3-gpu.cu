@@ -36,9 +36,11 @@
  *    gpu_step_batch stacks the rows of all sequences for the linear layers,
  *    norms, router/MoE and lm_head (one launch each) and runs cache writes,
  *    indexer, selection and attention per sequence (seq_attention over a
- *    seq_view). forward takes several --tokens (dump OUT becomes OUT.S per
- *    sequence S), generate several --tokens / --prompt (each step batches
- *    the unfinished sequences). In fp32 a sequence's results equal its
+ *    seq_view). Every command runs a batch: one prompt is a batch of one
+ *    (forward_run, generate_run). forward takes several --tokens (dump OUT
+ *    becomes OUT.S per sequence S), generate several --tokens / --prompt
+ *    (each step batches the unfinished sequences; a single prompt streams
+ *    its text as it is generated). In fp32 a sequence's results equal its
  *    single-prompt run bitwise; in bf16 a batch of more than 8 rows takes the
  *    GEMM instead of the GEMV and may differ by a bf16 step.
  *  - teacher forcing: forward --teacher-forced GOLDEN feeds every layer the
@@ -570,13 +572,6 @@ static int gpu_sess_init_n(gpu_sess *b, const m3_model *m, dev_model *dm, int tm
     return 0;
 }
 
-/* A session of one cache region (one sequence). */
-static int gpu_sess_init(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax, int cap,
-                         int mode, m3g_blas *blas, hipStream_t st)
-{
-    return gpu_sess_init_n(b, m, dm, tmax, cap, 1, mode, blas, st);
-}
-
 /* One call's sequences: n sequences of T[s] rows each (ids[s]) at positions
  * pos0[s] .. pos0[s]+T[s]-1 of cache region slot[s] (< the session's nseq).
  * Their rows are stacked in sequence order: the linear layers, norms and
@@ -992,34 +987,6 @@ fail:
     return rc;
 }
 
-/* Run T tokens ids at positions pos0 .. pos0+T-1 of cache region 0 through
- * the model (a batch of one, gpu_step_batch). logits_host gets [T, V], or
- * only the last row [V] when last_only. dump (pos0 0 only) receives every
- * activation under the m3-ref names. */
-static int gpu_step(gpu_sess *b, const int32_t *ids, int T, int pos0, m3_st_writer *dump,
-                    float *logits_host, int last_only)
-{
-    const int32_t *idv[1] = {ids};
-    const int Tv[1] = {T}, pv[1] = {pos0}, sv[1] = {0};
-    m3_st_writer *dv[1] = {dump};
-    const gpu_batch bt = {1, idv, Tv, pv, sv, dump ? dv : NULL, NULL};
-    return gpu_step_batch(b, &bt, logits_host, last_only);
-}
-
-/* One prefill pass of T tokens at positions 0..T-1 (the forward command). */
-static int gpu_forward(const m3_model *m, dev_model *dm, const int32_t *ids, int T, int mode,
-                       m3_st_writer *dump, float *logits_host, m3g_blas *blas, hipStream_t st,
-                       const m3g_vision_feats *vis)
-{
-    gpu_sess s;
-    int rc = gpu_sess_init(&s, m, dm, T, T, mode, blas, st);
-    s.vis = vis; /* NULL for text-only prompts */
-    if (rc == 0)
-        rc = gpu_step(&s, ids, T, 0, dump, logits_host, 0);
-    gpu_sess_free(&s);
-    return rc;
-}
-
 /* Print " top5: id:logit ..." (the five largest of last [V], ties to the
  * lower id, as bin/m3-ref forward prints them) and a newline. */
 static void print_top5(const float *last, int V)
@@ -1176,8 +1143,12 @@ static int load_teacher(const char *path, int L, int T, int H, float **tf)
  * cache region each), or one prompt teacher-forced from tf_path. Prints
  * each sequence's T and top-5 of its last row; dumps per sequence
  * (seq_dump_path). Returns the exit status. */
-static int forward_batch(const char *dir, const char *const *toks, int n, int mode,
-                         const char *dumpp, const char *tf_path)
+/* The forward command: n prompts (toks[s], comma-separated ids) run as one
+ * batch (n == 1 is a batch of one), each dumped under the m3-ref names
+ * (dumpp; OUT.S.safetensors when n > 1). tf_path: teacher forcing (n == 1).
+ * vreq: the vision request of a single prompt, or NULL. */
+static int forward_run(const char *dir, const char *const *toks, int n, int mode,
+                       const char *dumpp, const char *tf_path, const m3g_vision_request *vreq)
 {
     int rc = EXIT_RUN, Ttot = 0, Tmax = 0, L = 0;
     int32_t **ids = (int32_t **)calloc((size_t)n, sizeof *ids);
@@ -1192,9 +1163,11 @@ static int forward_batch(const char *dir, const char *const *toks, int n, int mo
     int have_sess = 0;
     hipStream_t st = NULL;
     m3g_blas *blas = NULL;
+    m3g_vision_feats vis;
     memset(&m, 0, sizeof m);
     memset(&dm, 0, sizeof dm);
     memset(&e, 0, sizeof e);
+    memset(&vis, 0, sizeof vis);
     if (!ids || !T || !pos0 || !slot || !w) {
         fprintf(stderr, "m3-gpu: out of host memory\n");
         goto out;
@@ -1207,28 +1180,12 @@ static int forward_batch(const char *dir, const char *const *toks, int n, int mo
             goto out;
         }
         slot[s] = s;
-        Tmax = T[s] > Tmax ? T[s] : Tmax;
-        if (T[s] > INT32_MAX - Ttot) {
-            fprintf(stderr, "m3-gpu forward: the prompts have too many tokens in all\n");
-            goto out;
-        }
-        Ttot += T[s];
     }
     if (m3_model_open(&m, dir, NULL, &e) != 0) {
         fprintf(stderr, "m3-gpu: %s\n", e.msg);
         goto out;
     }
     L = m.cfg.text.num_layers;
-    if (tf_path) {
-        tf = (float **)calloc((size_t)L + 1, sizeof *tf);
-        if (!tf || load_teacher(tf_path, L, T[0], m.cfg.text.hidden_size, tf) != 0)
-            goto out;
-    }
-    logits = (float *)malloc((size_t)Ttot * (size_t)m.cfg.text.vocab_size * sizeof(float));
-    if (!logits) {
-        fprintf(stderr, "m3-gpu: out of host memory\n");
-        goto out;
-    }
     for (int s = 0; s < n && dumpp; s++)
         if (!(w[s] = m3_st_writer_new())) {
             fprintf(stderr, "m3-gpu: out of host memory\n");
@@ -1242,7 +1199,42 @@ static int forward_batch(const char *dir, const char *const *toks, int n, int mo
         fprintf(stderr, "m3-gpu: uploading the weights of %s failed (device memory?)\n", dir);
         goto out;
     }
-    if (mode == 1 && Ttot > 8) { /* as the single-prompt forward: BLAS for bf16 prefill GEMMs */
+    if (vreq) { /* vision tower on the device; the prompt grows by the placeholder runs */
+        int32_t *ids2 = NULL;
+        int64_t n2 = 0;
+        if (m3g_vision_prepare(&m, vreq, ids[0], T[0], mode, st, w[0], &ids2, &n2, &vis, &e)) {
+            fprintf(stderr, "m3-gpu: %s\n", e.msg);
+            goto out;
+        }
+        free(ids[0]);
+        ids[0] = ids2;
+        if (n2 <= 0 || n2 > INT32_MAX) {
+            fprintf(stderr, "m3-gpu: the multimodal prompt has %lld positions\n", (long long)n2);
+            goto out;
+        }
+        T[0] = (int)n2;
+    }
+    for (int s = 0; s < n; s++) {
+        Tmax = T[s] > Tmax ? T[s] : Tmax;
+        if (T[s] > INT32_MAX - Ttot) {
+            fprintf(stderr, "m3-gpu forward: the prompts have too many tokens in all\n");
+            goto out;
+        }
+        Ttot += T[s];
+    }
+    if (tf_path) {
+        tf = (float **)calloc((size_t)L + 1, sizeof *tf);
+        if (!tf || load_teacher(tf_path, L, T[0], m.cfg.text.hidden_size, tf) != 0)
+            goto out;
+    }
+    logits = (float *)malloc((size_t)Ttot * (size_t)m.cfg.text.vocab_size * sizeof(float));
+    if (!logits) {
+        fprintf(stderr, "m3-gpu: out of host memory\n");
+        goto out;
+    }
+    /* vendor BLAS for prefill GEMMs only in bf16 mode (exact there: X is
+     * already bf16); fp32 mode keeps the hand-written fp32 kernels */
+    if (mode == 1 && Ttot > 8) {
         const m3_text_config *c = &m.cfg.text;
         size_t wmax = (size_t)c->hidden_size;
         const size_t cand[3] = {(size_t)c->num_heads * c->head_dim,
@@ -1255,6 +1247,7 @@ static int forward_batch(const char *dir, const char *const *toks, int n, int mo
     if (gpu_sess_init_n(&sess, &m, &dm, Ttot, Tmax, n, mode, blas, st) != 0)
         goto out;
     have_sess = 1;
+    sess.vis = vis.n > 0 ? &vis : NULL; /* placed into sequence 0's embeddings */
     {
         const gpu_batch bt = {n, (const int32_t *const *)ids, T, pos0, slot,
                               dumpp ? w : NULL, (const float *const *)tf};
@@ -1288,6 +1281,7 @@ static int forward_batch(const char *dir, const char *const *toks, int n, int mo
 out:
     if (have_sess)
         gpu_sess_free(&sess);
+    m3g_vision_feats_free(&vis);
     m3g_blas_free(blas);
     dev_model_free(&dm);
     if (st)
@@ -1313,7 +1307,7 @@ out:
 
 static int cmd_forward(int argc, char **argv)
 {
-    const char *dir = NULL, *toks = NULL, *dumpp = NULL, *tfp = NULL;
+    const char *dir = NULL, *dumpp = NULL, *tfp = NULL;
     const char *toksv[64]; /* every --tokens (a batch when more than one) */
     int ntoks = 0;
     int mode = 0;
@@ -1323,8 +1317,6 @@ static int cmd_forward(int argc, char **argv)
     memset(&vreq, 0, sizeof vreq);
     vreq.image_paths = vimg;
     int have_fps = 0;
-    m3g_vision_feats vis;
-    memset(&vis, 0, sizeof vis);
     for (int i = 2; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
@@ -1343,7 +1335,7 @@ static int cmd_forward(int argc, char **argv)
         if (!strcmp(a, "--model"))
             dir = v;
         else if (!strcmp(a, "--tokens") && ntoks < 64)
-            toks = toksv[ntoks++] = v;
+            toksv[ntoks++] = v;
         else if (!strcmp(a, "--dump"))
             dumpp = v;
         else if (!strcmp(a, "--teacher-forced"))
@@ -1371,112 +1363,18 @@ static int cmd_forward(int argc, char **argv)
                 USAGE);
         return EXIT_USAGE;
     }
-    if (ntoks > 1 || tfp) { /* several prompts run together, or teacher forcing */
-        if (!dir || vis_req || (tfp && ntoks != 1)) {
-            fprintf(stderr, "m3-gpu forward: a batch (several --tokens) or --teacher-forced "
-                            "needs --model DIR, takes no vision input, and --teacher-forced "
-                            "takes exactly one --tokens\n%s", USAGE);
-            return EXIT_USAGE;
-        }
-        return forward_batch(dir, toksv, ntoks, mode, dumpp, tfp);
-    }
-    int32_t *ids = NULL;
-    int T = 0;
-    if (!dir || !toks || parse_ids(toks, &ids, &T) != 0) {
+    if (!dir || ntoks == 0) {
         fprintf(stderr, "m3-gpu forward: --model DIR and --tokens IDS (comma-separated "
                         "non-negative integers) are required\n%s", USAGE);
         return EXIT_USAGE;
     }
-
-    int rc = EXIT_RUN;
-    m3_model m;
-    m3_err e;
-    dev_model dm;
-    m3_st_writer *w = NULL;
-    float *logits = NULL;
-    hipStream_t st = NULL;
-    m3g_blas *blas = NULL;
-    memset(&m, 0, sizeof m);
-    memset(&dm, 0, sizeof dm);
-    memset(&e, 0, sizeof e);
-    if (m3_model_open(&m, dir, NULL, &e) != 0) {
-        fprintf(stderr, "m3-gpu: %s\n", e.msg);
-        goto out;
+    if ((ntoks > 1 || tfp) && (vis_req || (tfp && ntoks != 1))) {
+        fprintf(stderr, "m3-gpu forward: a batch (several --tokens) or --teacher-forced "
+                        "takes no vision input, and --teacher-forced takes exactly one "
+                        "--tokens\n%s", USAGE);
+        return EXIT_USAGE;
     }
-    if (hipStreamCreate(&st) != hipSuccess) {
-        fprintf(stderr, "m3-gpu: no usable GPU (hipStreamCreate failed)\n");
-        goto out;
-    }
-    if (dev_model_upload(&dm, &m) != 0) {
-        fprintf(stderr, "m3-gpu: uploading the weights of %s failed (device memory?)\n", dir);
-        goto out;
-    }
-    if (vis_req) { /* vision tower on the device; the prompt grows by the placeholder runs */
-        int32_t *ids2 = NULL;
-        int64_t n2 = 0;
-        if (dumpp && !(w = m3_st_writer_new())) {
-            fprintf(stderr, "m3-gpu: out of host memory\n");
-            goto out;
-        }
-        if (m3g_vision_prepare(&m, &vreq, ids, T, mode, st, w, &ids2, &n2, &vis, &e) != 0) {
-            fprintf(stderr, "m3-gpu: %s\n", e.msg);
-            goto out;
-        }
-        free(ids);
-        ids = ids2;
-        if (n2 <= 0 || n2 > INT32_MAX) {
-            fprintf(stderr, "m3-gpu: the multimodal prompt has %lld positions\n", (long long)n2);
-            goto out;
-        }
-        T = (int)n2;
-    }
-    logits = (float *)malloc((size_t)T * (size_t)m.cfg.text.vocab_size * sizeof(float));
-    if (!logits || (dumpp && !w && !(w = m3_st_writer_new()))) {
-        fprintf(stderr, "m3-gpu: out of host memory\n");
-        goto out;
-    }
-    /* vendor BLAS for prefill GEMMs only in bf16 mode (exact there: X is
-     * already bf16); fp32 mode keeps the hand-written fp32 kernels */
-    if (mode == 1 && T > 8) {
-        const m3_text_config *c = &m.cfg.text;
-        size_t wmax = (size_t)c->hidden_size;
-        const size_t cand[3] = {(size_t)c->num_heads * c->head_dim,
-                                (size_t)c->dense_intermediate_size,
-                                (size_t)c->shared_intermediate_size};
-        for (int i = 0; i < 3; i++)
-            wmax = cand[i] > wmax ? cand[i] : wmax;
-        blas = m3g_blas_new(st, (size_t)T * wmax); /* NULL: fallback kernels */
-    }
-    if (gpu_forward(&m, &dm, ids, T, mode, w, logits, blas, st, vis.n > 0 ? &vis : NULL) != 0)
-        goto out;
-    if (w) {
-        char buf[32];
-        snprintf(buf, sizeof buf, "%d", T);
-        if (m3_st_writer_meta(w, "m3.dump_version", "1", &e) != 0 ||
-            m3_st_writer_meta(w, "m3.mode", mode ? "bf16" : "fp32", &e) != 0 ||
-            m3_st_writer_meta(w, "m3.producer", "m3-gpu forward (" M3_GPU_VENDOR ")", &e) != 0 ||
-            m3_st_writer_meta(w, "m3.T", buf, &e) != 0 || m3_st_writer_save(w, dumpp, &e) != 0) {
-            fprintf(stderr, "m3-gpu: %s\n", e.msg);
-            goto out;
-        }
-    }
-    {
-        const int V = m.cfg.text.vocab_size;
-        printf("T=%d", T);
-        print_top5(logits + (size_t)(T - 1) * V, V);
-    }
-    rc = 0;
-out:
-    m3g_vision_feats_free(&vis);
-    m3g_blas_free(blas);
-    dev_model_free(&dm);
-    if (st)
-        (void)hipStreamDestroy(st);
-    m3_st_writer_free(w);
-    free(logits);
-    free(ids);
-    m3_model_close(&m);
-    return rc;
+    return forward_run(dir, toksv, ntoks, mode, dumpp, tfp, vis_req ? &vreq : NULL);
 }
 
 static double now_s(void)
@@ -1523,7 +1421,28 @@ static int gen_usage(const char *msg, const char *v)
  * and capacity, so its ids are those of a run with that prompt alone.
  * Output after the last step: one line per sequence, in order, as the
  * single-prompt output. Returns the exit status. */
-static int generate_batch(const char *dir, const char *const *srcs, const int *is_text, int n,
+/* Print generated token k of a sequence: its id (ids, or no tokenizer: comma-
+ * or space-separated) or its text through the streaming decoder ds. */
+static int emit_token(const m3_tokenizer *tz, m3_decode_stream *ds, int ids, long long k,
+                      int32_t tok, m3_err *e)
+{
+    const char *txt;
+    size_t n;
+    if (ids || !tz) {
+        printf("%s%d", k ? (ids ? "," : " ") : "", (int)tok);
+        return 0;
+    }
+    if (m3_tokenizer_decode_stream(tz, ds, tok, &txt, &n, e) != 0)
+        return -1;
+    fwrite(txt, 1, n, stdout);
+    return 0;
+}
+
+/* The generate command: n prompts (srcs[s]: text when is_text[s], else ids)
+ * prefilled as one batch, then decoded together one token per active
+ * sequence per step. A single prompt (n == 1) streams its tokens as they
+ * come; a batch prints each sequence on its own line at the end. */
+static int generate_run(const char *dir, const char *const *srcs, const int *is_text, int n,
                           int mode, int greedy_flag, int have_temp, float o_temp,
                           int have_top_p, float o_top_p, int have_top_k, long long o_top_k,
                           long long o_seed, long long max_new, int print_ids)
@@ -1539,6 +1458,8 @@ static int generate_batch(const char *dir, const char *const *srcs, const int *i
     int32_t *nxt = (int32_t *)calloc((size_t)n, sizeof *nxt);
     const int32_t **idp = (const int32_t **)calloc((size_t)n, sizeof *idp);
     m3_sampler *sp = (m3_sampler *)calloc((size_t)n, sizeof *sp);
+    m3_decode_stream *ds = (m3_decode_stream *)calloc((size_t)n, sizeof *ds);
+    const int streaming = n == 1;
     float *logits = NULL;
     m3_model m;
     m3_err e;
@@ -1551,10 +1472,12 @@ static int generate_batch(const char *dir, const char *const *srcs, const int *i
     memset(&dm, 0, sizeof dm);
     memset(&e, 0, sizeof e);
     if (!ids || !out || !T || !len || !cap || !act || !p0 || !one || !done || !produced || !nxt ||
-        !idp || !sp) {
+        !idp || !sp || !ds) {
         fprintf(stderr, "m3-gpu: out of host memory\n");
         goto out;
     }
+    for (int s = 0; s < n; s++)
+        m3_decode_stream_init(&ds[s], 0);
     for (int s = 0; s < n; s++)
         any_text |= is_text[s];
     if ((any_text || !print_ids) && m3_tokenizer_open(&tokzr, dir, &e) != 0) {
@@ -1664,6 +1587,12 @@ static int generate_batch(const char *dir, const char *const *srcs, const int *i
         }
         const double t_prefill = now_s() - t0, t1 = now_s();
         long long steps = 0;
+        if (!print_ids && !tokzr)
+            fprintf(stderr, "m3-gpu: %s has no usable tokenizer; printing token ids\n", dir);
+        for (int s = 0; s < n; s++) { /* print now (streaming) or at the end (batch) */
+            if (streaming && is_text[s] && tokzr && !print_ids) /* echo the prompt, as m3-ref */
+                fwrite(srcs[s], 1, strlen(srcs[s]), stdout);
+        }
         for (int na = max_new > 0 ? n : 0; na > 0;) {
             int nn = 0; /* sample every active sequence; keep those that go on */
             for (int a = 0; a < na; a++) {
@@ -1671,6 +1600,14 @@ static int generate_batch(const char *dir, const char *const *srcs, const int *i
                 const int32_t tok = m3_sample(&sp[s], logits + (size_t)a * V);
                 int stop = 0;
                 out[s][produced[s]++] = tok;
+                if (streaming) {
+                    if (emit_token(tokzr, &ds[s], print_ids, produced[s] - 1, tok, &e) != 0) {
+                        printf("\n");
+                        fprintf(stderr, "m3-gpu generate: %s\n", e.msg);
+                        goto out;
+                    }
+                    fflush(stdout);
+                }
                 for (int j = 0; j < g.n_eos; j++)
                     stop |= tok == g.eos[j];
                 done[s] = stop ? 1 : 0;
@@ -1692,46 +1629,43 @@ static int generate_batch(const char *dir, const char *const *srcs, const int *i
             steps += na;
         }
         const double t_decode = now_s() - t1;
-        if (!print_ids && !tokzr)
-            fprintf(stderr, "m3-gpu: %s has no usable tokenizer; printing token ids\n", dir);
         for (int s = 0; s < n; s++) {
-            if (print_ids || !tokzr) {
-                for (long long k = 0; k < produced[s]; k++)
-                    printf("%s%d", k ? (print_ids ? "," : " ") : "", (int)out[s][k]);
-            } else {
-                m3_decode_stream ds;
-                const char *txt;
-                size_t txtlen;
-                m3_decode_stream_init(&ds, 0);
-                if (is_text[s]) /* echo the prompt, as m3-ref */
-                    fwrite(srcs[s], 1, strlen(srcs[s]), stdout);
-                int bad = 0;
-                for (long long k = 0; k < produced[s] && !bad; k++) {
-                    bad = m3_tokenizer_decode_stream(tokzr, &ds, out[s][k], &txt, &txtlen, &e);
-                    if (!bad)
-                        fwrite(txt, 1, txtlen, stdout);
-                }
-                if (!bad && !(bad = m3_decode_stream_flush(&ds, &txt, &txtlen, &e)))
-                    fwrite(txt, 1, txtlen, stdout);
-                m3_decode_stream_free(&ds);
-                if (bad) {
+            const char *txt;
+            size_t txtlen;
+            if (!streaming && is_text[s] && tokzr && !print_ids)
+                fwrite(srcs[s], 1, strlen(srcs[s]), stdout);
+            for (long long k = 0; k < produced[s] && !streaming; k++)
+                if (emit_token(tokzr, &ds[s], print_ids, k, out[s][k], &e) != 0) {
                     printf("\n");
                     fprintf(stderr, "m3-gpu generate: %s\n", e.msg);
                     goto out;
                 }
+            if (tokzr && !print_ids) {
+                if (m3_decode_stream_flush(&ds[s], &txt, &txtlen, &e) != 0) {
+                    printf("\n");
+                    fprintf(stderr, "m3-gpu generate: %s\n", e.msg);
+                    goto out;
+                }
+                fwrite(txt, 1, txtlen, stdout);
             }
             printf("\n");
+            char who[32] = "";
+            if (n > 1)
+                snprintf(who, sizeof who, "sequence %d ", s);
             if (done[s])
-                fprintf(stderr, "m3-gpu: sequence %d stopped at end-of-sequence token\n", s);
+                fprintf(stderr, "m3-gpu: %sstopped at end-of-sequence token\n", who);
             else if (produced[s] < max_new && maxpos > 0 && cap[s] == maxpos)
-                fprintf(stderr, "m3-gpu: sequence %d stopped at the context limit "
-                                "(max_position_embeddings %lld)\n", s, (long long)maxpos);
+                fprintf(stderr, "m3-gpu: %sstopped at the context limit "
+                                "(max_position_embeddings %lld)\n", who, (long long)maxpos);
         }
         fflush(stdout);
+        char nb[32] = "";
+        if (n > 1)
+            snprintf(nb, sizeof nb, "batch of %d, ", n);
         fprintf(stderr,
-                "m3-gpu: batch of %d, %s (%s); prefill %d tokens in %.3f s (%.1f tokens/s); "
+                "m3-gpu: %s%s (%s); prefill %d tokens in %.3f s (%.1f tokens/s); "
                 "decode %lld tokens in %.3f s (%.2f tokens/s)\n",
-                n, greedy ? "greedy" : "sampled", M3_GPU_VENDOR, Ttot, t_prefill,
+                nb, greedy ? "greedy" : "sampled", M3_GPU_VENDOR, Ttot, t_prefill,
                 t_prefill > 0 ? Ttot / t_prefill : 0.0, steps, t_decode,
                 t_decode > 0 ? (double)steps / t_decode : 0.0);
     }
@@ -1741,6 +1675,8 @@ out:
         gpu_sess_free(&sess);
     for (int s = 0; s < nsp; s++)
         m3_sampler_free(&sp[s]);
+    for (int s = 0; ds && s < n; s++)
+        m3_decode_stream_free(&ds[s]);
     dev_model_free(&dm);
     if (st)
         (void)hipStreamDestroy(st);
@@ -1763,6 +1699,7 @@ out:
     free(nxt);
     free(idp);
     free(sp);
+    free(ds);
     free(logits);
     m3_model_close(&m);
     m3_tokenizer_free(tokzr);
@@ -1771,7 +1708,7 @@ out:
 
 static int cmd_generate(int argc, char **argv)
 {
-    const char *dir = NULL, *toks = NULL, *prompt = NULL;
+    const char *dir = NULL;
     const char *srcv[64]; /* every --tokens / --prompt in order (a batch when more than one) */
     int srctext[64], nsrc = 0;
     int mode = 0, greedy_flag = 0, print_ids = 0;
@@ -1798,10 +1735,10 @@ static int cmd_generate(int argc, char **argv)
         if (!strcmp(a, "--model"))
             dir = v;
         else if (!strcmp(a, "--tokens") && nsrc < 64) {
-            toks = srcv[nsrc] = v;
+            srcv[nsrc] = v;
             srctext[nsrc++] = 0;
         } else if (!strcmp(a, "--prompt") && nsrc < 64) {
-            prompt = srcv[nsrc] = v;
+            srcv[nsrc] = v;
             srctext[nsrc++] = 1;
         } else if (!strcmp(a, "--dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
             mode = !strcmp(v, "bf16");
@@ -1831,206 +1768,13 @@ static int cmd_generate(int argc, char **argv)
     }
     if (!dir)
         return gen_usage("--model DIR is required", NULL);
-    if (nsrc > 1) { /* a batch of prompts run together */
-        if (greedy_flag && (have_temp || have_top_p || have_top_k || have_seed))
-            return gen_usage("--greedy cannot be combined with --temperature, --top-p, --top-k "
-                             "or --seed", NULL);
-        return generate_batch(dir, srcv, srctext, nsrc, mode, greedy_flag, have_temp, o_temp,
-                              have_top_p, o_top_p, have_top_k, o_top_k, o_seed, max_new,
-                              print_ids);
-    }
-    if (!!toks == !!prompt)
-        return gen_usage("give exactly one of --tokens IDS and --prompt TEXT", NULL);
+    if (nsrc == 0)
+        return gen_usage("give --tokens IDS or --prompt TEXT (repeat them for a batch)", NULL);
     if (greedy_flag && (have_temp || have_top_p || have_top_k || have_seed))
         return gen_usage("--greedy cannot be combined with --temperature, --top-p, --top-k or "
                          "--seed", NULL);
-    if (prompt && !*prompt)
-        return gen_usage("empty prompt", NULL);
-
-    int32_t *ids = NULL;
-    int T = 0;
-    if (toks && parse_ids(toks, &ids, &T) != 0)
-        return gen_usage("--tokens needs comma-separated non-negative integers, got", toks);
-
-    int rc = EXIT_RUN;
-    m3_model m;
-    m3_err e;
-    dev_model dm;
-    gpu_sess sess;
-    m3_sampler sp;
-    int have_sampler = 0, have_sess = 0;
-    float *logits = NULL;
-    hipStream_t st = NULL;
-    m3_tokenizer *tokzr = NULL;
-    m3_decode_stream ds;
-    memset(&m, 0, sizeof m);
-    memset(&dm, 0, sizeof dm);
-    memset(&e, 0, sizeof e);
-    m3_decode_stream_init(&ds, 0);
-
-    /* the tokenizer: required for --prompt; used for text output when present */
-    if (prompt || !print_ids) {
-        if (m3_tokenizer_open(&tokzr, dir, &e) != 0) {
-            tokzr = NULL;
-            if (prompt) {
-                fprintf(stderr, "m3-gpu generate: --prompt needs a tokenizer: %s\n", e.msg);
-                goto out;
-            }
-        }
-    }
-    if (prompt) {
-        size_t count = 0;
-        if (m3_tokenizer_encode(tokzr, prompt, strlen(prompt), 1, &ids, &count, &e) != 0) {
-            fprintf(stderr, "m3-gpu generate: %s\n", e.msg);
-            goto out;
-        }
-        if (count == 0 || count > INT32_MAX) {
-            fprintf(stderr, "m3-gpu generate: the prompt encodes to %zu tokens\n", count);
-            goto out;
-        }
-        T = (int)count;
-    }
-    if (m3_model_open(&m, dir, NULL, &e) != 0) {
-        fprintf(stderr, "m3-gpu: %s\n", e.msg);
-        goto out;
-    }
-    {
-        /* flags override generation_config.json, which overrides the defaults */
-        m3_gen_defaults g = m3_gen_defaults_builtin(m.cfg.text.eos_token_id);
-        m3_err ge = {{0}};
-        if (m3_gen_config_load(dir, &g, &ge) != 0) {
-            fprintf(stderr, "m3-gpu generate: %s\n", ge.msg);
-            goto out;
-        }
-        const int flag_top_k = (int)o_top_k;
-        m3_gen_apply_flags(&g, greedy_flag, have_temp ? &o_temp : NULL,
-                           have_top_p ? &o_top_p : NULL, have_top_k ? &flag_top_k : NULL);
-        const int greedy = g.greedy;
-        const float temp = g.temperature, top_p = g.top_p;
-        const int top_k = g.top_k;
-        const int V = m.cfg.text.vocab_size;
-        if (m3_sampler_init(&sp, V, greedy, temp, top_k, top_p, (uint64_t)o_seed) != 0) {
-            fprintf(stderr, "m3-gpu generate: cannot allocate the sampler for vocab %d\n", V);
-            goto out;
-        }
-        have_sampler = 1;
-
-        /* capacity: prompt + new tokens, capped by the context length */
-        int64_t cap = (int64_t)T + max_new;
-        const int64_t maxpos = m.cfg.text.max_position_embeddings;
-        int capped = 0;
-        if (maxpos > 0 && T > maxpos) {
-            fprintf(stderr, "m3-gpu generate: the prompt has %d tokens, more than "
-                            "max_position_embeddings %lld of %s/config.json\n", T,
-                    (long long)maxpos, dir);
-            goto out;
-        }
-        if (maxpos > 0 && cap > maxpos) {
-            cap = maxpos;
-            capped = 1;
-        }
-        if (cap > INT32_MAX) {
-            fprintf(stderr, "m3-gpu generate: %lld positions are too many\n", (long long)cap);
-            goto out;
-        }
-        logits = (float *)malloc((size_t)V * sizeof(float));
-        if (!logits) {
-            fprintf(stderr, "m3-gpu: out of host memory\n");
-            goto out;
-        }
-        if (hipStreamCreate(&st) != hipSuccess) {
-            fprintf(stderr, "m3-gpu: no usable GPU (hipStreamCreate failed)\n");
-            goto out;
-        }
-        if (dev_model_upload(&dm, &m) != 0) {
-            fprintf(stderr, "m3-gpu: uploading the weights of %s failed (device memory?)\n", dir);
-            goto out;
-        }
-        /* no vendor BLAS here: every linear runs the fixed-order kernels */
-        if (gpu_sess_init(&sess, &m, &dm, T, (int)cap, mode, NULL, st) != 0)
-            goto out;
-        have_sess = 1;
-
-        double t0 = now_s();
-        if (gpu_step(&sess, ids, T, 0, NULL, logits, 1) != 0)
-            goto out;
-        const double t_prefill = now_s() - t0;
-
-        if (!print_ids && !tokzr)
-            fprintf(stderr, "m3-gpu: %s has no usable tokenizer; printing token ids\n", dir);
-        if (tokzr && !print_ids && prompt) /* echo the prompt, as m3-ref */
-            fwrite(prompt, 1, strlen(prompt), stdout);
-        long long produced = 0;
-        int stop_eos = 0, len = T;
-        const double t1 = now_s();
-        while (produced < max_new) {
-            int32_t tok = m3_sample(&sp, logits);
-            if (print_ids) {
-                printf("%s%d", produced ? "," : "", (int)tok);
-            } else if (tokzr) {
-                const char *txt;
-                size_t txtlen;
-                if (m3_tokenizer_decode_stream(tokzr, &ds, tok, &txt, &txtlen, &e) != 0) {
-                    printf("\n");
-                    fprintf(stderr, "m3-gpu generate: %s\n", e.msg);
-                    goto out;
-                }
-                fwrite(txt, 1, txtlen, stdout);
-            } else {
-                printf("%s%d", produced ? " " : "", (int)tok);
-            }
-            fflush(stdout);
-            produced++;
-            for (int j = 0; j < g.n_eos; j++)
-                stop_eos |= tok == g.eos[j];
-            if (stop_eos || produced == max_new || len >= cap)
-                break;
-            if (gpu_step(&sess, &tok, 1, len, NULL, logits, 1) != 0) {
-                printf("\n");
-                goto out;
-            }
-            len++;
-        }
-        const double t_decode = now_s() - t1;
-        if (tokzr && !print_ids) {
-            const char *txt;
-            size_t txtlen;
-            if (m3_decode_stream_flush(&ds, &txt, &txtlen, &e) != 0) {
-                fprintf(stderr, "m3-gpu generate: %s\n", e.msg);
-                goto out;
-            }
-            fwrite(txt, 1, txtlen, stdout);
-        }
-        printf("\n");
-        fflush(stdout);
-        if (stop_eos)
-            fprintf(stderr, "m3-gpu: stopped at end-of-sequence token\n");
-        else if (produced < max_new && capped)
-            fprintf(stderr, "m3-gpu: stopped at the context limit (max_position_embeddings %lld)\n",
-                    (long long)maxpos);
-        const long long steps = produced > 0 ? produced - 1 : 0;
-        fprintf(stderr,
-                "m3-gpu: %s (%s); prefill %d tokens in %.3f s (%.1f tokens/s); decode %lld "
-                "tokens in %.3f s (%.2f tokens/s)\n",
-                greedy ? "greedy" : "sampled", M3_GPU_VENDOR, T, t_prefill,
-                t_prefill > 0 ? T / t_prefill : 0.0, steps, t_decode,
-                t_decode > 0 ? (double)steps / t_decode : 0.0);
-    }
-    rc = 0;
-out:
-    if (have_sess)
-        gpu_sess_free(&sess);
-    if (have_sampler)
-        m3_sampler_free(&sp);
-    dev_model_free(&dm);
-    if (st)
-        (void)hipStreamDestroy(st);
-    free(logits);
-    free(ids);
-    m3_model_close(&m);
-    m3_decode_stream_free(&ds);
-    m3_tokenizer_free(tokzr);
-    return rc;
+    return generate_run(dir, srcv, srctext, nsrc, mode, greedy_flag, have_temp, o_temp, have_top_p,
+                        o_top_p, have_top_k, o_top_k, o_seed, max_new, print_ids);
 }
 
 /* m3-gpu vision-case --case DIR --dump OUT: one vision component vector case
