@@ -332,5 +332,6 @@ $(GPU_BUILD)/emu/m3-gpu-emu: $(GPU_KSRC) gpu/m3-gpu.cu gpu/vision.cu gpu/vision.
 	  -x c++ $(GPU_KSRC) gpu/m3-gpu.cu gpu/vision.cu -x none $(LIB) $(LDLIBS) -pthread -o $@
 
 .PHONY: gpu-emu-test
-gpu-emu-test: $(GPU_BUILD)/emu/m3-gpu-emu bin/m3-conform
+gpu-emu-test: $(GPU_BUILD)/emu/m3-gpu-emu bin/m3-conform bin/m3-ref
 	sh gpu/emu/emu_test.sh $(GPU_BUILD)/emu/m3-gpu-emu bin/m3-conform $(PYTHON) $(GPU_EMU_CASES)
+	sh gpu/emu/emu_generate.sh $(GPU_BUILD)/emu/m3-gpu-emu bin/m3-ref models/demo
