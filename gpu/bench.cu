@@ -20,8 +20,9 @@
  *
  * Before timing, the decode attention and indexer results are checked at
  * M3 shapes against host goldens (check_attention, check_indexer), and the
- * MSA prefill kernel on 4 rows of each 128K slab and on six edge shapes
- * (check_msa_prefill, check_msa_prefill_edges; nmse <= 1e-5).
+ * MSA prefill kernels on 6 rows of each 128K case (slab or whole prefill)
+ * and on six edge shapes per kernel variant (check_msa_prefill,
+ * check_msa_prefill_edges; nmse <= 1e-5).
  * Status: run on the H200; figures in docs/performance.md.
  */
 #include <math.h>
@@ -248,9 +249,13 @@ static int make_moe(bench_case *bc)
  * [nrot][NKV][TOPK_B], pages (r * 64 + g * 16 + i) mod npages, so a page
  * comes back only after >= 15 other rotations: cold in L2).
  * path 0: m3g_attention_sk, bf16 cache (bin/m3-gpu's bf16 decode path: the
- * one-launch cluster kernel on NVIDIA); 1: m3g_attention_sk, fp32 cache (two
- * launches); 2: m3g_attention_split (3 launches, fp32 cache: the previous
- * path); 3: m3g_attention_sk's two-launch path with the bf16 cache. */
+ * one-launch tensor-core cluster kernel on NVIDIA); 1: m3g_attention_sk, fp32
+ * cache (two launches); 2: m3g_attention_split (3 launches, fp32 cache: the
+ * previous path); 3: m3g_attention_sk's two-launch path with the bf16 cache;
+ * 4: its scalar cluster kernel (the default before the tensor-core one);
+ * the tensor-core kernel (default: PDL launch, the next kernel released
+ * before its last cluster barrier) 5: released at its start instead;
+ * 6: launched without PDL; 7: one block per SM. */
 typedef struct att_ctx {
     float *q, *out, *kc, *vc;
     uint16_t *kc16, *vc16;
@@ -273,7 +278,9 @@ static hipError_t att_run(const att_ctx *a, int path, int r, hipStream_t st)
     return m3g_attention_sk_tuned(a->out, a->q, f32 ? (const void *)a->kc : (const void *)a->kc16,
                                   f32 ? (const void *)a->vc : (const void *)a->vc16,
                                   f32 ? M3G_F32 : M3G_BF16, a->pages, BLK, pos0, 1, NH, NKV, HD,
-                                  bl, TOPK_B, 1, a->ws, a->ws_n, path == 3, st);
+                                  bl, TOPK_B, 1, a->ws, a->ws_n,
+                                  path == 3 ? 1 : path == 4 ? 2 : path == 5 ? 4 : path == 6 ? 8
+                                                                : path == 7 ? 16 : 0, st);
 }
 
 static hipError_t att_launch(void *c, int r, hipStream_t st)
@@ -427,8 +434,10 @@ static int make_indexer(bench_case *bc, const char *name, int ctx_len, int l2)
  * blocks (fixed seed). pool 0: drawn independently per row (no sharing
  * between neighbouring rows beyond the two forced blocks); pool P > 0: the
  * rows of one 128-row query block draw their 14 from a common random pool of
- * P blocks (P = 14: the whole query block shares one selection). FLOPs are
- * the logical 4 * hd per (query head, causally visible selected key). */
+ * P blocks (P = 14: the whole query block shares one selection). The
+ * "full" cases time the whole prefill: all PF_CTX rows in one launch (rows
+ * of the first 16 query blocks select every visible block). FLOPs are the
+ * logical 4 * hd per (query head, causally visible selected key). */
 enum { PF_CTX = 131072, PF_ROWS = 2048, PF_RAND = 14 };
 
 typedef struct pf_ctx {
@@ -436,14 +445,15 @@ typedef struct pf_ctx {
     void *kc[2], *vc[2];
     int32_t *pages, *blocks, *hb; /* hb: host copy of blocks [NKV, T, TOPK_B] */
     int T, ctx_len;
+    int variant; /* m3g_msa_attention_prefill_tuned: 0 default, 1 k_msa_tc, 2 k_msa_ws */
 } pf_ctx;
 
 static hipError_t pf_launch(void *c, int r, hipStream_t st)
 {
     pf_ctx *p = (pf_ctx *)c;
-    return m3g_msa_attention_prefill(p->out, p->q, p->kc[r], p->vc[r], M3G_BF16, p->pages, BLK,
-                                     p->ctx_len - p->T, p->T, NH, NKV, HD, p->blocks, TOPK_B, 1,
-                                     st);
+    return m3g_msa_attention_prefill_tuned(p->out, p->q, p->kc[r], p->vc[r], M3G_BF16, p->pages,
+                                           BLK, p->ctx_len - p->T, p->T, NH, NKV, HD, p->blocks,
+                                           TOPK_B, 1, p->variant, st);
 }
 
 static uint32_t pf_rng(uint64_t *s)
@@ -468,12 +478,16 @@ static void pf_distinct(int32_t *dst, int n, int lo, int hi, const int32_t *avoi
     }
 }
 
-static int make_msa_prefill(bench_case *bc, const char *name, int pool)
+/* T query rows ending at PF_CTX - 1 (T = PF_CTX: the whole prefill; rows
+ * whose query block has fewer than 14 earlier blocks select all of them);
+ * variant: m3g_msa_attention_prefill_tuned's. */
+static int make_msa_prefill(bench_case *bc, const char *name, int pool, int T, int variant)
 {
     pf_ctx *p = (pf_ctx *)calloc(1, sizeof *p);
     if (!p)
         return -1;
-    const int T = PF_ROWS, npages = PF_CTX / BLK;
+    const int npages = PF_CTX / BLK;
+    p->variant = variant;
     const int64_t pos0 = PF_CTX - T;
     const size_t nkv = (size_t)PF_CTX * NKV * HD;
     p->T = T;
@@ -487,26 +501,35 @@ static int make_msa_prefill(bench_case *bc, const char *name, int pool)
     double keys = 0;
     for (int g = 0; g < NKV; g++) {
         int32_t poolb[64];
-        int pool_qb = -1;
+        int pool_qb = -1, np = 0;
         for (int t = 0; t < T; t++) {
             const int64_t pos = pos0 + t;
-            const int qb = (int)(pos / BLK);
+            const int qb = (int)(pos / BLK), avail = qb - 1; /* blocks 1 .. qb - 1 */
             int32_t *row = p->hb + ((size_t)g * T + t) * TOPK_B;
+            int nf = 1;
             row[0] = 0;
-            row[1] = qb;
+            if (qb > 0)
+                row[nf++] = qb;
+            for (int i = nf; i < TOPK_B; i++)
+                row[i] = -1;
             if (pool > 0) {
                 if (qb != pool_qb) { /* a new query block: a new pool */
-                    pf_distinct(poolb, pool, 1, qb - 1, row, 2, &s);
+                    np = avail < pool ? (avail > 0 ? avail : 0) : pool;
+                    pf_distinct(poolb, np, 1, qb - 1, row, nf, &s);
                     pool_qb = qb;
                 }
                 int32_t pick[PF_RAND];
-                pf_distinct(pick, PF_RAND, 0, pool - 1, NULL, 0, &s);
-                for (int i = 0; i < PF_RAND; i++)
-                    row[2 + i] = poolb[pick[i]];
+                const int npick = np < PF_RAND ? np : PF_RAND;
+                pf_distinct(pick, npick, 0, np - 1, NULL, 0, &s);
+                for (int i = 0; i < npick; i++)
+                    row[nf + i] = poolb[pick[i]];
             } else {
-                pf_distinct(row + 2, PF_RAND, 1, qb - 1, row, 2, &s);
+                const int npick = avail < PF_RAND ? (avail > 0 ? avail : 0) : PF_RAND;
+                pf_distinct(row + nf, npick, 1, qb - 1, row, nf, &s);
             }
             for (int i = 0; i < TOPK_B; i++) {
+                if (row[i] < 0)
+                    continue;
                 const int64_t k0 = (int64_t)row[i] * BLK;
                 keys += (double)(pos - k0 + 1 < (int64_t)BLK ? pos - k0 + 1 : (int64_t)BLK);
                 seen[(size_t)g * npages + row[i]] = 1;
@@ -522,7 +545,7 @@ static int make_msa_prefill(bench_case *bc, const char *name, int pool)
     bc->name = name;
     bc->flops = 4.0 * HD * (NH / NKV) * keys;
     bc->bytes = ublocks * BLK * HD * 2.0 * 2.0 + 2.0 * 4.0 * T * NH * HD; /* K,V blocks + q, out */
-    bc->nrot = 2; /* each copy of the caches (268 MB) exceeds 2x L2 */
+    bc->nrot = T >= PF_CTX / 2 ? 1 : 2; /* each copy of the caches (268 MB) exceeds 2x L2 */
     p->q = (float *)dev_rand((size_t)T * NH * HD, 0, 41u, 2.0f);
     p->out = (float *)dev_rand((size_t)T * NH * HD, 0, 42u, 0.0f);
     for (int r = 0; r < bc->nrot; r++) {
@@ -540,6 +563,22 @@ static int make_msa_prefill(bench_case *bc, const char *name, int pool)
     free(hp);
     bc->ctx = p;
     bc->launch = pf_launch;
+    return 0;
+}
+
+/* The case src (a make_msa_prefill case) through another kernel variant:
+ * same device buffers, same selections. */
+static int make_msa_prefill_alt(bench_case *bc, const char *name, const bench_case *src,
+                                int variant)
+{
+    pf_ctx *p = (pf_ctx *)malloc(sizeof *p);
+    if (!p)
+        return -1;
+    *p = *(const pf_ctx *)src->ctx;
+    p->variant = variant;
+    *bc = *src;
+    bc->name = name;
+    bc->ctx = p;
     return 0;
 }
 
@@ -567,13 +606,13 @@ static int check_attention(att_ctx *a, hipStream_t st)
     const size_t rows = (size_t)NKV * TOPK_B * BLK; /* rotation 0 reads pages 0 .. 63 */
     const size_t nkvel = rows * NKV * HD, no = (size_t)NH * HD;
     float *q = (float *)malloc(4 * no), *k = (float *)malloc(4 * nkvel),
-          *v = (float *)malloc(4 * nkvel), *o = (float *)malloc(4 * 5 * no),
+          *v = (float *)malloc(4 * nkvel), *o = (float *)malloc(4 * 9 * no),
           *sc = (float *)malloc(4 * TOPK_B * BLK);
     int32_t hb[NKV * TOPK_B];
     if (!q || !k || !v || !o || !sc)
         return -1;
-    const int paths[5] = {0, 0, 3, 1, 2};
-    for (int i = 0; i < 5; i++) {
+    const int paths[9] = {0, 0, 3, 1, 2, 4, 5, 6, 7};
+    for (int i = 0; i < 9; i++) {
         M3_HIP_CHECK(hipMemset(a->out, 0xff, 4 * no)); /* NaN: every output must be written */
         M3_HIP_CHECK(att_run(a, paths[i], 0, st));
         M3_HIP_CHECK(hipStreamSynchronize(st));
@@ -584,8 +623,8 @@ static int check_attention(att_ctx *a, hipStream_t st)
     M3_HIP_CHECK(hipMemcpy(v, a->vc, 4 * nkvel, hipMemcpyDeviceToHost));
     M3_HIP_CHECK(hipMemcpy(hb, a->blocks, sizeof hb, hipMemcpyDeviceToHost));
     const float scale = (float)(1.0 / sqrt((double)HD));
-    double e[4] = {0, 0, 0, 0}, mx = 0;
-    long nd[4] = {0, 0, 0, 0};
+    double e[8] = {0, 0, 0, 0, 0, 0, 0, 0}, mx = 0;
+    long nd[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int h = 0; h < NH; h++) {
         const int g = h / (NH / NKV);
         int n = 0;
@@ -613,7 +652,8 @@ static int check_attention(att_ctx *a, hipStream_t st)
             }
         for (int d = 0; d < HD; d++) {
             const float r = h_round_bf16(acc[d]);
-            for (int c = 0; c < 4; c++) { /* default, 2-launch bf16, 2-launch fp32, old */
+            for (int c = 0; c < 8; c++) { /* default, 2-launch bf16, 2-launch fp32, old,
+                                              scalar cluster, tc variants 5, 6, 7 */
                 const float x = o[(c + 1) * no + h * HD + d];
                 e[c] = fabs(x - r) > e[c] || x != x ? (x != x ? INFINITY : fabs(x - r)) : e[c];
                 nd[c] += x != r;
@@ -622,17 +662,25 @@ static int check_attention(att_ctx *a, hipStream_t st)
         }
     }
     const int det = memcmp(o, o + no, 4 * no) == 0,
-              same = memcmp(o + 2 * no, o + 3 * no, 4 * no) == 0;
+              same = memcmp(o + 2 * no, o + 3 * no, 4 * no) == 0,
+              pdl_same = memcmp(o, o + 6 * no, 4 * no) == 0 &&
+                         memcmp(o, o + 7 * no, 4 * no) == 0 && memcmp(o, o + 8 * no, 4 * no) == 0;
     printf("check msa decode attention vs host ref (max|ref| %.3g): sk default (%s) max|diff| "
            "%.3g (%ld of %zu differ), sk 2-launch bf16 cache %.3g (%ld), sk 2-launch fp32 cache "
            "%.3g (%ld), old split %.3g (%ld); 2-launch bf16 cache == fp32 cache bitwise: %s; "
-           "default repeat bitwise: %s\n",
-           mx, m3g_attention_sk_cluster(BLK, NH, NKV, HD, a->blocks, TOPK_B, M3G_BF16, 1)
+           "default repeat bitwise: %s; scalar cluster %.3g (%ld); tc variants PDL early / no "
+           "PDL / 1 block per SM %.3g / %.3g / %.3g, == default bitwise: %s\n",
+           mx, m3g_attention_sk_tc(BLK, NH, NKV, HD, a->blocks, TOPK_B, M3G_BF16, 1)
+                   ? "tensor-core cluster"
+                   : m3g_attention_sk_cluster(BLK, NH, NKV, HD, a->blocks, TOPK_B, M3G_BF16, 1)
                    ? "cluster" : "2-launch",
            e[0], nd[0], no, e[1], nd[1], e[2], nd[2], e[3], nd[3], same ? "yes" : "NO",
-           det ? "yes" : "NO");
+           det ? "yes" : "NO", e[4], nd[4], e[5], e[6], e[7], pdl_same ? "yes" : "NO");
     free(q), free(k), free(v), free(o), free(sc);
-    return e[0] <= 0.02 * mx && e[1] <= 0.02 * mx && e[3] <= 0.02 * mx && same && det ? 0 : -1;
+    return e[0] <= 0.02 * mx && e[1] <= 0.02 * mx && e[3] <= 0.02 * mx && e[4] <= 0.02 * mx &&
+                   same && det && pdl_same
+               ? 0
+               : -1;
 }
 
 /* Indexer: the block scores bitwise against a host loop (one accumulator
@@ -700,8 +748,8 @@ static int check_indexer(idx_ctx *x, const char *name, hipStream_t st)
     long bad = 0, badsel = 0;
     for (size_t i = 0; i < (size_t)G * x->nb; i++)
         bad += memcmp(&gb->gold_bs[i], &bs[i], 4) != 0;
-    for (int i = 0; i < G * TOPK_B; i++)
-        badsel += gb->gold_sel[i] != sel[i];
+    for (int i = 0; i < G * TOPK_B; i++) /* (variant bits 16, 64: no selection) */
+        badsel += !(x->variant & (16 | 64)) && gb->gold_sel[i] != sel[i];
     printf("check %s: block scores not bitwise equal to host: %ld of %d; "
            "top-16 entries differing: %ld of %d (sel head 0: %d %d %d ... %d)\n", name, bad,
            G * x->nb, badsel, G * TOPK_B, sel[0], sel[1], sel[2], sel[TOPK_B - 1]);
@@ -777,41 +825,42 @@ static void h_err(const float *got, const float *ref, size_t n, double *e2, doub
 /* The 128K slab: rows 0, 1, T/2 + 3 and T-1 (all 64 heads) against the host
  * golden, on rotation 0. Pass: nmse <= 1e-5 (the bf16 profile's rule for
  * component tensors, spec/tolerances.json). */
-static int check_msa_prefill(pf_ctx *p, hipStream_t st)
+static int check_msa_prefill(pf_ctx *p, const char *name, hipStream_t st)
 {
-    const size_t nkv = (size_t)p->ctx_len * NKV * HD, nq = (size_t)p->T * NH * HD;
+    const size_t nkv = (size_t)p->ctx_len * NKV * HD, nr = (size_t)NH * HD;
     uint16_t *kb = (uint16_t *)malloc(2 * nkv), *vb = (uint16_t *)malloc(2 * nkv);
     float *k = (float *)malloc(4 * nkv), *v = (float *)malloc(4 * nkv);
-    float *q = (float *)malloc(4 * nq), *o = (float *)malloc(4 * nq);
+    float *q = (float *)malloc(4 * nr), *o = (float *)malloc(4 * nr);
     float *ref = (float *)malloc(4 * NH * HD), *sc = (float *)malloc(4 * (size_t)p->ctx_len);
     if (!kb || !vb || !k || !v || !q || !o || !ref || !sc)
         return -1;
+    M3_HIP_CHECK(hipMemset(p->out, 0xff, 4 * (size_t)p->T * nr)); /* NaN: no stale result passes */
     M3_HIP_CHECK(pf_launch(p, 0, st));
     M3_HIP_CHECK(hipStreamSynchronize(st));
-    M3_HIP_CHECK(hipMemcpy(o, p->out, 4 * nq, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(q, p->q, 4 * nq, hipMemcpyDeviceToHost));
     M3_HIP_CHECK(hipMemcpy(kb, p->kc[0], 2 * nkv, hipMemcpyDeviceToHost));
     M3_HIP_CHECK(hipMemcpy(vb, p->vc[0], 2 * nkv, hipMemcpyDeviceToHost));
     for (size_t i = 0; i < nkv; i++) {
         k[i] = h_bf16(kb[i]);
         v[i] = h_bf16(vb[i]);
     }
-    const int rows[4] = {0, 1, p->T / 2 + 3, p->T - 1};
+    const int rows[6] = {0, 1, 200 % p->T, p->T / 2 + 3, p->T - 2, p->T - 1};
     double e2 = 0, r2 = 0, emax = 0, rmax = 0;
     long same = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         const int t = rows[i];
-        h_msa_row(ref, q + (size_t)t * NH * HD, k, v, p->hb + (size_t)t * TOPK_B,
-                  (size_t)p->T * TOPK_B, TOPK_B, BLK, p->ctx_len - p->T + t, NH, NKV, HD, sc);
-        h_err(o + (size_t)t * NH * HD, ref, NH * HD, &e2, &r2, &emax, &rmax);
+        M3_HIP_CHECK(hipMemcpy(o, p->out + (size_t)t * nr, 4 * nr, hipMemcpyDeviceToHost));
+        M3_HIP_CHECK(hipMemcpy(q, p->q + (size_t)t * nr, 4 * nr, hipMemcpyDeviceToHost));
+        h_msa_row(ref, q, k, v, p->hb + (size_t)t * TOPK_B, (size_t)p->T * TOPK_B, TOPK_B, BLK,
+                  p->ctx_len - p->T + t, NH, NKV, HD, sc);
+        h_err(o, ref, NH * HD, &e2, &r2, &emax, &rmax);
         for (int j = 0; j < NH * HD; j++)
-            same += o[(size_t)t * NH * HD + j] == ref[j];
+            same += o[j] == ref[j];
     }
     const double nmse = r2 > 0 ? e2 / r2 : e2;
-    printf("check msa prefill (%s path) vs host ref, 4 rows x 64 heads: nmse %.3g, max|diff| "
-           "%.3g (max|ref| %.3g), bitwise equal %ld of %d\n",
+    printf("check %s (%s path, variant %d) vs host ref, 6 rows x 64 heads: nmse %.3g, max|diff| "
+           "%.3g (max|ref| %.3g), bitwise equal %ld of %d\n", name,
            m3g_msa_attention_tc(NH, NKV, HD, BLK, TOPK_B, M3G_BF16, 1) ? "tensor-core" : "scalar",
-           nmse, emax, rmax, same, 4 * NH * HD);
+           p->variant, nmse, emax, rmax, same, 6 * NH * HD);
     free(kb), free(vb), free(k), free(v), free(q), free(o), free(ref), free(sc);
     return nmse <= 1e-5 ? 0 : -1;
 }
@@ -819,7 +868,7 @@ static int check_msa_prefill(pf_ctx *p, hipStream_t st)
 /* Edge shapes of m3g_msa_attention_prefill against the host golden: every
  * row and head; lists with -1, repeated ids and blocks past the query's own
  * block; partial last tiles; fp32 and bf16 caches. */
-static int check_msa_prefill_edges(hipStream_t st)
+static int check_msa_prefill_edges(hipStream_t st, int variant)
 {
     /* nh, nkv, hd, B, topk, pos0, T, kv bf16 */
     const int sh[6][8] = {{8, 4, 16, 128, 16, 650, 37, 1},  {64, 4, 128, 4, 5, 40, 29, 1},
@@ -877,8 +926,10 @@ static int check_msa_prefill_edges(hipStream_t st)
         M3_HIP_CHECK(hipMemcpy(dv, bf ? (void *)v16 : (void *)v, esz * nk, hipMemcpyHostToDevice));
         M3_HIP_CHECK(hipMemcpy(dbl, bl, 4 * (size_t)nkv * T * K, hipMemcpyHostToDevice));
         M3_HIP_CHECK(hipMemcpy(dpg, pg, 4 * (size_t)nb, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(m3g_msa_attention_prefill(dout, dq, dk, dv, bf ? M3G_BF16 : M3G_F32, dpg, B,
-                                               pos0, T, nh, nkv, hd, dbl, K, 1, st));
+        M3_HIP_CHECK(hipMemset(dout, 0xff, 4 * nq));
+        M3_HIP_CHECK(m3g_msa_attention_prefill_tuned(dout, dq, dk, dv, bf ? M3G_BF16 : M3G_F32, dpg,
+                                                     B, pos0, T, nh, nkv, hd, dbl, K, 1, variant,
+                                                     st));
         M3_HIP_CHECK(hipStreamSynchronize(st));
         M3_HIP_CHECK(hipMemcpy(o, dout, 4 * nq, hipMemcpyDeviceToHost));
         double e2 = 0, r2 = 0, emax = 0, rmax = 0;
@@ -888,14 +939,128 @@ static int check_msa_prefill_edges(hipStream_t st)
             h_err(o + (size_t)t * nh * hd, ref, (size_t)nh * hd, &e2, &r2, &emax, &rmax);
         }
         const double nmse = r2 > 0 ? e2 / r2 : e2;
-        printf("check msa prefill edge %d (nh %d nkv %d hd %d B %d topk %d pos0 %d T %d %s kv, "
-               "%s): nmse %.3g max|diff| %.3g (max|ref| %.3g)\n",
-               c, nh, nkv, hd, B, K, pos0, T, bf ? "bf16" : "fp32",
+        printf("check msa prefill edge %d variant %d (nh %d nkv %d hd %d B %d topk %d pos0 %d T %d "
+               "%s kv, %s): nmse %.3g max|diff| %.3g (max|ref| %.3g)\n",
+               c, variant, nh, nkv, hd, B, K, pos0, T, bf ? "bf16" : "fp32",
                m3g_msa_attention_tc(nh, nkv, hd, B, K, bf, 1) ? "tensor cores" : "scalar", nmse,
                emax, rmax);
         bad |= !(nmse <= 1e-5);
         (void)hipFree(dq), (void)hipFree(dout), (void)hipFree(dk), (void)hipFree(dv);
         (void)hipFree(dbl), (void)hipFree(dpg);
+        free(k), free(v), free(q), free(o), free(ref), free(sc), free(k16), free(v16), free(bl),
+            free(pg);
+    }
+    return bad ? -1 : 0;
+}
+
+/* Edge shapes of m3g_attention_sk (bf16 caches, bf16 mode) against the host
+ * golden, every row and head: the default path (tensor-core cluster kernel on
+ * NVIDIA), the scalar cluster kernel (variant 2) and the two launches
+ * (variant 1); lists with -1, repeated ids and blocks past the query's own
+ * block; partial own blocks; T > 1; small hd, B, topk and heads per group. */
+static int check_attention_edges(hipStream_t st)
+{
+    /* nh, nkv, hd, B, topk, pos0, T, lists without repeated ids */
+    const int sh[10][8] = {{64, 4, 128, 128, 16, 1900, 1, 0}, {64, 4, 128, 128, 16, 5000, 3, 0},
+                           {8, 4, 16, 128, 16, 650, 2, 0},    {64, 4, 128, 4, 5, 40, 1, 0},
+                           {32, 2, 64, 128, 16, 0, 1, 0},     {12, 4, 32, 16, 7, 100, 2, 0},
+                           {4, 2, 64, 16, 2, 70, 1, 0},       {64, 4, 128, 128, 8, 3000, 1, 0},
+                           {64, 4, 128, 128, 16, 1900, 1, 1}, {12, 4, 32, 16, 7, 100, 2, 1}};
+    const int vars[3] = {0, 2, 1};
+    int bad = 0;
+    uint64_t s = 91;
+    for (int c = 0; c < 10; c++) {
+        const int nh = sh[c][0], nkv = sh[c][1], hd = sh[c][2], B = sh[c][3], K = sh[c][4];
+        const int pos0 = sh[c][5], T = sh[c][6], norep = sh[c][7];
+        const int ctx = pos0 + T, nb = (ctx + B - 1) / B;
+        const size_t nk = (size_t)nb * B * nkv * hd, nq = (size_t)T * nh * hd;
+        float *k = (float *)malloc(4 * nk), *v = (float *)malloc(4 * nk);
+        float *q = (float *)malloc(4 * nq), *o = (float *)malloc(4 * nq);
+        float *ref = (float *)malloc(4 * nq), *sc = (float *)malloc(4 * (size_t)ctx);
+        uint16_t *k16 = (uint16_t *)malloc(2 * nk), *v16 = (uint16_t *)malloc(2 * nk);
+        int32_t *bl = (int32_t *)malloc(4 * (size_t)nkv * T * K), *pg = (int32_t *)malloc(4 * (size_t)nb);
+        if (!k || !v || !q || !o || !ref || !sc || !k16 || !v16 || !bl || !pg)
+            return -1;
+        for (size_t i = 0; i < nk; i++) {
+            k[i] = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 1000.0f);
+            v[i] = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 1000.0f);
+            uint32_t u;
+            memcpy(&u, &k[i], 4);
+            k16[i] = (uint16_t)(u >> 16);
+            memcpy(&u, &v[i], 4);
+            v16[i] = (uint16_t)(u >> 16);
+        }
+        for (size_t i = 0; i < nq; i++)
+            q[i] = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 250.0f);
+        for (int i = 0; i < nb; i++)
+            pg[i] = i;
+        for (int g = 0; g < nkv; g++)
+            for (int t = 0; t < T; t++) {
+                const int qb = (pos0 + t) / B;
+                int32_t *row = bl + ((size_t)g * T + t) * K;
+                for (int i = 0; i < K; i++) {
+                    const uint32_t r = pf_rng(&s) % 10;
+                    row[i] = i == 0 ? qb : r == 0 ? -1 : r == 1 && i > 1 ? row[i - 1]
+                                                        : (int)(pf_rng(&s) % (uint32_t)(nb + 1));
+                    for (int j = 0; norep && j < i; j++)
+                        if (row[j] == row[i])
+                            row[i] = -1;
+                }
+            }
+        int reps = 0; /* a visible block id listed twice in some row */
+        for (int g = 0; g < nkv; g++)
+            for (int t = 0; t < T; t++) {
+                const int32_t *row = bl + ((size_t)g * T + t) * K;
+                for (int i = 0; i < K; i++)
+                    for (int j = 0; j < i; j++)
+                        reps |= row[i] >= 0 && row[i] == row[j] && row[i] <= (pos0 + t) / B;
+            }
+        for (int t = 0; t < T; t++)
+            h_msa_row(ref + (size_t)t * nh * hd, q + (size_t)t * nh * hd, k, v, bl + (size_t)t * K,
+                      (size_t)T * K, K, B, pos0 + t, nh, nkv, hd, sc);
+        float *dq, *dout;
+        void *dk, *dv, *dws;
+        int32_t *dbl, *dpg;
+        const size_t wsn = m3g_attention_sk_ws(B, pos0, T, nh, nkv, hd, bl, K, M3G_BF16);
+        M3_HIP_CHECK(hipMalloc((void **)&dq, 4 * nq));
+        M3_HIP_CHECK(hipMalloc((void **)&dout, 4 * nq));
+        M3_HIP_CHECK(hipMalloc(&dk, 2 * nk));
+        M3_HIP_CHECK(hipMalloc(&dv, 2 * nk));
+        M3_HIP_CHECK(hipMalloc(&dws, wsn));
+        M3_HIP_CHECK(hipMalloc((void **)&dbl, 4 * (size_t)nkv * T * K));
+        M3_HIP_CHECK(hipMalloc((void **)&dpg, 4 * (size_t)nb));
+        M3_HIP_CHECK(hipMemcpy(dq, q, 4 * nq, hipMemcpyHostToDevice));
+        M3_HIP_CHECK(hipMemcpy(dk, k16, 2 * nk, hipMemcpyHostToDevice));
+        M3_HIP_CHECK(hipMemcpy(dv, v16, 2 * nk, hipMemcpyHostToDevice));
+        M3_HIP_CHECK(hipMemcpy(dbl, bl, 4 * (size_t)nkv * T * K, hipMemcpyHostToDevice));
+        M3_HIP_CHECK(hipMemcpy(dpg, pg, 4 * (size_t)nb, hipMemcpyHostToDevice));
+        printf("check msa decode edge %d (nh %d nkv %d hd %d B %d topk %d pos0 %d T %d, %s; "
+               "default path %s):",
+               c, nh, nkv, hd, B, K, pos0, T,
+               reps ? "repeated ids (judged: default only)" : "no repeated ids",
+               m3g_attention_sk_tc(B, nh, nkv, hd, dbl, K, M3G_BF16, 1) ? "tensor-core cluster"
+               : m3g_attention_sk_cluster(B, nh, nkv, hd, dbl, K, M3G_BF16, 1) ? "cluster"
+                                                                                : "2-launch");
+        for (int vi = 0; vi < 3; vi++) {
+            M3_HIP_CHECK(hipMemset(dout, 0xff, 4 * nq)); /* NaN: every output must be written */
+            M3_HIP_CHECK(m3g_attention_sk_tuned(dout, dq, dk, dv, M3G_BF16, dpg, B, pos0, T, nh,
+                                                nkv, hd, dbl, K, 1, dws, wsn, vars[vi], st));
+            M3_HIP_CHECK(hipStreamSynchronize(st));
+            M3_HIP_CHECK(hipMemcpy(o, dout, 4 * nq, hipMemcpyDeviceToHost));
+            double e2 = 0, r2 = 0, emax = 0, rmax = 0;
+            long nan = 0;
+            for (size_t i = 0; i < nq; i++)
+                nan += o[i] != o[i];
+            h_err(o, ref, nq, &e2, &r2, &emax, &rmax);
+            const double nmse = r2 > 0 ? e2 / r2 : e2;
+            printf(" variant %d nmse %.3g max|diff| %.3g (max|ref| %.3g)%s;", vars[vi], nmse, emax,
+                   rmax, nan ? " NaN" : "");
+            if (vi == 0 || !reps) /* the older paths count a repeated id twice */
+                bad |= !(nmse <= 1e-5) || nan;
+        }
+        printf("\n");
+        (void)hipFree(dq), (void)hipFree(dout), (void)hipFree(dk), (void)hipFree(dv);
+        (void)hipFree(dws), (void)hipFree(dbl), (void)hipFree(dpg);
         free(k), free(v), free(q), free(o), free(ref), free(sc), free(k16), free(v16), free(bl),
             free(pg);
     }
@@ -955,6 +1120,65 @@ static int make_fused(bench_case *bc, const char *name, const int *segrows, int 
     bc->ctx = f;
     bc->launch = fused_launch;
     return 0;
+}
+
+/* ---- decode GEMV kernel variants (m3g_gemv_variant) on the same data ---- */
+
+typedef struct gv_ctx {
+    const bench_case *base; /* a make_linear (T <= 8) or make_fused case */
+    int variant;
+} gv_ctx;
+
+static hipError_t gv_launch(void *c, int r, hipStream_t st)
+{
+    const gv_ctx *g = (const gv_ctx *)c;
+    if (g->base->launch == lin_launch) {
+        const lin_ctx *l = (const lin_ctx *)g->base->ctx;
+        const m3g_seg s = {l->y[r], l->w[r].rows, l->w[r].rows};
+        return m3g_gemv_variant(g->variant, l->x[r], l->w[r], &s, 1, NULL, l->T, st);
+    }
+    const fused_ctx *f = (const fused_ctx *)g->base->ctx;
+    const float sw[3] = {1.702f, 7.0f, 1.0f};
+    m3g_seg seg[M3G_MAX_SEG];
+    float *p = f->y[r];
+    for (int s = 0; s < f->nseg; s++) {
+        seg[s].y = p;
+        seg[s].ld = seg[s].rows = f->swiglu ? f->w[r].rows / 2 : f->segrows[s];
+        p += (size_t)f->T * f->segrows[s];
+    }
+    return m3g_gemv_variant(g->variant, f->x[r], f->w[r], seg, f->swiglu ? 1 : f->nseg,
+                            f->swiglu ? sw : NULL, f->T, st);
+}
+
+/* After the GEMV cases cases[i0, n): one case per (case, variant >= 1) that
+ * applies to the shape (tried once on copy 0), named "CASE ~ VARIANT"; all
+ * variants, or only variant 1 (the previous default kernel). Returns the
+ * new case count (at most cap). */
+static int add_gemv_variants(bench_case *cases, int i0, int n, int cap, int all, hipStream_t st)
+{
+    const int n0 = n;
+    for (int i = i0; i < n0; i++)
+        for (int v = 1; m3g_gemv_variant_name(v) && n < cap && (all || v == 1); v++) {
+            gv_ctx *g = (gv_ctx *)calloc(1, sizeof *g);
+            char *name = (char *)malloc(96);
+            if (!g || !name)
+                return n;
+            g->base = &cases[i];
+            g->variant = v;
+            const hipError_t e = gv_launch(g, 0, st);
+            if (e == hipSuccess && hipStreamSynchronize(st) == hipSuccess) {
+                snprintf(name, 96, "%s ~ %s", cases[i].name, m3g_gemv_variant_name(v));
+                cases[n] = cases[i];
+                cases[n].name = name;
+                cases[n].ctx = g;
+                cases[n].launch = gv_launch;
+                n++;
+            } else {
+                (void)hipGetLastError();
+                free(g), free(name);
+            }
+        }
+    return n;
 }
 
 /* ---- linear-layer self-checks against host goldens --------------------- */
@@ -1119,6 +1343,287 @@ static int check_linear(m3g_blas *blas, m3g_blas *blas_nolt, hipStream_t st)
     return bad ? -1 : 0;
 }
 
+/* Every decode GEMV variant (m3g_gemv_variant, bf16 mode) against the host
+ * golden (ref order, rounded) at the M3 decode shapes of the bench: one
+ * matrix per column count and row class, the fused 5-segment layout (T = 1
+ * and 3) and gate+up+SwiGLU; plus each variant twice (bitwise repeatable). */
+static int check_gemv_variants(hipStream_t st)
+{
+    enum { QR = NH * HD, KR = NKV * HD, IQR = G * IHD, IKR = IHD, TM = 3 };
+    static const struct { const char *what; int rows, cols, nseg, swiglu, T; } sh[] = {
+        {"q_proj 8192x6144", QR, H, 1, 0, 1},
+        {"k_proj 512x6144", KR, H, 1, 0, 1},
+        {"shared gate 3072x6144", I, H, 1, 0, 1},
+        {"o_proj 6144x8192", H, QR, 1, 0, 1},
+        {"dense down 6144x12288", H, ID, 1, 0, 1},
+        {"qkv+index 9856x6144", QR + 2 * KR + IQR + IKR, H, 5, 0, 1},
+        {"qkv+index 9856x6144", QR + 2 * KR + IQR + IKR, H, 5, 0, TM},
+        {"shared gate+up 6144x6144", 2 * I, H, 1, 1, 1},
+    };
+    const int seg5[5] = {QR, KR, KR, IQR, IKR};
+    const size_t maxw = (size_t)H * ID, maxy = (size_t)TM * (QR + 2 * KR + IQR + IKR);
+    uint16_t *hw = (uint16_t *)malloc(2 * maxw);
+    float *hx = (float *)malloc(4 * (size_t)TM * ID), *want = (float *)malloc(4 * maxy),
+          *got = (float *)malloc(4 * maxy), *got2 = (float *)malloc(4 * maxy);
+    void *dw = dev_rand(maxw, 1, 5151u, 0.05f);
+    float *dx = (float *)dev_rand((size_t)TM * ID, 0, 5152u, 1.0f);
+    float *dy = (float *)dev_rand(maxy, 0, 1u, 0.0f);
+    int bad = 0;
+    if (!hw || !hx || !want || !got || !got2 || !dw || !dx || !dy)
+        return -1;
+    M3_HIP_CHECK(hipDeviceSynchronize());
+    M3_HIP_CHECK(hipMemcpy(hw, dw, 2 * maxw, hipMemcpyDeviceToHost));
+    M3_HIP_CHECK(hipMemcpy(hx, dx, 4 * (size_t)TM * ID, hipMemcpyDeviceToHost));
+    const float sw[3] = {1.702f, 7.0f, 1.0f};
+    for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
+        const int rows = sh[k].rows, cols = sh[k].cols, T = sh[k].T;
+        const int orows = sh[k].swiglu ? rows / 2 : rows;
+        const m3g_mat W = {dw, M3G_BF16, rows, cols};
+        /* golden in the output layout: segments back to back, each [T, rows_s] */
+        m3g_seg seg[5];
+        size_t off = 0;
+        for (int s = 0, r0 = 0; s < sh[k].nseg; s++) {
+            const int sr = sh[k].nseg == 5 ? seg5[s] : orows;
+            seg[s].y = dy + off;
+            seg[s].ld = seg[s].rows = sr;
+            for (int t = 0; t < T; t++)
+                for (int r = 0; r < sr; r++) {
+                    const float *xt = hx + (size_t)t * cols;
+                    float v;
+                    if (sh[k].swiglu) {
+                        const float g = h_round_bf16(h_dot8(hw + (size_t)r * cols, xt, cols));
+                        const float u = h_round_bf16(h_dot8(hw + (size_t)(orows + r) * cols, xt, cols));
+                        v = h_swiglu(g, u);
+                    } else {
+                        v = h_dot8(hw + (size_t)(r0 + r) * cols, xt, cols);
+                    }
+                    want[off + (size_t)t * sr + r] = h_round_bf16(v);
+                }
+            off += (size_t)T * sr;
+            r0 += sr;
+        }
+        for (int v = 0; m3g_gemv_variant_name(v); v++) {
+            M3_HIP_CHECK(hipMemset(dy, 0xff, 4 * off)); /* NaN: nothing left from before */
+            const hipError_t e = m3g_gemv_variant(v, dx, W, seg, sh[k].nseg,
+                                                  sh[k].swiglu ? sw : NULL, T, st);
+            if (e == hipErrorInvalidValue) {
+                (void)hipGetLastError();
+                continue; /* the variant does not apply to this shape */
+            }
+            M3_HIP_CHECK(e);
+            M3_HIP_CHECK(hipStreamSynchronize(st));
+            M3_HIP_CHECK(hipMemcpy(got, dy, 4 * off, hipMemcpyDeviceToHost));
+            M3_HIP_CHECK(m3g_gemv_variant(v, dx, W, seg, sh[k].nseg, sh[k].swiglu ? sw : NULL, T, st));
+            M3_HIP_CHECK(hipStreamSynchronize(st));
+            M3_HIP_CHECK(hipMemcpy(got2, dy, 4 * off, hipMemcpyDeviceToHost));
+            char what[128];
+            snprintf(what, sizeof what, "gemv %s T=%d ~ %s%s", sh[k].what, T,
+                     m3g_gemv_variant_name(v),
+                     memcmp(got, got2, 4 * off) ? " (REPEAT DIFFERS)" : "");
+            bad |= cmp_out(what, got, want, off, 0, 1, 0.01);
+            bad |= memcmp(got, got2, 4 * off) != 0;
+        }
+    }
+    (void)hipFree(dw), (void)hipFree(dx), (void)hipFree(dy);
+    free(hw), free(hx), free(want), free(got), free(got2);
+    return bad ? -1 : 0;
+}
+
+/* ---- one whole decoder layer at decode (T = 1), as bin/m3-gpu runs it ---- */
+/* The launch sequence of gpu/m3-gpu.cu's gpu_step_batch + seq_attention for
+ * one bf16 decode row at position ctx_len - 1 (same kernels, same order):
+ * input norm (+ residual), fused q/k/v(/index q/index k) GEMV, QK-norm +
+ * RoPE, cache writes, indexer + top-16 (sparse), MSA or dense attention over
+ * the bf16 KV cache, o_proj, post-attention norm (+ residual), then MoE
+ * (router, 4 routed experts, shared expert, combine) or the dense SwiGLU
+ * MLP. Random weights at M3 shapes; the expert table is the MoE case's. A
+ * launch reads ~0.8 GB (sparse MoE layer) of weights, far more than L2, so
+ * every launch reads cold weights from HBM without copies; the activations
+ * carry over between launches (the residual stream keeps growing, which
+ * changes the routed experts from launch to launch, as in a real decode). */
+typedef struct layer_ctx {
+    int sparse, moe, ctx_len;
+    m3g_mat qkv, o, router, sgu, sd, gate, up, down;
+    const moe_ctx *experts;
+    void *in_norm, *post_norm, *q_norm, *k_norm, *iq_norm, *ik_norm, *rbias;
+    float *h, *xn, *tmp, *q, *kraw, *vraw, *att, *iq, *ikraw, *ikc, *bs, *g, *u, *ye, *sh;
+    float *rw, *rscores, *cos_t, *sin_t;
+    uint16_t *kc16, *vc16, *ik16;
+    int32_t *pages, *blk, *ridx;
+    unsigned *ictr;
+    void *iws, *sws;
+    size_t iws_n, sws_n;
+} layer_ctx;
+
+static hipError_t layer_launch(void *c, int r, hipStream_t st)
+{
+    const layer_ctx *x = (const layer_ctx *)c;
+    const int64_t pos0 = x->ctx_len - 1;
+    const int nb = (x->ctx_len + BLK - 1) / BLK;
+    const float eps = 1e-6f, al = 1.702f, lim = 7.0f, be = 1.0f;
+    const m3g_seg seg[5] = {{x->q, NH * HD, NH * HD}, {x->kraw, NKV * HD, NKV * HD},
+                            {x->vraw, NKV * HD, NKV * HD}, {x->iq, G * IHD, G * IHD},
+                            {x->ikraw, IHD, IHD}};
+    hipError_t e;
+    (void)r;
+#define LK(call)                                                                                \
+    do {                                                                                        \
+        if ((e = (call)) != hipSuccess)                                                         \
+            return e;                                                                           \
+    } while (0)
+    LK(m3g_residual_rmsnorm(x->h, x->tmp, x->xn, x->in_norm, M3G_BF16, 1, H, eps, 1, st));
+    LK(m3g_linear_multi(x->xn, x->qkv, seg, x->sparse ? 5 : 3, 1, 1, NULL, st));
+    LK(m3g_headnorm_rope(x->q, x->q, NULL, BLK, pos0, x->q_norm, M3G_BF16, 1, NH, HD, RD,
+                         x->cos_t, x->sin_t, eps, 1, st));
+    if (x->sparse)
+        LK(m3g_headnorm_rope(x->iq, x->iq, NULL, BLK, pos0, x->iq_norm, M3G_BF16, 1, G, IHD, RD,
+                             x->cos_t, x->sin_t, eps, 1, st));
+    LK(m3g_to_bf16(x->vc16 + pos0 * NKV * HD, x->vraw, NKV * HD, st));
+    LK(m3g_headnorm_rope_bf16(x->kraw, x->kc16, x->pages, BLK, pos0, x->k_norm, M3G_BF16, 1, NKV,
+                              HD, RD, x->cos_t, x->sin_t, eps, 1, st));
+    if (x->sparse) {
+        LK(m3g_headnorm_rope(x->ikraw, x->ikc, x->pages, BLK, pos0, x->ik_norm, M3G_BF16, 1, 1,
+                             IHD, RD, x->cos_t, x->sin_t, eps, 1, st));
+        LK(m3g_to_bf16(x->ik16 + pos0 * IHD, x->ikc + pos0 * IHD, IHD, st));
+        LK(m3g_msa_indexer(x->blk, x->bs, x->iq, x->ik16, M3G_BF16, x->pages, BLK, pos0, 1, G,
+                           IHD, nb, TOPK_B, 1, 0, x->ictr, x->iws, x->iws_n, st));
+    }
+    LK(m3g_attention_sk(x->att, x->q, x->kc16, x->vc16, M3G_BF16, x->pages, BLK, pos0, 1, NH,
+                        NKV, HD, x->sparse ? x->blk : NULL, x->sparse ? TOPK_B : 0, 1, x->sws,
+                        x->sws_n, st));
+    LK(m3g_linear(x->tmp, H, x->att, x->o, 1, 1, NULL, st));
+    LK(m3g_residual_rmsnorm(x->h, x->tmp, x->xn, x->post_norm, M3G_BF16, 1, H, eps, 1, st));
+    if (x->moe) {
+        const moe_ctx *m = x->experts;
+        const int64_t es = (int64_t)I * H;
+        LK(m3g_router(x->ridx, x->rw, x->rscores, x->xn, x->router, x->rbias, M3G_F32, 1, TOPK_E,
+                      st));
+        LK(m3g_gemv_grouped(x->g, x->xn, H, 0, m->eg, es, M3G_BF16, I, H, x->ridx, 1, TOPK_E, 1,
+                            st));
+        LK(m3g_gemv_grouped(x->u, x->xn, H, 0, m->eu, es, M3G_BF16, I, H, x->ridx, 1, TOPK_E, 1,
+                            st));
+        LK(m3g_swiglu(x->g, x->g, x->u, (int64_t)TOPK_E * I, al, lim, be, 1, st));
+        LK(m3g_gemv_grouped(x->ye, x->g, (int64_t)TOPK_E * I, I, m->ed, es, M3G_BF16, H, I,
+                            x->ridx, 1, TOPK_E, 1, st));
+        LK(m3g_linear_swiglu(x->g, I, x->u, x->xn, x->sgu, 1, al, lim, be, 1, NULL, st));
+        LK(m3g_linear(x->sh, H, x->g, x->sd, 1, 1, NULL, st));
+        LK(m3g_moe_combine(x->tmp, x->ye, x->rw, x->sh, 1, TOPK_E, H, 2.0f, 1, st));
+    } else {
+        LK(m3g_linear(x->g, ID, x->xn, x->gate, 1, 1, NULL, st));
+        LK(m3g_linear(x->u, ID, x->xn, x->up, 1, 1, NULL, st));
+        LK(m3g_swiglu(x->g, x->g, x->u, (int64_t)ID, al, lim, be, 1, st));
+        LK(m3g_linear(x->tmp, H, x->g, x->down, 1, 1, NULL, st));
+    }
+#undef LK
+    return hipSuccess;
+}
+
+static m3g_mat layer_mat(int rows, int cols, int dtype, uint32_t seed)
+{
+    m3g_mat w;
+    w.rows = rows;
+    w.cols = cols;
+    w.dtype = dtype;
+    w.data = dev_rand((size_t)rows * cols, dtype == M3G_BF16, seed, 0.02f);
+    return w;
+}
+
+/* sparse: MSA attention + indexer (layers 3-59) or dense causal attention
+ * (layers 0-2); moe: the MoE block (needs experts) or the dense MLP. */
+static int make_layer(bench_case *bc, const char *name, int sparse, int moe, int ctx_len,
+                      const moe_ctx *experts)
+{
+    layer_ctx *x = (layer_ctx *)calloc(1, sizeof *x);
+    if (!x)
+        return -1;
+    x->sparse = sparse;
+    x->moe = moe;
+    x->ctx_len = ctx_len;
+    x->experts = experts;
+    const int nb = (ctx_len + BLK - 1) / BLK, qrows = NH * HD + 2 * NKV * HD;
+    const size_t slots = (size_t)nb * BLK;
+    x->qkv = layer_mat(qrows + (sparse ? G * IHD + IHD : 0), H, M3G_BF16, 101u);
+    x->o = layer_mat(H, NH * HD, M3G_BF16, 102u);
+    double bytes = 2.0 * (x->qkv.rows + x->o.rows) * (double)H;
+    if (moe) {
+        x->router = layer_mat(E, H, M3G_F32, 103u);
+        x->sgu = layer_mat(2 * I, H, M3G_BF16, 104u);
+        x->sd = layer_mat(H, I, M3G_BF16, 105u);
+        bytes += 4.0 * E * H + 2.0 * 3 * I * (double)H * (TOPK_E + 1);
+    } else {
+        x->gate = layer_mat(ID, H, M3G_BF16, 106u);
+        x->up = layer_mat(ID, H, M3G_BF16, 107u);
+        x->down = layer_mat(H, ID, M3G_BF16, 108u);
+        bytes += 2.0 * 3 * ID * (double)H;
+    }
+    /* KV bytes read: 16 selected blocks, or the whole causal context */
+    bytes += 2.0 * 2.0 * NKV * HD * (sparse ? (double)TOPK_B * BLK : (double)ctx_len);
+    if (sparse)
+        bytes += 2.0 * IHD * (double)ctx_len; /* the bf16 index-K cache */
+    x->in_norm = dev_rand(H, 1, 110u, 0.1f);
+    x->post_norm = dev_rand(H, 1, 111u, 0.1f);
+    x->q_norm = dev_rand(HD, 1, 112u, 0.1f);
+    x->k_norm = dev_rand(HD, 1, 113u, 0.1f);
+    x->iq_norm = dev_rand(IHD, 1, 114u, 0.1f);
+    x->ik_norm = dev_rand(IHD, 1, 115u, 0.1f);
+    x->rbias = dev_rand(E, 0, 116u, 0.01f);
+    x->h = (float *)dev_rand(H, 0, 120u, 1.0f);
+    x->tmp = (float *)dev_rand(H, 0, 121u, 0.0f);
+    x->xn = (float *)dev_rand(H, 0, 122u, 0.0f);
+    x->q = (float *)dev_rand((size_t)qrows + G * IHD + IHD, 0, 123u, 0.0f);
+    x->kraw = x->q + NH * HD;
+    x->vraw = x->kraw + NKV * HD;
+    x->iq = x->vraw + NKV * HD;
+    x->ikraw = x->iq + G * IHD;
+    x->att = (float *)dev_rand((size_t)NH * HD, 0, 124u, 0.0f);
+    x->g = (float *)dev_rand((size_t)TOPK_E * I + ID, 0, 125u, 0.0f);
+    x->u = (float *)dev_rand((size_t)TOPK_E * I + ID, 0, 126u, 0.0f);
+    x->ye = (float *)dev_rand((size_t)TOPK_E * H, 0, 127u, 0.0f);
+    x->sh = (float *)dev_rand(H, 0, 128u, 0.0f);
+    x->rw = (float *)dev_rand(TOPK_E, 0, 129u, 0.0f);
+    x->rscores = (float *)dev_rand(E, 0, 130u, 0.0f);
+    x->cos_t = (float *)dev_rand(RD / 2, 0, 131u, 1.0f);
+    x->sin_t = (float *)dev_rand(RD / 2, 0, 132u, 1.0f);
+    x->bs = (float *)dev_rand((size_t)G * nb, 0, 133u, 0.0f);
+    x->kc16 = (uint16_t *)dev_rand(slots * NKV * HD, 1, 134u, 1.0f);
+    x->vc16 = (uint16_t *)dev_rand(slots * NKV * HD, 1, 135u, 1.0f);
+    if (sparse) {
+        x->ikc = (float *)dev_rand(slots * IHD, 0, 136u, 1.0f);
+        x->ik16 = (uint16_t *)dev_rand(slots * IHD, 1, 136u, 1.0f); /* same values */
+    }
+    int32_t *hp = (int32_t *)malloc(sizeof(int32_t) * (size_t)nb);
+    if (!x->qkv.data || !x->o.data || (moe && (!x->router.data || !x->sgu.data || !x->sd.data)) ||
+        (!moe && (!x->gate.data || !x->up.data || !x->down.data)) || !x->in_norm ||
+        !x->post_norm || !x->q_norm || !x->k_norm || !x->iq_norm || !x->ik_norm || !x->rbias ||
+        !x->h || !x->tmp || !x->xn || !x->q || !x->att || !x->g || !x->u || !x->ye || !x->sh ||
+        !x->rw || !x->rscores || !x->cos_t || !x->sin_t || !x->bs || !x->kc16 || !x->vc16 ||
+        (sparse && (!x->ikc || !x->ik16)) || !hp || (moe && !experts))
+        return -1;
+    for (int p = 0; p < nb; p++)
+        hp[p] = p;
+    x->iws_n = m3g_msa_indexer_ws(1, G, nb);
+    x->sws_n = m3g_attention_sk_ws(BLK, ctx_len - 1, 1, NH, NKV, HD, sparse ? hp : NULL,
+                                   sparse ? TOPK_B : 0, M3G_BF16);
+    if (hipMalloc((void **)&x->pages, 4 * (size_t)nb) != hipSuccess ||
+        hipMemcpy(x->pages, hp, 4 * (size_t)nb, hipMemcpyHostToDevice) != hipSuccess ||
+        hipMalloc((void **)&x->blk, 4 * G * TOPK_B) != hipSuccess ||
+        hipMalloc((void **)&x->ridx, 4 * TOPK_E) != hipSuccess ||
+        hipMemset(x->ridx, 0, 4 * TOPK_E) != hipSuccess ||
+        hipMalloc((void **)&x->ictr, sizeof(unsigned)) != hipSuccess ||
+        hipMemset(x->ictr, 0, sizeof(unsigned)) != hipSuccess ||
+        hipMalloc(&x->iws, x->iws_n) != hipSuccess ||
+        hipMalloc(&x->sws, x->sws_n > 0 ? x->sws_n : 16) != hipSuccess)
+        return -1;
+    free(hp);
+    bc->name = name;
+    bc->bytes = bytes;
+    bc->flops = 0.0;
+    bc->nrot = 2; /* the same data: ~0.8 GB per launch is cold in a 50 MB L2 anyway */
+    bc->ctx = x;
+    bc->launch = layer_launch;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int reps = 20;
@@ -1152,7 +1657,7 @@ int main(int argc, char **argv)
     printf("| case | median us | min us | max us | cv | GB/s | of 4.8 TB/s | TFLOP/s | of 989 | rot |\n"
            "|---|---|---|---|---|---|---|---|---|---|\n");
 
-    bench_case cases[48];
+    bench_case cases[224];
     int n = 0, bad = 0;
     /* decode GEMVs (bf16 weights, bf16 mode, T = 1) */
     bad |= make_linear(&cases[n++], "gemv q_proj 8192x6144", NH * HD, H, 1, l2, blas);
@@ -1168,6 +1673,12 @@ int main(int argc, char **argv)
         bad |= make_fused(&cases[n++], "gemv qkv+index 9856x6144", qkv, 5, 0, H, 1, l2);
         bad |= make_fused(&cases[n++], "gemv shared gate+up 6144x6144", gu, 2, 1, H, 1, l2);
     }
+    if (!bad && (!only || !strncmp(only, "gemv", strlen(only) < 4 ? strlen(only) : 4))) {
+        /* the same GEMVs through the previous kernel (every configuration
+         * when the run is limited to the GEMVs) */
+        M3_HIP_CHECK(hipDeviceSynchronize());
+        n = add_gemv_variants(cases, 0, n, 128, only != NULL, st);
+    }
     bad |= make_moe(&cases[n++]);
     bad |= make_msa_decode(&cases[n++], "msa decode attention 16x128 keys", 131072, l2, 0, NULL);
     if (!bad) { /* same data: fp32 cache, and the previous 3-launch split path */
@@ -1178,6 +1689,14 @@ int main(int argc, char **argv)
                                &cases[ia]);
         bad |= make_msa_decode(&cases[n++], "msa decode attention old split fp32", 131072, l2, 2,
                                &cases[ia]);
+        bad |= make_msa_decode(&cases[n++], "msa decode attention old cluster", 131072, l2, 4,
+                               &cases[ia]);
+        bad |= make_msa_decode(&cases[n++], "msa decode attention tc PDL early", 131072, l2, 5,
+                               &cases[ia]);
+        bad |= make_msa_decode(&cases[n++], "msa decode attention tc no PDL", 131072, l2, 6,
+                               &cases[ia]);
+        bad |= make_msa_decode(&cases[n++], "msa decode attention tc 1 block/SM", 131072, l2, 7,
+                               &cases[ia]);
     }
     bad |= make_indexer(&cases[n++], "indexer decode 128K", 131072, l2);
     bad |= make_indexer(&cases[n++], "indexer decode 1M", 1048576, l2);
@@ -1187,14 +1706,28 @@ int main(int argc, char **argv)
         bad |= make_indexer_alt(&cases[n++], "indexer decode 1M old 2-launch", &cases[i1m], 1, 0);
         bad |= make_indexer_alt(&cases[n++], "indexer decode 128K fma", &cases[i128], 0, 1);
         bad |= make_indexer_alt(&cases[n++], "indexer decode 1M fma", &cases[i1m], 0, 1);
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 128K rows", &cases[i128], 0, 2);
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 1M rows", &cases[i1m], 0, 2);
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 128K cfg2", &cases[i128], 0, 4);
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 1M cfg2", &cases[i1m], 0, 4);
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 128K cfg3", &cases[i128], 0, 6);
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 1M cfg3", &cases[i1m], 0, 6);
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 128K cfg3 fma", &cases[i128], 0, 7);
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 1M cfg3 fma", &cases[i1m], 0, 7);
+        /* variant bits (kernels.h m3g_msa_indexer_tuned): 1 fma, 8 the previous fused
+         * kernel, 10 / 14 the streaming kernel with 1 / 4 keys per lane (default 2),
+         * 16 block scores only (no selection), 64 no merge (lists + ticket only),
+         * 32 without programmatic dependent launch, 128 the small-footprint merge */
+        static const struct { const char *n128, *n1m; int v; } iv[] = {
+            {"indexer decode 128K old fused", "indexer decode 1M old fused", 8},
+            {"indexer decode 128K old fused fma", "indexer decode 1M old fused fma", 9},
+            {"indexer decode 128K kpt1", "indexer decode 1M kpt1", 10},
+            {"indexer decode 128K kpt1 fma", "indexer decode 1M kpt1 fma", 11},
+            {"indexer decode 128K kpt4", "indexer decode 1M kpt4", 14},
+            {"indexer decode 128K kpt4 fma", "indexer decode 1M kpt4 fma", 15},
+            {"indexer decode 128K scores only", "indexer decode 1M scores only", 16},
+            {"indexer decode 128K scores only fma", "indexer decode 1M scores only fma", 17},
+            {"indexer decode 128K no merge", "indexer decode 1M no merge", 64},
+            {"indexer decode 128K no pdl", "indexer decode 1M no pdl", 32},
+            {"indexer decode 128K fma no pdl", "indexer decode 1M fma no pdl", 33},
+            {"indexer decode 128K small merge", "indexer decode 1M small merge", 128},
+            {"indexer decode 128K small merge fma", "indexer decode 1M small merge fma", 129}};
+        for (size_t k = 0; k < sizeof iv / sizeof iv[0]; k++) {
+            bad |= make_indexer_alt(&cases[n++], iv[k].n128, &cases[i128], 0, iv[k].v);
+            bad |= make_indexer_alt(&cases[n++], iv[k].n1m, &cases[i1m], 0, iv[k].v);
+        }
     }
     /* prefill GEMMs at M = 4096 */
     bad |= make_linear(&cases[n++], "gemm M4096 q_proj 8192x6144", NH * HD, H, 4096, l2, blas);
@@ -1206,12 +1739,43 @@ int main(int argc, char **argv)
                            blas_nolt);
     }
     /* MSA prefill attention: last 2048 rows of a 128K sequence (tensor cores) */
-    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows indep", 0);
-    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows pool24", 24);
-    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows shared", PF_RAND);
-    /* TODO(device session): full-layer decode, and the GEMV-vs-GEMM
-     * correctness check on the same run. (MSA prefill vs dense causal SDPA:
-     * the cases above here, SDPA in tools/bench_torch.py --only sdpa.) */
+    /* 1 iff this build has the wgmma MSA prefill kernel (variant 3) */
+    const int pf_wgmma =
+        m3g_msa_attention_prefill_tuned(NULL, NULL, NULL, NULL, M3G_BF16, NULL, BLK, 0, 0, NH, NKV,
+                                        HD, NULL, TOPK_B, 1, 3, st) == hipSuccess;
+    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows indep", 0, PF_ROWS, 0);
+    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows pool24", 24, PF_ROWS, 0);
+    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows shared", PF_RAND, PF_ROWS, 0);
+    if (!bad) { /* the same slabs through the previous tensor-core kernel */
+        const int i0 = n - 3;
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 indep old tc", &cases[i0], 1);
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 pool24 old tc", &cases[i0 + 1], 1);
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 shared old tc", &cases[i0 + 2], 1);
+        if (pf_wgmma) { /* the wgmma kernel (variant 3), where built (msa_attention.cu) */
+            bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 indep wgmma", &cases[i0], 3);
+            bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 pool24 wgmma",
+                                        &cases[i0 + 1], 3);
+            bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 shared wgmma",
+                                        &cases[i0 + 2], 3);
+        }
+    }
+    /* the whole 131,072-row prefill (all 1,024 query blocks; compare with
+     * tools/bench_torch.py's measured "sdpa causal full 131072") */
+    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K full pool24", 24, PF_CTX, 0);
+    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K full indep", 0, PF_CTX, 0);
+    if (!bad && pf_wgmma) {
+        const int ifp = n - 2;
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill 128K full pool24 wgmma", &cases[ifp], 3);
+    }
+    { /* whole decoder layers at decode, 128K context (m3-gpu's launch
+       * sequence; the decode estimate in docs/performance.md uses these) */
+        const moe_ctx *mx = NULL;
+        for (int i = 0; i < n; i++)
+            if (!strcmp(cases[i].name, "moe decode 4 experts (no shared)"))
+                mx = (const moe_ctx *)cases[i].ctx;
+        bad |= make_layer(&cases[n++], "layer decode 128K MSA + MoE", 1, 1, 131072, mx);
+        bad |= make_layer(&cases[n++], "layer decode 128K dense attn + MLP", 0, 0, 131072, NULL);
+    }
     if (bad) {
         fprintf(stderr, "bench-gpu: setting up the cases failed (device memory?)\n");
         return 1;
@@ -1224,6 +1788,7 @@ int main(int argc, char **argv)
             if (!strcmp(cases[i].name, "msa decode attention 16x128 keys"))
                 cb |= check_attention((att_ctx *)cases[i].ctx, st);
         }
+        cb |= check_attention_edges(st);
         printf("msa decode attention self-check: %s\n", cb ? "FAILED" : "pass");
     }
     { /* every indexer case that will be timed: scores + top-16 vs the host golden */
@@ -1239,12 +1804,15 @@ int main(int argc, char **argv)
     }
     if (!only || !strncmp(only, "gem", 3)) /* linear layers */
         printf("linear self-check: %s\n", check_linear(blas, blas_nolt, st) ? "FAILED" : "pass");
+    if (!only || !strncmp(only, "gemv", strlen(only) < 4 ? strlen(only) : 4))
+        printf("gemv variants self-check: %s\n", check_gemv_variants(st) ? "FAILED" : "pass");
     if (!only || !strncmp(only, "msa prefill", strlen(only) < 11 ? strlen(only) : 11)) {
         /* MSA prefill kernel vs host goldens before its timing */
-        int cb = check_msa_prefill_edges(st);
+        int cb = check_msa_prefill_edges(st, 1) | check_msa_prefill_edges(st, 2) |
+                 (pf_wgmma ? check_msa_prefill_edges(st, 3) : 0);
         for (int i = 0; i < n; i++)
             if (!strncmp(cases[i].name, "msa prefill", 11))
-                cb |= check_msa_prefill((pf_ctx *)cases[i].ctx, st);
+                cb |= check_msa_prefill((pf_ctx *)cases[i].ctx, cases[i].name, st);
         printf("msa prefill self-check: %s\n", cb ? "FAILED" : "pass");
     }
     for (int i = 0; i < n; i++) {

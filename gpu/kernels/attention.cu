@@ -24,19 +24,21 @@
  *
  * Decode paths (later in this file), H200, bench-gpu "msa decode" (64 q / 4
  * kv heads, hd 128, 16 x 128 keys, bf16 mode, median of 20 graph replays,
- * cold-cache rotations; session of 2026-11-29, second run):
- *   m3g_attention_split  3 launches, fp32 cache          21.71 us
- *   m3g_attention_sk     2 launches, fp32 cache          23.17 us
- *   m3g_attention_sk     2 launches, bf16 cache          18.93 us
- *   m3g_attention_sk     1 cluster launch, bf16 cache    15.44 us (default)
- * (this per-row kernel: 928 us, docs/performance.md). Issue 8 target
- * <= 10 us: NOT met. Estimate (not measured): the FMAs (34 M) and bytes
- * (4.2 MB) need ~1-2 us; two launches -> one saved 3.5 us and halving the
- * cache bytes (fp32 -> bf16, same kernels) saved 4.2 us, so the rest is
- * presumably latency (dependent global round trips, cluster barriers,
- * launch and drain), not profiled per kernel yet (next: Nsight Compute on
- * the single launch; PDL; tensor cores for QK^T and P.V; fewer dependent
- * steps before the first K byte arrives).
+ * cold-cache rotations; session of 2026-11-29 19:00, second device call of
+ * the decode-attention tuning, all in the same call):
+ *   m3g_attention_split  3 launches, fp32 cache                  21.80 us
+ *   m3g_attention_sk     2 launches, fp32 cache                  23.04 us
+ *   m3g_attention_sk     2 launches, bf16 cache                  18.83 us
+ *   m3g_attention_sk     scalar cluster kernel, bf16 cache       15.36 us
+ *   m3g_attention_sk     tensor-core cluster kernel, no PDL       9.47 us
+ *                        the same, PDL, next released at start   10.38 us
+ *                        the same, PDL, next released late        8.64 us (default)
+ * (min 8.61, cv 2.0%; the first call gave 9.09 us without PDL and 10.31 us
+ * with the early release; the per-row kernel: 928 us, docs/performance.md).
+ * Issue 8 target <= 10 us: met by the default. What is left is latency
+ * (Nsight Compute on one cold launch: 78.6% of scheduler cycles with no
+ * eligible warp, 0.24 waves): launch, the block list -> page table -> K/V
+ * round trips, two cluster barriers. The 4.2 MB need < 1 us of HBM time.
  *
  * Tuning next (prefill): Q tiles of 64 rows with mma.sync / wgmma instead of
  * per-row blocks (msa_attention.cu has the MSA prefill kernel).
@@ -44,6 +46,7 @@
 #include <math.h>
 #include "common.cuh"
 #include "kernels.h"
+#include "tc.cuh"
 
 #define ATT_KT 32      /* keys per shared tile */
 #define ATT_MAXW 16    /* query heads (warps) per block */
@@ -459,6 +462,11 @@ hipError_t m3g_attention_split(float *out, const float *q, const float *kc, cons
  * Known differences from ref (within tolerance, not bitwise): L is summed
  * per split, then over splits; P.V is summed per split, then over splits
  * (ref: one ascending sum). Keys are visited in list order (golden order).
+ * Known deviation (also in the cluster kernel below and in the older paths
+ * above): a block id listed twice is counted twice (ref: the list is a set);
+ * bench-gpu's edge check shows it (nmse 0.02-0.25 on lists with repeats,
+ * <= 3.7e-8 without). ref/msa.c's selection never repeats an id; the
+ * tensor-core kernel (default) counts a repeat once.
  * Needs hd % 8 == 0, hd <= 128. */
 #define AK_SK1 32  /* keys per score block */
 #define AK_HC1 16  /* query heads per score block (2 per thread) */
@@ -839,8 +847,11 @@ __global__ void k_ak_pv(float *out, float *ws_o, unsigned *cnt, const float *ws_
         cnt[grp] = 0u;
 }
 
-/* ---- one-launch cluster path (NVIDIA sm_90; m3g_attention_sk's decode path
- * for bf16 caches in bf16 mode with a block list of <= 16 entries, B <= 128).
+/* ---- one-launch cluster path, scalar (NVIDIA sm_90; m3g_attention_sk's
+ * decode path for bf16 caches in bf16 mode with a block list of <= 16
+ * entries, B <= 128, where the tensor-core cluster kernel further below does
+ * not apply (more than 16 heads per group, hd not a power of two in 16..128)
+ * or the device refuses it; variant 2 of m3g_attention_sk_tuned).
  * A thread-block cluster of AK_CS blocks per (row, KV group, chunk of AK_CH
  * heads); block c takes list entry c (one MSA block, <= 128 keys):
  *   K and V rows -> shared memory by cp.async (all in flight at once); q;
@@ -862,12 +873,6 @@ __global__ void k_ak_pv(float *out, float *ws_o, unsigned *cnt, const float *ws_
 #define AK_CS 16  /* blocks per cluster (non-portable size; one per list entry) */
 #define AK_CH 4   /* query heads per cluster block */
 #define AK_CK 128 /* keys per cluster block (B <= 128) */
-
-__device__ __forceinline__ void ak_cp16(void *s, const void *g)
-{
-    const unsigned a = (unsigned)__cvta_generic_to_shared(s);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(g));
-}
 
 /* grid (AK_CS, nkv * nz, T), cluster (AK_CS, 1, 1), 128 threads; hd % 8 == 0,
  * hd <= 128. Shared: q [AK_CH][hd] f32, s/p [AK_CK][AK_CH] f32, stats
@@ -912,12 +917,14 @@ k_ak_cluster(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
     const int n16 = hd / 8;
     for (int e = tid; e < nk * n16; e += blockDim.x) {
         const int kk = e / n16, cc = e - kk * n16;
-        ak_cp16(Ks + kk * ksr + 8 * cc, kc + (size_t)(row0 + kk) * kvw + (size_t)g * hd + 8 * cc);
+        m3t_cp16(Ks + kk * ksr + 8 * cc, kc + (size_t)(row0 + kk) * kvw + (size_t)g * hd + 8 * cc,
+                 16);
     }
     asm volatile("cp.async.commit_group;\n" ::);
     for (int e = tid; e < nk * n16; e += blockDim.x) {
         const int kk = e / n16, cc = e - kk * n16;
-        ak_cp16(Vs + kk * hd + 8 * cc, vc + (size_t)(row0 + kk) * kvw + (size_t)g * hd + 8 * cc);
+        m3t_cp16(Vs + kk * hd + 8 * cc, vc + (size_t)(row0 + kk) * kvw + (size_t)g * hd + 8 * cc,
+                 16);
     }
     asm volatile("cp.async.commit_group;\n" ::);
     for (int e = tid; e < AK_CH * hd; e += blockDim.x) /* heads >= hc: zeros (ignored) */
@@ -1086,6 +1093,362 @@ static hipError_t ak_cluster_run(float *out, const float *q, const void *kc, con
                                        blocks, topk, scale);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
+
+/* ---- tensor-core cluster path (NVIDIA sm_90; m3g_attention_sk's default
+ * decode path where the cluster path above applies and nh / nkv <= 16,
+ * hd in {16, 32, 64, 128}). One cluster of AK_CS blocks per (row, KV
+ * group); block c takes list entry c (one MSA block of <= 128 keys) for all
+ * (<= 16) query heads of the group, which are the M = 16 rows of the
+ * mma.sync m16n8k16 tiles (heads >= nh / nkv: zero rows, never written).
+ * 8 warps, 256 threads:
+ *   the block's K and V rows -> shared memory by cp.async, all issued at
+ *   once before any math (rows past the visible keys zero-filled); q of the
+ *   group -> bf16 in shared memory (exact: bf16 mode's q is rounded);
+ *   S = Q K^T on the tensor cores, warp w keys 16w .. 16w + 15 (bf16 x bf16
+ *   products exact, fp32 sums), s = acc * scale; per-warp max / sum of exp,
+ *   then per block (warps in order); each block pushes its 16 (m, l) pairs
+ *   into every block of the cluster (DSMEM stores); cluster barrier; every
+ *   block forms the same global M, L per head (ranks in a fixed order);
+ *   p = bf16(exp(s - M) / L) (the reference's rounding point, fp32 exp and
+ *   division) -> shared; O = P V on the tensor cores, warp w dims
+ *   16w .. 16w + 15 over the block's keys; the partial of head h goes into
+ *   block h's shared memory (DSMEM stores); cluster barrier; block h sums its
+ *   head's AK_CS partials in rank order, rounds and stores.
+ * Two cluster barriers (plus an early arrive that proves every block runs
+ * before the first remote store), no workspace, no atomics, deterministic.
+ * PDL (programmatic dependent launch, default): the kernel may start while
+ * the previous kernel of the stream runs and waits for it
+ * (griddepcontrol.wait) before its first global read; it releases the next
+ * kernel just before its last cluster barrier (releasing it at the start
+ * was slower, 10.4 vs 8.6 us; not profiled, presumably the next launch's
+ * waiting blocks then hold SM slots for the whole kernel). The next kernel
+ * must itself wait (griddepcontrol.wait, or be launched without PDL) before
+ * reading out.
+ * Differences from ref (within fp32 rounding before the bf16 rounding of p,
+ * not bitwise): summation order of q.k (tensor-core k-steps), of L (per
+ * warp, per block, then ranks) and of P.V (tensor-core k-steps, then
+ * blocks in list order). A block id listed twice counts once (the list is a
+ * set, as in the reference).
+ * Checked on the H200 (bench-gpu): M3 shape vs the host golden max|diff|
+ * 1.22e-4 at max|ref| 0.046 (the same as every other path), repeat runs and
+ * the PDL / no-PDL launches bitwise equal; ten edge shapes (hd 16-128, 2-16
+ * heads per group, B 4-128, topk 2-16, T 1-3, -1 entries, repeated ids,
+ * blocks past the own block, partial own block) nmse <= 4.7e-8. Needs
+ * 16-byte aligned q and caches. */
+#define AT_NW 8   /* warps per block */
+#define AT_KT 128 /* keys per block (B <= 128) */
+
+__device__ __forceinline__ void at_cl_arrive_relaxed(void)
+{
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void at_cl_arrive(void)
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void at_cl_wait(void)
+{
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+/* shared bytes: K, V [AT_KT][hd + 8] bf16, Q, P [16][.. + 8] bf16, per-warp
+ * stats [AT_NW][16][2], cluster stats [AK_CS][16][2], partials [AK_CS][hd] */
+static size_t at_tc_shm(int hd)
+{
+    return 2 * (2 * (size_t)AT_KT * (hd + 8) + 16 * (size_t)(hd + 8) + 16 * (size_t)(AT_KT + 8)) +
+           4 * ((size_t)AT_NW * 32 + (size_t)AK_CS * 32 + (size_t)AK_CS * hd);
+}
+
+/* grid (AK_CS, nkv, T), cluster (AK_CS, 1, 1), AT_NW * 32 threads. */
+template <int HD>
+__global__ void __launch_bounds__(AT_NW * 32)
+k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
+        const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
+        const int32_t *blocks, int topk, float scale, int late)
+{
+    static_assert(AT_NW * 32 == 16 * AK_CS && AK_CS == 16 && AT_KT == 16 * AT_NW && HD % 16 == 0 &&
+                      HD <= 16 * AT_NW,
+                  "thread roles below assume 256 threads, 16 ranks, 16 keys per warp");
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    constexpr int LD = HD + 8, PLD = AT_KT + 8, CH = HD / 8;
+    extern __shared__ __align__(16) unsigned char at_sm[];
+    uint16_t *Ks = (uint16_t *)at_sm;      /* [AT_KT][LD] */
+    uint16_t *Vs = Ks + AT_KT * LD;        /* [AT_KT][LD] */
+    uint16_t *Qs = Vs + AT_KT * LD;        /* [16][LD] */
+    uint16_t *Ps = Qs + 16 * LD;           /* [16][PLD] */
+    float *wst = (float *)(Ps + 16 * PLD); /* [AT_NW][16] (m, l) */
+    float *cst = wst + AT_NW * 32;         /* [AK_CS][16] (m, l), written by rank r */
+    float *rcv = cst + AK_CS * 32;         /* [AK_CS][HD] partial O of head c from rank r */
+
+    if (!late)
+        m3t_pdl_trigger();
+    at_cl_arrive_relaxed(); /* phase 0: this block runs */
+    const int c = (int)cl.block_rank(), tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int g = blockIdx.y, t = blockIdx.z, hpg = nh / nkv;
+    const int mi = lane >> 3, r8 = lane & 7, qr = lane >> 2, qc = lane & 3;
+    const int64_t pos = pos0 + t;
+    const size_t kvw = (size_t)nkv * HD;
+    m3t_pdl_wait(); /* q, the block list and the caches: earlier kernels' outputs */
+
+    /* list entry c; a repeated id counts once (at its first entry) */
+    const int32_t *list = blocks + ((size_t)g * T + t) * topk;
+    const int lb = lane < topk ? list[lane] : -1;
+    int b = __shfl_sync(0xffffffffu, lb, c);
+    if (__ballot_sync(0xffffffffu, lane < c && lb == b))
+        b = -1;
+    int nk = 0;
+    int64_t row0 = 0;
+    if (b >= 0 && (int64_t)b <= pos / B) {
+        const int64_t kend = pos + 1 - (int64_t)b * B;
+        nk = kend < B ? (int)kend : B;
+        row0 = (int64_t)page_table[b] * B;
+    }
+    { /* every K, then every V row in flight before any math */
+        const uint16_t *kg = kc + (size_t)row0 * kvw + (size_t)g * HD;
+        const uint16_t *vg = vc + (size_t)row0 * kvw + (size_t)g * HD;
+        for (int i = tid; i < AT_KT * CH; i += AT_NW * 32) {
+            const int j = i / CH, cc = i - j * CH, ok = j < nk;
+            m3t_cp16(Ks + j * LD + 8 * cc, kg + (size_t)(ok ? j : 0) * kvw + 8 * cc, ok ? 16 : 0);
+        }
+        m3t_cp_commit();
+        for (int i = tid; i < AT_KT * CH; i += AT_NW * 32) {
+            const int j = i / CH, cc = i - j * CH, ok = j < nk;
+            m3t_cp16(Vs + j * LD + 8 * cc, vg + (size_t)(ok ? j : 0) * kvw + 8 * cc, ok ? 16 : 0);
+        }
+        m3t_cp_commit();
+    }
+    for (int i = tid; i < 16 * HD / 4; i += AT_NW * 32) { /* q rows of the group, bf16 */
+        const int h = i / (HD / 4), d4 = i - h * (HD / 4);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (h < hpg)
+            v = ((const float4 *)(q + ((size_t)t * nh + (size_t)g * hpg + h) * HD))[d4];
+        *(uint2 *)(Qs + h * LD + 4 * d4) =
+            make_uint2(m3t_pack_bf16(v.x, v.y), m3t_pack_bf16(v.z, v.w));
+    }
+    m3t_cp_wait<1>(); /* this thread's K copies landed */
+    __syncthreads();
+
+    /* S (16 heads x keys 16w .. 16w + 15): s[n][e] is head qr + 8 (e >> 1),
+     * key 16w + 8n + 2qc + (e & 1) */
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; n++)
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    if (16 * w < nk) { /* warp-uniform */
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t a[4], bk[4];
+            m3t_ldsm4(a, Qs + (r8 + 8 * (mi & 1)) * LD + kk * 16 + 8 * (mi >> 1));
+            m3t_ldsm4(bk, Ks + (16 * w + 8 * (mi >> 1) + r8) * LD + kk * 16 + 8 * (mi & 1));
+            m3t_mma(s[0], a, bk[0], bk[1]);
+            m3t_mma(s[1], a, bk[2], bk[3]);
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < 2; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            s[n][e] = 16 * w + 8 * n + 2 * qc + (e & 1) < nk ? s[n][e] * scale : -INFINITY;
+    { /* per-warp max and sum of exp of heads qr, qr + 8 (quad reductions) */
+        float m0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+        float m1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+        float l0 = 0.0f, l1 = 0.0f;
+        if (m0 > -INFINITY)
+            l0 = (expf(s[0][0] - m0) + expf(s[0][1] - m0)) +
+                 (expf(s[1][0] - m0) + expf(s[1][1] - m0));
+        if (m1 > -INFINITY)
+            l1 = (expf(s[0][2] - m1) + expf(s[0][3] - m1)) +
+                 (expf(s[1][2] - m1) + expf(s[1][3] - m1));
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        if (qc == 0) {
+            ((float2 *)wst)[w * 16 + qr] = make_float2(m0, l0);
+            ((float2 *)wst)[w * 16 + qr + 8] = make_float2(m1, l1);
+        }
+    }
+    __syncthreads();
+    { /* this block's (m, l) of head h (warps in order) -> rank dst's cst[c][h] */
+        const int h = tid & 15, dst = tid >> 4;
+        float m = -INFINITY, l = 0.0f;
+#pragma unroll
+        for (int v = 0; v < AT_NW; v++)
+            m = fmaxf(m, ((const float2 *)wst)[v * 16 + h].x);
+#pragma unroll
+        for (int v = 0; v < AT_NW; v++) {
+            const float2 x = ((const float2 *)wst)[v * 16 + h];
+            if (x.y > 0.0f)
+                l += x.y * expf(x.x - m);
+        }
+        at_cl_wait(); /* phase 0 complete: every block of the cluster runs */
+        ((float2 *)cl.map_shared_rank(cst, dst))[c * 16 + h] = make_float2(m, l);
+    }
+    at_cl_arrive();
+    at_cl_wait(); /* phase 1: every block's stats are in every block */
+    float M0 = -INFINITY, M1 = -INFINITY, L0 = 0.0f, L1 = 0.0f;
+    { /* global M, L of heads qr, qr + 8: lane qc takes ranks 4qc .. 4qc + 3,
+         the quad combines them (the same order in every block) */
+        float2 x0[4], x1[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            x0[i] = ((const float2 *)cst)[(4 * qc + i) * 16 + qr];
+            x1[i] = ((const float2 *)cst)[(4 * qc + i) * 16 + qr + 8];
+            M0 = fmaxf(M0, x0[i].x);
+            M1 = fmaxf(M1, x1[i].x);
+        }
+        M0 = fmaxf(M0, __shfl_xor_sync(0xffffffffu, M0, 1));
+        M1 = fmaxf(M1, __shfl_xor_sync(0xffffffffu, M1, 1));
+        M0 = fmaxf(M0, __shfl_xor_sync(0xffffffffu, M0, 2));
+        M1 = fmaxf(M1, __shfl_xor_sync(0xffffffffu, M1, 2));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (x0[i].y > 0.0f)
+                L0 += x0[i].y * expf(x0[i].x - M0);
+            if (x1[i].y > 0.0f)
+                L1 += x1[i].y * expf(x1[i].x - M1);
+        }
+        L0 += __shfl_xor_sync(0xffffffffu, L0, 1);
+        L1 += __shfl_xor_sync(0xffffffffu, L1, 1);
+        L0 += __shfl_xor_sync(0xffffffffu, L0, 2);
+        L1 += __shfl_xor_sync(0xffffffffu, L1, 2);
+    }
+#pragma unroll
+    for (int n = 0; n < 2; n++) { /* p = bf16(exp(s - M) / L) -> Ps */
+        const float p0 = s[n][0] > -INFINITY ? expf(s[n][0] - M0) / L0 : 0.0f;
+        const float p1 = s[n][1] > -INFINITY ? expf(s[n][1] - M0) / L0 : 0.0f;
+        const float p2 = s[n][2] > -INFINITY ? expf(s[n][2] - M1) / L1 : 0.0f;
+        const float p3 = s[n][3] > -INFINITY ? expf(s[n][3] - M1) / L1 : 0.0f;
+        const int col = 16 * w + 8 * n + 2 * qc;
+        *(uint32_t *)(Ps + qr * PLD + col) = m3t_pack_bf16(p0, p1);
+        *(uint32_t *)(Ps + (qr + 8) * PLD + col) = m3t_pack_bf16(p2, p3);
+    }
+    m3t_cp_wait<0>(); /* V landed */
+    __syncthreads();
+    if (16 * w < HD) { /* O (16 heads x dims 16w .. 16w + 15) = P V over the keys */
+        float o[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+            o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < AT_KT / 16; kk++) { /* past nk: p = 0, V rows 0 */
+            uint32_t a[4], vb[4];
+            m3t_ldsm4(a, Ps + (r8 + 8 * (mi & 1)) * PLD + kk * 16 + 8 * (mi >> 1));
+            m3t_ldsm4t(vb, Vs + (kk * 16 + 8 * (mi & 1) + r8) * LD + 16 * w + 8 * (mi >> 1));
+            m3t_mma(o[0], a, vb[0], vb[1]);
+            m3t_mma(o[1], a, vb[2], vb[3]);
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) { /* head h's partial -> rank h's rcv[c] */
+            const int h = qr + 8 * hh;
+            if (h < hpg) {
+                float *r = cl.map_shared_rank(rcv, h) + c * HD + 16 * w + 2 * qc;
+                *(float2 *)r = make_float2(o[0][2 * hh], o[0][2 * hh + 1]);
+                *(float2 *)(r + 8) = make_float2(o[1][2 * hh], o[1][2 * hh + 1]);
+            }
+        }
+    }
+    if (late)
+        m3t_pdl_trigger();
+    at_cl_arrive();
+    at_cl_wait(); /* phase 2: every partial is in place; nothing remote after this */
+    if (c < hpg)
+        for (int d = tid; d < HD; d += AT_NW * 32) {
+            float a = 0.0f;
+#pragma unroll
+            for (int r = 0; r < AK_CS; r++)
+                a += rcv[r * HD + d];
+            out[((size_t)t * nh + (size_t)g * hpg + c) * HD + d] = m3d_round_bf16(a);
+        }
+}
+
+/* 1 iff the tensor-core cluster kernel takes these shapes (given the
+ * conditions of m3g_attention_sk_cluster). */
+static int at_tc_ok(int nh, int nkv, int hd)
+{
+    return nh / nkv <= 16 && (hd == 16 || hd == 32 || hd == 64 || hd == 128);
+}
+
+template <int HD>
+static hipError_t at_tc_launch(float *out, const float *q, const void *kc, const void *vc,
+                               const int32_t *page_table, int B, int64_t pos0, int T, int nh,
+                               int nkv, const int32_t *blocks, int topk, int pdl, int late,
+                               int one, hipStream_t st)
+{
+    /* one: ask for more shared memory than two blocks can share, so that
+     * each block gets an SM of its own (benchmark knob) */
+    const size_t shm = one && at_tc_shm(HD) < 120 * 1024 ? 120 * 1024 : at_tc_shm(HD);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2] = {};
+    cfg.gridDim = dim3(AK_CS, nkv, T);
+    cfg.blockDim = dim3(AT_NW * 32);
+    cfg.dynamicSmemBytes = shm;
+    cfg.stream = st;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = AK_CS;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    /* host-side queries, allowed while a graph is being captured (relaxed) */
+    cudaStreamCaptureMode cm = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&cm);
+    int ncl = 0;
+    const int ok =
+        cudaFuncSetAttribute(k_at_tc<HD>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+            cudaSuccess &&
+        cudaFuncSetAttribute(k_at_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)shm) == cudaSuccess &&
+        cudaOccupancyMaxActiveClusters(&ncl, k_at_tc<HD>, &cfg) == cudaSuccess && ncl >= 1;
+    (void)cudaThreadExchangeStreamCaptureMode(&cm);
+    if (!ok) {
+        (void)cudaGetLastError();
+        return hipErrorInvalidValue;
+    }
+    const float scale = (float)(1.0 / sqrt((double)HD)); /* as ref/attention.c */
+    cfg.numAttrs = pdl ? 2 : 1;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k_at_tc<HD>, out, q, (const uint16_t *)kc,
+                                       (const uint16_t *)vc, page_table, B, pos0, T, nh, nkv,
+                                       blocks, topk, scale, late);
+    if (e != cudaSuccess && pdl) { /* PDL refused: the same launch without it */
+        (void)cudaGetLastError();
+        cfg.numAttrs = 1;
+        e = cudaLaunchKernelEx(&cfg, k_at_tc<HD>, out, q, (const uint16_t *)kc,
+                               (const uint16_t *)vc, page_table, B, pos0, T, nh, nkv, blocks,
+                               topk, scale, late);
+    }
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+/* hipErrorInvalidValue (nothing enqueued) when the device cannot run the
+ * cluster; the caller falls back. */
+static hipError_t at_tc_run(float *out, const float *q, const void *kc, const void *vc,
+                            const int32_t *page_table, int B, int64_t pos0, int T, int nh,
+                            int nkv, int hd, const int32_t *blocks, int topk, int pdl,
+                            int late, int one, hipStream_t st)
+{
+    switch (hd) {
+    case 128:
+        return at_tc_launch<128>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, pdl,
+                                 late, one, st);
+    case 64:
+        return at_tc_launch<64>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, pdl,
+                                 late, one, st);
+    case 32:
+        return at_tc_launch<32>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, pdl,
+                                 late, one, st);
+    default:
+        return at_tc_launch<16>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, pdl,
+                                late, one, st);
+    }
+}
 #else
 #define AK_CLUSTER 0
 #endif
@@ -1140,6 +1503,18 @@ static hipError_t ak_run(float *out, const float *q, const void *kc, const void 
     return hipSuccess;
 }
 
+int m3g_attention_sk_tc(int B, int nh, int nkv, int hd, const int32_t *blocks, int topk,
+                        int kv_dtype, int mode)
+{
+#if AK_CLUSTER
+    return m3g_attention_sk_cluster(B, nh, nkv, hd, blocks, topk, kv_dtype, mode) &&
+           at_tc_ok(nh, nkv, hd);
+#else
+    (void)B, (void)nh, (void)nkv, (void)hd, (void)blocks, (void)topk, (void)kv_dtype, (void)mode;
+    return 0;
+#endif
+}
+
 int m3g_attention_sk_cluster(int B, int nh, int nkv, int hd, const int32_t *blocks, int topk,
                              int kv_dtype, int mode)
 {
@@ -1170,6 +1545,16 @@ hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, co
         return hipErrorInvalidValue;
 #if AK_CLUSTER
     if (!(variant & 1) && m3g_attention_sk_cluster(B, nh, nkv, hd, blocks, topk, kv_dtype, mode)) {
+        if (!(variant & 2) && at_tc_ok(nh, nkv, hd)) { /* tensor cores (default) */
+            /* default: PDL launch, the next kernel released before the last
+             * cluster barrier (fastest measured); bit 2: released at the
+             * start; bit 3: no PDL; bit 4: one block per SM */
+            const hipError_t e =
+                at_tc_run(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd, blocks, topk,
+                          !(variant & 8), !(variant & 4), (variant & 16) != 0, st);
+            if (e != hipErrorInvalidValue)
+                return e; /* else: the scalar cluster kernel */
+        }
         const hipError_t e = ak_cluster_run(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd,
                                             blocks, topk, st);
         if (e != hipErrorInvalidValue)

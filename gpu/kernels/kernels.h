@@ -99,8 +99,17 @@ size_t m3g_attention_sk_ws(int B, int64_t pos0, int T, int nh, int nkv, int hd,
 int m3g_attention_sk_cluster(int B, int nh, int nkv, int hd, const int32_t *blocks, int topk,
                              int kv_dtype, int mode);
 
+/* 1 iff that cluster path is the tensor-core kernel (nh / nkv <= 16, hd in
+ * {16, 32, 64, 128}; else the scalar cluster kernel). Host only. */
+int m3g_attention_sk_tc(int B, int nh, int nkv, int hd, const int32_t *blocks, int topk,
+                        int kv_dtype, int mode);
+
 /* m3g_attention_sk with a benchmark knob: variant bit 0 forces the two-launch
- * path where the cluster path would be taken (0 = m3g_attention_sk). */
+ * path where the cluster path would be taken, bit 1 the scalar cluster kernel
+ * instead of the tensor-core one; the tensor-core kernel (default: PDL
+ * launch, the next kernel released before its last cluster barrier) with
+ * bit 2: released at its start instead; bit 3: launched without PDL; bit 4:
+ * one block per SM (0 = m3g_attention_sk). */
 hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, const void *vc,
                                   int kv_dtype, const int32_t *page_table, int B, int64_t pos0,
                                   int T, int nh, int nkv, int hd, const int32_t *blocks, int topk,
@@ -118,6 +127,19 @@ hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc,
                                      int kv_dtype, const int32_t *page_table, int B, int64_t pos0,
                                      int T, int nh, int nkv, int hd, const int32_t *blocks,
                                      int topk, int mode, hipStream_t st);
+
+/* m3g_msa_attention_prefill with a benchmark knob for the tensor-core path:
+ * variant 0 = the default (k_msa_ws), 1 = k_msa_tc (the previous kernel: one
+ * CTA barrier per step), 2 = k_msa_ws (warp-specialized producer, mbarrier
+ * ring), 3 = k_msa_wg (wgmma; hd 128 with a bf16 cache, else as 2; only in
+ * builds with -DM3_MSA_WGMMA -arch=sm_90a, else hipErrorInvalidValue for any
+ * T); no effect where the scalar path is taken. Results within the bf16
+ * profile for every variant. */
+hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
+                                           const void *vc, int kv_dtype,
+                                           const int32_t *page_table, int B, int64_t pos0, int T,
+                                           int nh, int nkv, int hd, const int32_t *blocks,
+                                           int topk, int mode, int variant, hipStream_t st);
 
 /* 1 iff m3g_msa_attention_prefill takes the tensor-core path for these shapes
  * (NVIDIA build, mode 1, hd in {16, 32, 64, 128}, nh/nkv <= 16, B <= 128,
@@ -151,7 +173,11 @@ hipError_t m3g_msa_select(int32_t *out, const float *bs, int64_t pos0, int T, in
  * zero); ws: scratch of ws_bytes >= m3g_msa_indexer_ws(T, G, nbmax) bytes
  * (no init); both device memory owned by the caller. Fused when G <= 4,
  * d * sizeof(ik) % 16 == 0 and B % 32 == 0 or B | 32; other shapes (or a
- * NULL / too small ctr, ws) run the two launchers above. */
+ * NULL / too small ctr, ws) run the two launchers above. On NVIDIA the
+ * default kernel uses programmatic dependent launch and may read page_table
+ * and the index-K rows of positions < pos0 before the previous kernel in
+ * the stream has finished: those must not be written by it (iq, bs, out,
+ * ctr, ws are touched only after it completed). */
 hipError_t m3g_msa_indexer(int32_t *out, float *bs, const float *iq, const void *ikc, int ik_dtype,
                            const int32_t *page_table, int B, int64_t pos0, int T, int G, int d,
                            int nbmax, int topk, int local_blocks, int init_blocks, unsigned *ctr,
@@ -161,10 +187,17 @@ hipError_t m3g_msa_indexer(int32_t *out, float *bs, const float *iq, const void 
 size_t m3g_msa_indexer_ws(int T, int G, int nbmax);
 
 /* m3g_msa_indexer with a benchmark knob: variant bit 0 allows fmaf scores
- * when iq is bf16 (exact products; see msa.cu); variant >> 1 picks a launch
- * configuration on NVIDIA (0 default; 1: whole rows per slice; 2: 1 key per
- * thread, 3 blocks per SM; 3: 2-deep ring, 4 blocks per SM; 1-3 need the
- * bf16 cache and G = 4). */
+ * when iq is bf16 (exact products; see msa.cu); (variant >> 1) & 7 picks the
+ * kernel / configuration: 0 default (the streaming kernel k_idx where it
+ * applies: NVIDIA or emulation, bf16 cache, d = 128, G <= 4, B % 32 == 0;
+ * else the fused kernel); 1-3 the fused kernel's tuning variants (whole
+ * rows per slice; 1 key per thread, 3 blocks per SM; 2-deep ring, 4 blocks
+ * per SM; bf16 cache, G = 4); 4 the fused kernel's default (the previous
+ * default path); 5, 6, 7 k_idx with 1, 2 (the default), 4 keys per lane.
+ * k_idx only: bit 4 (16) block scores only, no selection (timing; out,
+ * ctr, ws untouched); bit 5 (32) no programmatic dependent launch; bit 6
+ * (64) lists and tickets but no merge (timing; out untouched); bit 7 (128)
+ * the merge with a small instruction footprint (idx_merge_small). */
 hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const void *ikc,
                                  int ik_dtype, const int32_t *page_table, int B, int64_t pos0,
                                  int T, int G, int d, int nbmax, int topk, int local_blocks,
@@ -232,6 +265,16 @@ hipError_t m3g_linear_swiglu(float *act, int ld, float *up_tmp, const float *X, 
 hipError_t m3g_gemv_grouped(float *Y, const float *X, int64_t xs, int64_t xk, const void *base,
                             int64_t expert_stride, int dtype, int rows, int cols,
                             const int32_t *idx, int T, int k, int mode, hipStream_t st);
+
+/* Benchmark / tuning only (gpu/bench.cu): the bf16-mode streaming GEMV
+ * (T <= 8, bf16 weights) of m3g_linear_multi, or of m3g_linear_swiglu when
+ * swiglu = {alpha, limit, beta} (then seg[0] is act [T, ld], nseg 1), run
+ * in kernel configuration `variant`: 0 the default choice, 1.. the others
+ * (names: m3g_gemv_variant_name; NULL past the last). hipErrorInvalidValue
+ * where the variant does not apply to the shape. */
+hipError_t m3g_gemv_variant(int variant, const float *X, m3g_mat W, const m3g_seg *seg, int nseg,
+                            const float *swiglu, int T, hipStream_t st);
+const char *m3g_gemv_variant_name(int variant);
 
 /* Round x [n] to bf16 in place when mode == 1. */
 hipError_t m3g_round(float *x, int64_t n, int mode, hipStream_t st);

@@ -26,7 +26,11 @@
  *    reduction), fmaf accumulation (within the bf16 profile, not bitwise to
  *    ref), weights read once per <= 8 tokens, programmatic dependent launch
  *    on NVIDIA (the first weight chunk is in flight before the previous
- *    kernel has finished).
+ *    kernel has finished). Two shape classes run otherwise at T = 1
+ *    (gemv_pick): a split-K grid under one wave gets twice the K slices,
+ *    and a grid of one to two waves runs k_gemv_bal, the balanced one-wave
+ *    kernel (every block and warp the same bytes; fixed-order combination
+ *    of rows cut between warps).
  *  - bf16 mode, T > 8: BLAS (cuBLASLt with a 32 MiB workspace and the
  *    heuristic's best algorithm on NVIDIA; hipBLAS on ROCm / cublasGemmEx
  *    when Lt is unavailable), bf16 in, fp32 accumulate and output, then the
@@ -36,9 +40,20 @@
  * [gate; up] (shared expert): one weight pass instead of several launches.
  *
  * Status (2026-11-29): checked on the H200 by bench-gpu's host goldens
- * (fp32 bitwise, bf16 within tolerance, Lt vs fallback). The U = 4 / K-split
- * rule below was picked from a sweep of this kernel on the H200 and has not
- * yet been re-timed through bench-gpu itself.
+ * (fp32 bitwise, bf16 within tolerance, Lt vs fallback; every GEMV variant
+ * at the M3 decode shapes). Decode GEMV tuning of that day (two bench-gpu
+ * --case gemv runs, T = 1): balanced one-wave grids (k_gemv_bal, 1-5
+ * blocks per SM, one or two register windows) and a cp.async shared-memory
+ * ring (removed: 37-57% of HBM) were faster only on the short grids and
+ * slower than k_gemv_bf16 on the 75-150 MB matrices, so those keep it
+ * (q_proj 73%, o_proj 75%, dense gate/down 79%, fused q/k/v/index 77%,
+ * gate+up+SwiGLU 66%); the 80% target is not met there. PDL made no
+ * difference to k_gemv_bf16 in the graph of back-to-back launches (q_proj
+ * 28.60 us with, 28.44 without); for k_gemv_bal it changed the time by
+ * -0.5 to +3.4 us depending on the shape.
+ * Next for the decode GEMVs: a profile of k_gemv_bal against k_gemv_bf16
+ * at q_proj (why the balanced grid streams slower; suspects: fewer warps
+ * and bytes in flight per SM, X re-read over whole rows per warp).
  * Tuning next: grouped GEMV on the same streaming scheme (MoE), dense MLP
  * gate+up through m3g_linear_swiglu, bf16 GEMM output (avoid the fp32
  * write + rounding pass), PDL on the other decode kernels (today a GEMV
@@ -302,43 +317,407 @@ static int gemv_ks(int slots, int cols, int swiglu)
     return ks;
 }
 
-/* Launch one k_gemv_bf16 pass of NT tokens (PDL attribute on NVIDIA). */
-template <int NT>
-static hipError_t launch_bf16(const gemv_out &o, const float *X, const uint16_t *W, int rows,
-                              int cols, int mode, hipStream_t st)
-{
-    const int slots = o.half > 0 ? 2 * o.half : rows;
-    const int ks = gemv_ks(slots, cols, o.half > 0);
-    const int spb = GEMV_ROWS / ks; /* slots per block */
-    const int nb = (slots + spb - 1) / spb;
-#if M3_PDL
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1] = {};
-    cfg.gridDim = dim3(nb);
-    cfg.blockDim = dim3(32 * GEMV_ROWS);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = st;
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, k_gemv_bf16<NT, FAST_U>, o, X, W, rows, cols, ks, mode) ==
-        cudaSuccess)
-        return hipSuccess;
-    (void)hipGetLastError(); /* PDL refused: plain launch */
+/* ---- balanced one-wave bf16 kernels (bf16 mode) ---------------------------
+ * Why: k_gemv_bf16's grid is several waves of short blocks, so the last
+ * partial wave runs with most SMs idle (shared gate: 768 blocks over 660
+ * resident = 1.16 waves). Here the grid is BAL_SMS x bps blocks (bps per
+ * SM, all resident at once) and every block and every warp streams the
+ * same number of bytes:
+ *  - block b owns the logical rows [b*units/nb, (b+1)*units/nb) (units =
+ *    rows, or gate/up pairs in SwiGLU mode: the block then owns those gate
+ *    rows and the matching up rows);
+ *  - the block's rows x cols/8 16-byte chunks, flattened row-major (gate
+ *    rows first, then up rows), are cut into 8 equal ranges (multiples of
+ *    32 chunks), one per warp; a range may start and end inside a row;
+ *  - a warp streams its range one window of 32 x U chunks at a time (lane
+ *    l: chunks base + 32 u + l); a window crosses at most one row boundary
+ *    (rows have >= 32 U chunks), so each lane keeps the partial of the
+ *    current row and of the next; a finished row is summed over the warp;
+ *  - a row inside one warp's range goes to res[row]; a row cut by warp
+ *    boundaries leaves a head piece (the warp's first row) and/or a tail
+ *    piece (its last row) per warp, and after one __syncthreads the pieces
+ *    are added in ascending warp order;
+ *  - then the epilogue: rounding and segment store, or SwiGLU of the pair.
+ * The split depends only on the shape and the grid (BAL_SMS is a constant,
+ * not the device's SM count): results are the same on every device and in
+ * the CPU emulation, run to run. k_gemv_bal keeps one or two windows per
+ * warp in registers (template DB). Measured on the H200 (T = 1): faster
+ * than k_gemv_bf16 only where that one's grid is one to two waves (shared
+ * gate 3072x6144: 12.71 vs 16.14 us at 5 blocks per SM); on the larger
+ * matrices its streaming rate is lower (q_proj 31.03 vs 28.60 us), which
+ * the tail it saves does not pay for. gemv_pick chooses.
+ * Under PDL the first windows are requested before griddepcontrol.wait
+ * (weights never depend on the previous kernel; X and the outputs are
+ * touched only after it). Applies when cols % 8 == 0, cols >= 256 U and at
+ * most BAL_RB logical rows fall to a block (bal_fits). */
+#define BAL_SMS 132 /* H100 / H200 SXM streaming multiprocessors */
+#define BAL_RB 128  /* most logical rows (gate and up counted apart) per block */
+
+#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+#define M3_BOUNDS(t, m) __launch_bounds__(t, m)
+#else
+#define M3_BOUNDS(t, m)
 #endif
-    hipLaunchKernelGGL((k_gemv_bf16<NT, FAST_U>), dim3(nb), dim3(32 * GEMV_ROWS), 0, st, o, X, W,
-                       rows, cols, ks, mode);
-    return hipGetLastError();
+
+/* Start of warp w's chunk range in a block of n chunks (a multiple of 32). */
+__device__ __forceinline__ int bal_q(int w, int n)
+{
+    if (w >= GEMV_ROWS)
+        return n;
+    const int q = (int)(((int64_t)w * n / GEMV_ROWS) & ~(int64_t)31);
+    return q < n ? q : n;
 }
 
-/* The GEMV paths for T tokens (see the file header). */
+/* The block's share: logical rows, chunk count, and where its chunks are
+ * (chunk c < split at A[c], else B[c - split]: the up rows in SwiGLU mode). */
+struct bal_block {
+    int u0, nu, c8n, nloc, split;
+    const uint4 *A, *B;
+};
+
+__device__ __forceinline__ bal_block bal_share(const gemv_out &o, const uint16_t *W, int rows,
+                                               int cols)
+{
+    bal_block k;
+    const int nb = (int)gridDim.x, b = (int)blockIdx.x;
+    const int units = o.half > 0 ? o.half : rows;
+    k.u0 = (int)((int64_t)b * units / nb);
+    k.nu = (int)((int64_t)(b + 1) * units / nb) - k.u0;
+    k.c8n = cols >> 3;
+    k.nloc = (o.half > 0 ? 2 * k.nu : k.nu) * k.c8n;
+    k.A = (const uint4 *)W + (size_t)k.u0 * k.c8n;
+    k.B = o.half > 0 ? (const uint4 *)W + (size_t)(o.half + k.u0) * k.c8n : k.A;
+    k.split = o.half > 0 ? k.nu * k.c8n : k.nloc;
+    return k;
+}
+
+/* One window into registers: chunks base + 32 u + lane (u < U), zero past qb. */
+template <int U>
+__device__ __forceinline__ void bal_load(uint4 (&wv)[U], const bal_block &k, int base, int qb,
+                                         int lane)
+{
+    M3_UNROLL
+    for (int u = 0; u < U; u++) {
+        const int c = base + 32 * u + lane;
+        if (c < qb) {
+            wv[u] = c < k.split ? k.A[c] : k.B[c - k.split];
+        } else {
+            wv[u].x = wv[u].y = wv[u].z = wv[u].w = 0u;
+        }
+    }
+}
+
+/* Per-warp streaming state (warp-uniform except the partials). */
+template <int NT>
+struct bal_warp {
+    float ac[NT], an[NT]; /* this lane's partials of row R and of row R + 1 */
+    int R, row_end;       /* current local row; its end (in chunks) */
+    int first, last;      /* the warp's first and last local row */
+    int qa, qb;           /* the warp's chunk range */
+};
+
+template <int NT>
+__device__ __forceinline__ void bal_begin(bal_warp<NT> &s, int w, const bal_block &k)
+{
+    s.qa = bal_q(w, k.nloc);
+    s.qb = bal_q(w + 1, k.nloc);
+    s.first = s.last = s.R = s.row_end = 0;
+    M3_UNROLL
+    for (int n = 0; n < NT; n++)
+        s.ac[n] = s.an[n] = 0.0f;
+    if (s.qa < s.qb) {
+        s.first = s.qa / k.c8n;
+        s.last = (s.qb - 1) / k.c8n;
+        s.R = s.first;
+        s.row_end = (s.first + 1) * k.c8n;
+    }
+}
+
+/* Row R of this warp is complete: warp sum, then res[R] (row inside the
+ * range) or the head / tail piece; move on to row R + 1. */
+template <int NT>
+__device__ __forceinline__ void bal_emit(bal_warp<NT> &s, float (*res)[NT], float (*hp)[NT],
+                                         float (*tp)[NT], int c8n, int lane, int w)
+{
+    const bool whole = s.R * c8n >= s.qa && s.row_end <= s.qb;
+    M3_UNROLL
+    for (int n = 0; n < NT; n++) {
+        const float v = m3d_warp_sum(s.ac[n]);
+        if (lane == 0) {
+            if (whole) {
+                res[s.R][n] = v;
+            } else {
+                if (s.R == s.first)
+                    hp[w][n] = v;
+                if (s.R == s.last)
+                    tp[w][n] = v;
+            }
+        }
+        s.ac[n] = s.an[n];
+        s.an[n] = 0.0f;
+    }
+    s.R++;
+    s.row_end += c8n;
+}
+
+/* Consume the window at base (wv: its chunks for this lane; chunks past qb
+ * are skipped), then emit the rows that have no chunk left in the range:
+ * R if the window reached its end, and R + 1 if the range ends here. */
+template <int NT, int U>
+__device__ __forceinline__ void bal_step(bal_warp<NT> &s, const uint4 (&wv)[U], const float *X,
+                                         int cols, int c8n, int base, float (*res)[NT],
+                                         float (*hp)[NT], float (*tp)[NT], int lane, int w)
+{
+    M3_UNROLL
+    for (int u = 0; u < U; u++) {
+        const int c = base + 32 * u + lane;
+        if (c < s.qb) {
+            const bool nx = c >= s.row_end;
+            const int col = c - (nx ? s.row_end : s.row_end - c8n);
+            M3_UNROLL
+            for (int n = 0; n < NT; n++) {
+                const float4 *xr = (const float4 *)(X + (size_t)n * cols) + 2 * col;
+                const float a = dot8(wv[u], xr[0], xr[1], nx ? s.an[n] : s.ac[n]);
+                if (nx)
+                    s.an[n] = a;
+                else
+                    s.ac[n] = a;
+            }
+        }
+    }
+    const int end = base + 32 * U;
+    while (s.R <= s.last && end >= (s.row_end < s.qb ? s.row_end : s.qb)) /* warp-uniform */
+        bal_emit<NT>(s, res, hp, tp, c8n, lane, w);
+}
+
+/* Local row i of the block: res[i], or its pieces in ascending warp order. */
+template <int NT>
+__device__ __forceinline__ float bal_row(int i, int n, int c8n, int nloc, const float (*res)[NT],
+                                         const float (*hp)[NT], const float (*tp)[NT])
+{
+    const int c0 = i * c8n, c1 = c0 + c8n - 1;
+    int w0 = 0, w1;
+    while (c0 >= bal_q(w0 + 1, nloc))
+        w0++;
+    w1 = w0;
+    while (c1 >= bal_q(w1 + 1, nloc))
+        w1++;
+    if (w0 == w1)
+        return res[i][n];
+    float v = tp[w0][n];
+    for (int q = w0 + 1; q < w1; q++)
+        if (bal_q(q, nloc) < bal_q(q + 1, nloc)) /* an empty range left no piece */
+            v += hp[q][n];
+    return v + hp[w1][n];
+}
+
+/* After the block's __syncthreads: the epilogue of the block's rows. */
+template <int NT>
+__device__ __forceinline__ void bal_finish(const gemv_out &o, const bal_block &k, int mode,
+                                           const float (*res)[NT], const float (*hp)[NT],
+                                           const float (*tp)[NT])
+{
+    if (o.half > 0) {
+        for (int p = threadIdx.x; p < k.nu; p += blockDim.x) {
+            for (int n = 0; n < NT; n++) {
+                const float g = bal_row<NT>(p, n, k.c8n, k.nloc, res, hp, tp);
+                const float u = bal_row<NT>(k.nu + p, n, k.c8n, k.nloc, res, hp, tp);
+                o.y[0][(size_t)n * o.ld[0] + k.u0 + p] =
+                    swiglu1(m3d_round(g, mode), m3d_round(u, mode), o, mode);
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < k.nu; i += blockDim.x) {
+            for (int n = 0; n < NT; n++)
+                out_store(o, k.u0 + i, n,
+                          m3d_round(bal_row<NT>(i, n, k.c8n, k.nloc, res, hp, tp), mode));
+        }
+    }
+}
+
+/* grid nb (<= units), block 256. units = rows, or o.half pairs (SwiGLU).
+ * DB = 1: two windows in registers (the next window's loads are issued
+ * before the current one is used); DB = 0: one window (load, use, load the
+ * next), fewer registers, so more blocks per SM. */
+template <int NT, int U, int MINB, int DB>
+__global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
+    k_gemv_bal(gemv_out o, const float *X, const uint16_t *__restrict__ W, int rows, int cols,
+               int mode)
+{
+    __shared__ float res[BAL_RB][NT];
+    __shared__ float hp[GEMV_ROWS][NT], tp[GEMV_ROWS][NT];
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const bal_block k = bal_share(o, W, rows, cols);
+    bal_warp<NT> s;
+    bal_begin<NT>(s, w, k);
+    if (s.qa < s.qb) { /* warp-uniform */
+        uint4 wa[U];
+        int base = s.qa;
+        bal_load<U>(wa, k, base, s.qb, lane);
+        if constexpr (DB) {
+            uint4 wb[U];
+            bal_load<U>(wb, k, base + 32 * U, s.qb, lane);
+            pdl_wait(); /* X is the previous kernel's output */
+            for (;;) {
+                bal_step<NT, U>(s, wa, X, cols, k.c8n, base, res, hp, tp, lane, w);
+                base += 32 * U;
+                if (base >= s.qb)
+                    break;
+                bal_load<U>(wa, k, base + 32 * U, s.qb, lane);
+                bal_step<NT, U>(s, wb, X, cols, k.c8n, base, res, hp, tp, lane, w);
+                base += 32 * U;
+                if (base >= s.qb)
+                    break;
+                bal_load<U>(wb, k, base + 32 * U, s.qb, lane);
+            }
+        } else {
+            pdl_wait(); /* X is the previous kernel's output */
+            for (;;) {
+                bal_step<NT, U>(s, wa, X, cols, k.c8n, base, res, hp, tp, lane, w);
+                base += 32 * U;
+                if (base >= s.qb)
+                    break;
+                bal_load<U>(wa, k, base, s.qb, lane);
+            }
+        }
+    } else {
+        pdl_wait(); /* this thread stores outputs below */
+    }
+    __syncthreads();
+    bal_finish<NT>(o, k, mode, res, hp, tp);
+}
+
+/* ---- launch configurations ------------------------------------------------ */
+
+/* One way to run the bf16 streaming GEMV. kind 0: k_gemv_bf16 (split-K,
+ * many short blocks; gemv_ks slices); 1: the same with twice the slices
+ * (shorter blocks); 2: k_gemv_bal, two windows in registers (<= 128
+ * registers); 3: k_gemv_bal, one window (<= 48 registers for one token).
+ * bps: blocks per SM of the balanced kernels (grid BAL_SMS x bps). */
+typedef struct gemv_cfg {
+    const char *name;
+    int kind, bps, pdl;
+} gemv_cfg;
+
+/* Index 0 is the default (chosen per shape by gemv_pick); the others are
+ * benchmark variants (m3g_gemv_variant; bench-gpu --case gemv times each). */
+static const gemv_cfg gemv_cfgs[] = {
+    {"default", -1, 0, 1},
+    {"old split-K", 0, 0, 1},
+    {"old split-K no PDL", 0, 0, 0},
+    {"old split-K ks x2", 1, 0, 1},
+    {"bal u4 5/SM", 3, 5, 1},
+    {"bal u4 4/SM", 3, 4, 1},
+    {"bal u4 5/SM no PDL", 3, 5, 0},
+    {"bal dbuf u4 2/SM", 2, 2, 1},
+};
+#define GEMV_NCFG ((int)(sizeof gemv_cfgs / sizeof gemv_cfgs[0]))
+#define BAL_U 4        /* chunks per lane per window of k_gemv_bal */
+#define GEMV_WAVE 660  /* resident k_gemv_bf16 blocks on 132 SMs (5 per SM) */
+
+/* Whether k_gemv_bal can run this shape with nb blocks. */
+static int bal_fits(const gemv_out &o, int rows, int cols, int nb)
+{
+    const int units = o.half > 0 ? o.half : rows;
+    if (cols < 256 * BAL_U || units < 1 || nb < 1) /* rows of >= 32 U chunks */
+        return 0;
+    const int per = (units + nb - 1) / nb;
+    return (o.half > 0 ? 2 * per : per) <= BAL_RB;
+}
+
+/* The default configuration for T tokens (H200 sweep of 2026-11-29,
+ * bench-gpu --case gemv, T = 1; every balanced variant streamed slower than
+ * k_gemv_bf16 once its grid is two or more waves, so those shapes keep it):
+ *  - only at T = 1 and for >= 4096 columns (what was measured; e.g. the
+ *    shared expert down 6144x3072 is also a 1.16-wave grid but was not
+ *    timed);
+ *  - split-K grid under one wave: twice the K slices (k_proj 512x6144:
+ *    4.76 -> 4.01 us);
+ *  - one to two waves (a long, mostly idle last wave): the balanced
+ *    kernel, 5 blocks per SM (shared gate 3072x6144: 16.14 -> 12.71 us);
+ *  - otherwise k_gemv_bf16 as before (q/o_proj, dense gate/down, fused
+ *    q/k/v(+index), gate+up+SwiGLU, LM head). */
+static gemv_cfg gemv_pick(const gemv_out &o, int rows, int cols, int T)
+{
+    const int slots = o.half > 0 ? 2 * o.half : rows;
+    const int ks = gemv_ks(slots, cols, o.half > 0), spb = GEMV_ROWS / ks;
+    const int nb = (slots + spb - 1) / spb;
+    if (T != 1 || cols < 4096) /* what was measured: one token, 6144-12288 columns */
+        return gemv_cfgs[1];
+    if (nb < GEMV_WAVE && ks < (o.half > 0 ? GEMV_ROWS / 2 : GEMV_ROWS))
+        return gemv_cfgs[3];
+    if (nb < 2 * GEMV_WAVE && bal_fits(o, rows, cols, gemv_cfgs[4].bps * BAL_SMS))
+        return gemv_cfgs[4];
+    return gemv_cfgs[1];
+}
+
+/* Launch kernel k over grid nb x 256 threads with shm bytes of dynamic
+ * shared memory, with the PDL attribute on NVIDIA when pdl (a plain launch
+ * if that is refused); returns from the calling function. */
+#if M3_PDL
+#define GEMV_LAUNCH(k, nb, shm, pdl, st, ...)                                                 \
+    do {                                                                                      \
+        if (pdl) {                                                                            \
+            cudaLaunchConfig_t cfg_ = {};                                                     \
+            cudaLaunchAttribute at_[1] = {};                                                  \
+            cfg_.gridDim = dim3(nb);                                                          \
+            cfg_.blockDim = dim3(32 * GEMV_ROWS);                                             \
+            cfg_.dynamicSmemBytes = (shm);                                                    \
+            cfg_.stream = st;                                                                 \
+            at_[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;                   \
+            at_[0].val.programmaticStreamSerializationAllowed = 1;                            \
+            cfg_.attrs = at_;                                                                 \
+            cfg_.numAttrs = 1;                                                                \
+            if (cudaLaunchKernelEx(&cfg_, k, __VA_ARGS__) == cudaSuccess)                     \
+                return hipSuccess;                                                            \
+            (void)hipGetLastError(); /* PDL refused: plain launch */                          \
+        }                                                                                     \
+        hipLaunchKernelGGL(k, dim3(nb), dim3(32 * GEMV_ROWS), (shm), st, __VA_ARGS__);        \
+        return hipGetLastError();                                                             \
+    } while (0)
+#else
+#define GEMV_LAUNCH(k, nb, shm, pdl, st, ...)                                                 \
+    do {                                                                                      \
+        (void)(pdl);                                                                          \
+        hipLaunchKernelGGL(k, dim3(nb), dim3(32 * GEMV_ROWS), (shm), st, __VA_ARGS__);        \
+        return hipGetLastError();                                                             \
+    } while (0)
+#endif
+
+/* Launch one streaming pass of NT tokens in configuration c. */
+template <int NT>
+static hipError_t launch_fast(const gemv_cfg &c, const gemv_out &o, const float *X,
+                              const uint16_t *W, int rows, int cols, int mode, hipStream_t st)
+{
+    if (c.kind <= 1) {
+        const int slots = o.half > 0 ? 2 * o.half : rows;
+        int ks = gemv_ks(slots, cols, o.half > 0);
+        if (c.kind == 1 && ks < (o.half > 0 ? GEMV_ROWS / 2 : GEMV_ROWS))
+            ks *= 2;
+        const int spb = GEMV_ROWS / ks; /* slots per block */
+        const int nb = (slots + spb - 1) / spb;
+        GEMV_LAUNCH((k_gemv_bf16<NT, FAST_U>), nb, 0, c.pdl, st, o, X, W, rows, cols, ks, mode);
+    }
+    const int units = o.half > 0 ? o.half : rows;
+    const int nb = BAL_SMS * c.bps < units ? BAL_SMS * c.bps : units;
+    if (!bal_fits(o, rows, cols, nb))
+        return hipErrorInvalidValue;
+    constexpr int M5 = NT == 1 ? 5 : 2; /* register cap: 5 blocks per SM for one token */
+    if (c.kind == 2)
+        GEMV_LAUNCH((k_gemv_bal<NT, BAL_U, 2, 1>), nb, 0, c.pdl, st, o, X, W, rows, cols, mode);
+    GEMV_LAUNCH((k_gemv_bal<NT, BAL_U, M5, 0>), nb, 0, c.pdl, st, o, X, W, rows, cols, mode);
+}
+
+/* The GEMV paths for T tokens (see the file header); cfg: NULL = default. */
 static hipError_t gemv_run(const gemv_out &o, const float *X, m3g_mat W, int T, int mode,
-                           hipStream_t st)
+                           hipStream_t st, const gemv_cfg *cfg = NULL)
 {
     const bool fast = mode == 1 && W.dtype == M3G_BF16 && (W.cols & 7) == 0 &&
                       ((uintptr_t)X & 15) == 0 && ((uintptr_t)W.data & 15) == 0 && T <= 8;
     if (!fast) {
+        if (cfg)
+            return hipErrorInvalidValue;
         const int units = o.half > 0 ? o.half : W.rows;
         const int per_block = o.half > 0 ? 2 * GEMV_ROWS : 4 * GEMV_ROWS;
         hipLaunchKernelGGL(k_gemv_exact, dim3((units + per_block - 1) / per_block,
@@ -347,6 +726,7 @@ static hipError_t gemv_run(const gemv_out &o, const float *X, m3g_mat W, int T, 
                            mode);
         return hipGetLastError();
     }
+    const gemv_cfg c = cfg ? *cfg : gemv_pick(o, W.rows, W.cols, T);
     const uint16_t *Wb = (const uint16_t *)W.data;
     int t = 0;
     while (t < T) {
@@ -357,16 +737,16 @@ static hipError_t gemv_run(const gemv_out &o, const float *X, m3g_mat W, int T, 
         const int left = T - t;
         hipError_t e;
         if (left >= 8) {
-            e = launch_bf16<8>(ot, Xt, Wb, W.rows, W.cols, mode, st);
+            e = launch_fast<8>(c, ot, Xt, Wb, W.rows, W.cols, mode, st);
             t += 8;
         } else if (left >= 4) {
-            e = launch_bf16<4>(ot, Xt, Wb, W.rows, W.cols, mode, st);
+            e = launch_fast<4>(c, ot, Xt, Wb, W.rows, W.cols, mode, st);
             t += 4;
         } else if (left >= 2) {
-            e = launch_bf16<2>(ot, Xt, Wb, W.rows, W.cols, mode, st);
+            e = launch_fast<2>(c, ot, Xt, Wb, W.rows, W.cols, mode, st);
             t += 2;
         } else {
-            e = launch_bf16<1>(ot, Xt, Wb, W.rows, W.cols, mode, st);
+            e = launch_fast<1>(c, ot, Xt, Wb, W.rows, W.cols, mode, st);
             t += 1;
         }
         if (e != hipSuccess)
@@ -862,4 +1242,35 @@ hipError_t m3g_linear_swiglu(float *act, int ld, float *up_tmp, const float *X, 
         (e = gemm_run(up_tmp, I, X, mat_rows(W, I, I), T, mode, blas, st)) != hipSuccess)
         return e;
     return m3g_swiglu(act, act, up_tmp, (int64_t)T * I, alpha, limit, beta, mode, st);
+}
+
+const char *m3g_gemv_variant_name(int variant)
+{
+    return variant >= 0 && variant < GEMV_NCFG ? gemv_cfgs[variant].name : NULL;
+}
+
+hipError_t m3g_gemv_variant(int variant, const float *X, m3g_mat W, const m3g_seg *seg, int nseg,
+                            const float *swiglu, int T, hipStream_t st)
+{
+    if (variant < 0 || variant >= GEMV_NCFG || T < 1 || T > 8 || nseg < 1 ||
+        nseg > M3G_MAX_SEG || (swiglu && (nseg != 1 || (W.rows & 1) != 0)))
+        return hipErrorInvalidValue;
+    gemv_out o;
+    memset(&o, 0, sizeof o);
+    int r = 0;
+    for (int s = 0; s < nseg; s++) {
+        o.y[s] = seg[s].y;
+        o.ld[s] = seg[s].ld;
+        r += seg[s].rows;
+        o.end[s] = r;
+    }
+    o.nseg = nseg;
+    if (swiglu) {
+        o.end[0] = W.rows;
+        o.half = W.rows / 2;
+        o.alpha = swiglu[0], o.limit = swiglu[1], o.beta = swiglu[2];
+    } else if (r != W.rows) {
+        return hipErrorInvalidValue;
+    }
+    return gemv_run(o, X, W, T, 1, st, variant == 0 ? NULL : &gemv_cfgs[variant]);
 }

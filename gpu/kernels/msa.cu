@@ -21,28 +21,33 @@
  * candidates.
  *
  * Decode path (m3g_msa_indexer, end of this file): ONE launch for block
- * scores + selection, coalesced cp.async slices through shared memory,
- * last-block-done selection. Measured on the H200 (bench-gpu, median of
- * 20 graph replays, cold cache, bf16 cache, 4 heads x 128, B 128, top 16):
- * 45.45 us at 128K (15.4% of 4.8 TB/s for the 32 MiB cache) and 190.16 us at
- * 1M (29.4%), vs 51.18 / 194.82 us for the two-launch path in the same run;
- * scores bitwise and top-16 identical to the host golden on the device.
- * Target (>= 70%: ~10 us / ~80 us) NOT met. Every variant tried (FMA vs
- * mul+add, 128 or 256 threads, 1 or 2 keys per thread, 3- or 4-deep ring,
- * 1-3 blocks per SM) streams at the same ~1.6-1.8 TB/s marginal rate plus
- * ~25-38 us per launch, as does the old kernel: the limiter is something
- * these designs share and was not identified without a profiler (ncu:
- * dram throughput, stall reasons, achieved occupancy are the next step;
- * suspects: the int64 div/mod by B per copied row (page lookup; removed
- * after the measurement, see below), the 64-byte
- * slices at 256-byte stride (DRAM page locality), smem carveout giving 1
- * block per SM). Configuration 1 (bench-gpu "rows" cases) addresses the
- * first two: whole 256-byte rows per slice (512 contiguous bytes per warp
- * copy) and one 32-bit division per group (the other configurations now
- * share that); written after the last device run of the session, checked
- * in emulation only, NOT measured. Prefill (large T): one block per row,
- * correct but not tuned; the scores are a [T x G*d] by [d x keys] GEMM with
- * a block-max epilogue.
+ * scores + selection. Default on NVIDIA (and in the CPU emulation): the
+ * streaming kernel k_idx (section "Streaming indexer"): one block of 12
+ * warps per SM over a contiguous range of MSA blocks, warp-private 2-deep
+ * cp.async rings of 8 KB stages (no block barrier while streaming), 2 keys
+ * per lane, q from shared memory as broadcast loads, local top-k per block,
+ * last-block merge of the lists, programmatic dependent launch. Elsewhere
+ * (hipcc / AMD) and as benchmark variant 8: the earlier fused kernel
+ * (section "Fused indexer": coalesced cp.async slices through a block-wide
+ * ring, last-block selection), and the two-launch path for other shapes.
+ *
+ * Measured on the H200 (bench-gpu --case indexer, median of 20 graph
+ * replays, cold cache, bf16 cache, 4 heads x 128, B 128, top 16; logical
+ * bytes = the 256 B/token index-K stream), same run: default 32.00 us at
+ * 128K (21.8% of 4.8 TB/s) and 93.82 us at 1M (59.6%); the earlier fused
+ * kernel 56.32 / 193.39 us, the two-launch path 50.28 / 193.05 us. Scores
+ * bitwise and top-16 identical to the host golden on the device for every
+ * variant. Where the time goes (same run): block scores alone (variant 16)
+ * 15.80 / 76.33 us (marginal rate 3.9 TB/s, ~7 us fixed), + local top-k,
+ * lists and ticket (variant 64) 17.22 / 78.81 us, + the last block's merge
+ * 32.00 / 93.82 us: the merge costs ~15 us although it reads a few KB
+ * (suspect: its unrolled code, cold in the instruction caches after the
+ * stream flushed L2; idx_merge_small, variant 128, is the small-footprint
+ * rewrite, not yet measured). With FMA (variant 1, exact for bf16 q and
+ * keys in range, see idx_q_fma_ok): 30.38 / 85.38 us. Target (>= 70%:
+ * ~10 us / ~80 us) NOT met. Prefill (large T) runs the same kernels with
+ * one block per row (correct, not tuned; the scores are a [T x G*d] by
+ * [d x keys] GEMM with a block-max epilogue).
  */
 #include <math.h>
 #include "common.cuh"
@@ -480,15 +485,14 @@ hipError_t m3g_msa_select(int32_t *out, const float *bs, int64_t pos0, int T, in
  * (ascending), -1 padding.
  *
  * Scores: by default each product is a multiply then an add, as ref
- * (bitwise). Opt-in (m3g_msa_indexer_tuned variant bit 0, the bench's
- * "fma" rows): in bf16 mode iq and the index-K cache hold bf16 values, so
+ * (bitwise). Opt-in (m3g_msa_indexer_tuned variant 9, the bench's "old
+ * fused fma" rows): in bf16 mode iq and the index-K cache hold bf16 values, so
  * every product q_i * k_i has at most 16 significant bits and is exact in
  * fp32, and fmaf(q, k, a) == a + q * k bit for bit; the kernel checks that
  * every iq value is bf16 and otherwise multiplies then adds. The FMA could
  * differ only for a product outside fp32's normal range (|q_i k_i| >
  * FLT_MAX, or a subnormal product with bits below 2^-149 while the running
- * sum is itself tiny). It measured no faster on the H200 (the kernel is not
- * FP-bound: see the file header), so it is off by default.
+ * sum is itself tiny). Off by default (see idx_q_fma_ok).
  * ========================================================================== */
 
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__) && !defined(M3_EMU)
@@ -1260,11 +1264,817 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
     }
 }
 
+/* ==========================================================================
+ * Streaming indexer (k_idx): the default m3g_msa_indexer path on NVIDIA
+ * (and in the CPU emulation) for the bf16 index-K cache with d = 128,
+ * G <= 4, B % 32 == 0, topk <= 32. The fused kernel above stays the
+ * portable path (hipcc / AMD) and a benchmark variant.
+ *
+ * Why a new kernel: the fused kernel ran 8 warps per SM (123 registers,
+ * 84 KB of shared memory per 128-thread block, every slice behind a block
+ * barrier) at 30% of DRAM throughput (ncu), plus 25-38 us of fixed cost.
+ *
+ * Grid (P, T), P = one block per SM split over the T rows (persistent: each
+ * block owns a contiguous range of MSA blocks of its row), NW = 12 warps.
+ * Work unit: a warp tile = 32 * KPT consecutive keys (KPT = 2 by default;
+ * B % 32 == 0 so each 32-key tile lies in one MSA block / page), lane = keys
+ * lane, lane + 32, ... Every warp streams its own warp tiles (w, w + NW,
+ * ...) through its own 2-deep ring of 8 KB stages in shared memory; a stage
+ * holds slice sl (256 / KPT bytes) of every row of the warp tile, copied with
+ * coalesced 16-byte cp.async (512 contiguous-per-row bytes per warp
+ * instruction), chunks XOR-swizzled (idx_swz) so that 32 lanes reading one
+ * 16-byte chunk of their own rows hit 8 distinct bank groups per quarter
+ * warp. No block barrier in the streaming loop: warps only __syncwarp, so a
+ * warp has one stage in flight while it computes one and the other warps
+ * hide its latency. q [G][128] sits in shared memory, read as broadcast
+ * 16-byte loads once per chunk for the KPT keys of a lane (KPT = 1: 1.7x
+ * the q traffic; measured slower at 1M; KPT = 4 (64-byte slices) slower).
+ *
+ * Scores: one fp32 accumulator per (key, head) over d ascending; multiply
+ * then add (bitwise as ref) unless FMA is allowed (variant bit 0, see
+ * idx_q_fma_ok for when it is exact). Tile maxima per head by the
+ * order-aware butterfly (mix_seg_max), block maxima from the B/32 tile
+ * maxima in key order after one block barrier per round (a round = up to
+ * IDX_RT tiles, whole MSA blocks; decode at 1M is one round).
+ *
+ * Selection: each block keeps its local golden-order top `need` per head
+ * (need = topk - forced blocks; rank of each golden key among the block's
+ * candidates), publishes the sorted list (IDX_LCAP slots of ws), takes a
+ * ticket; the last block of the row merges, one warp per head: m = the
+ * need-th largest of the 32 lane maxima of the lists' heads is a lower
+ * bound of the global need-th key, so the answer is the top `need` of the
+ * keys >= m, which lie in the lists whose head is >= m (a prefix of each);
+ * those survivors are ranked against each other. More than IDX_SCAP
+ * survivors (only with adversarial data) or P > 32 * IDX_PCMAX: an exact
+ * repeated-argmax over all lists. Forced blocks first ascending, -1 padding.
+ * The ticket: one thread per block releases its block's list stores with
+ * fence.acq_rel.gpu before the atomic (the last block acquires after it),
+ * instead of every thread running __threadfence (fence.sc) first.
+ *
+ * Programmatic dependent launch (NVIDIA): the kernel lets the next kernel
+ * launch at once and, before waiting for the previous kernel, starts the
+ * copies of its first tiles when they hold only keys of positions < pos0
+ * (written by earlier forward steps, never by the kernel just before this
+ * one) and reads the page table (not written by the previous kernel
+ * either). iq, bs, out, ctr and ws are touched only after the wait.
+ * ========================================================================== */
+
+#if MIX_CPASYNC || defined(M3_EMU)
+#define IDX_ON 1
+#else
+#define IDX_ON 0
+#endif
+
+#define IDX_D 128                  /* index head dim of this path */
+#define IDX_ROWB (IDX_D * 2)       /* bytes of one bf16 key row */
+#define IDX_TILEB (32 * IDX_ROWB)  /* one warp tile: 32 rows, 8 KB */
+#define IDX_RT 256                 /* tiles per round (tile maxima in shared memory) */
+#define IDX_LCAP 32                /* list slots per (block, head) in ws (>= topk) */
+#define IDX_PCMAX 8                /* lists per lane in the merge: P <= 256 */
+#ifndef IDX_SCAP                   /* (tests may lower it to exercise the fallback) */
+#define IDX_SCAP 256               /* merge survivors per head */
+#endif
+#define IDX_F_SCORES_ONLY 2        /* kernel flag: block scores only (timing) */
+#define IDX_F_NO_MERGE 4           /* kernel flag: no merge in the last block (timing) */
+#define IDX_F_SMALL_MERGE 8        /* kernel flag: idx_merge_small (opt-in) */
+
+#if IDX_ON
+
+#if MIX_CPASYNC
+#define IDX_BOUNDS(t) __launch_bounds__(t, 1)
+#define IDX_NOUNROLL _Pragma("unroll 1")
+#else
+#define IDX_BOUNDS(t)
+#define IDX_NOUNROLL
+#endif
+
+static __device__ __forceinline__ void idx_syncwarp()
+{
+#if defined(M3_EMU)
+    (void)m3_shfl_xor(0.0f, 0); /* the emulation's warp barrier */
+#else
+    __syncwarp();
+#endif
+}
+
+static __device__ __forceinline__ void idx_pdl_trigger()
+{
+#if MIX_CPASYNC && defined(__CUDA_ARCH__)
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void idx_pdl_wait()
+{
+#if MIX_CPASYNC && defined(__CUDA_ARCH__)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Two adjacent u64 written by another block of this launch (16-byte aligned). */
+static __device__ __forceinline__ void idx_ld2(const mix_u64 *p, mix_u64 &a, mix_u64 &b)
+{
+#if MIX_CPASYNC
+    const ulonglong2 v = __ldcg((const ulonglong2 *)p);
+    a = v.x;
+    b = v.y;
+#else
+    a = ((const volatile mix_u64 *)p)[0];
+    b = ((const volatile mix_u64 *)p)[1];
+#endif
+}
+
+static __device__ __forceinline__ int idx_warp_sum_i(int v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += m3_shfl_xor_i(v, o);
+    return v;
+}
+
+/* FMA exactness guard on q (FMA is used, where allowed, only when this
+ * holds for all of iq[t]): q is bf16 (low 16 bits zero) and 0 or 2^-60 <=
+ * |q| < 2^61. Then for a bf16 key value k the product q * k has at most 16
+ * significant bits and is exact in fp32 -- so fmaf(q, k, a) == a + q * k bit
+ * for bit -- unless |k| >= 2^67 (the product may overflow) or 0 < |k| <
+ * 2^-75 (its low bits may fall below 2^-149; even then the results differ
+ * only if the running sum is below ~2^-100). Index keys are RMS-normed
+ * (|x / rms(x)| <= sqrt(128)) times (1 + w), then rotated, so |k| >= 2^67
+ * needs a norm weight near 2^62, and a nonzero |k| < 2^-75 needs an element
+ * 2^-78 below its row's RMS: not produced by real checkpoints, but not
+ * excluded for arbitrary inputs, which is why FMA is opt-in (variant bit
+ * 0), not the default. */
+static __device__ __forceinline__ int idx_q_fma_ok(float v)
+{
+    const unsigned u = __float_as_uint(v), e = (u >> 23) & 0xffu;
+    return (u & 0xffffu) == 0 && ((u & 0x7fffffffu) == 0 || (e >= 127u - 60u && e < 127u + 61u));
+}
+
+/* Shared-memory layout (bytes): q [NG][128] f32 | ring [NW][ST][8 KB] |
+ * tile maxima [NG][IDX_RT] f32 | candidates [NG][IDX_LCAP + IDX_RT] u64 |
+ * list scratch [NG][IDX_LCAP] u64 | misc [16] u32 | pages of the round
+ * [IDX_RT] i32. */
+template <int NG, int NW, int ST> struct idx_lay {
+    static constexpr size_t q = 0;
+    static constexpr size_t ring = (size_t)NG * IDX_D * 4;
+    static constexpr size_t tmx = ring + (size_t)NW * ST * IDX_TILEB;
+    static constexpr size_t cand = tmx + (size_t)NG * IDX_RT * 4;
+    static constexpr size_t tmpl = cand + (size_t)NG * (IDX_LCAP + IDX_RT) * 8;
+    static constexpr size_t misc = tmpl + (size_t)NG * IDX_LCAP * 8;
+    static constexpr size_t pg = misc + 16 * 4;
+    static constexpr size_t total = pg + IDX_RT * 4;
+};
+
+/* One pipeline unit of a warp: slice sl (of KPT) of a warp tile of 32 * KPT
+ * keys, i.e. 16 / KPT 16-byte chunks (d = 8 * chunk ...) of every key row;
+ * lane = keys lane, lane + 32, ... (sub-tiles k = 0..KPT-1). Stage rows are
+ * SB = 256 / KPT bytes, chunk c of row r at position c ^ idx_swz(r). acc
+ * [KPT][NG] carries the dot products across the slices (one fp32
+ * accumulator per key and head over d ascending). q chunks are read once
+ * per unit and used for the KPT keys of the lane. */
+template <int KPT> static __device__ __forceinline__ int idx_swz(int lane)
+{
+    return KPT <= 2 ? (lane & 7) : ((lane >> 1) & 3); /* 8 distinct bank groups per 8 rows */
+}
+
+template <int NG, int KPT, int FMA>
+static __device__ __forceinline__ void idx_unit(const char *stage, const float *qs, int sl,
+                                                float (&acc)[KPT][NG])
+{
+    constexpr int CPS = 16 / KPT, SB = IDX_ROWB / KPT, CU = 4 / KPT; /* CU chunks per step */
+    const int lane = threadIdx.x & 31, sw = idx_swz<KPT>(lane);
+IDX_NOUNROLL
+    for (int c0 = 0; c0 < CPS; c0 += CU) {
+MSA_UNROLL
+        for (int cu = 0; cu < CU; cu++) {
+            const int c = c0 + cu, ch = sl * CPS + c;
+            float q[NG][8];
+MSA_UNROLL
+            for (int g = 0; g < NG; g++) {
+                const float4 qa = *(const float4 *)(qs + g * IDX_D + ch * 8);
+                const float4 qc = *(const float4 *)(qs + g * IDX_D + ch * 8 + 4);
+                q[g][0] = qa.x, q[g][1] = qa.y, q[g][2] = qa.z, q[g][3] = qa.w;
+                q[g][4] = qc.x, q[g][5] = qc.y, q[g][6] = qc.z, q[g][7] = qc.w;
+            }
+MSA_UNROLL
+            for (int k = 0; k < KPT; k++) {
+                const uint4 v = *(const uint4 *)(stage + (lane + 32 * k) * SB + ((c ^ sw) << 4));
+                float kv[8];
+                kv[0] = __uint_as_float(v.x << 16);
+                kv[1] = __uint_as_float(v.x & 0xffff0000u);
+                kv[2] = __uint_as_float(v.y << 16);
+                kv[3] = __uint_as_float(v.y & 0xffff0000u);
+                kv[4] = __uint_as_float(v.z << 16);
+                kv[5] = __uint_as_float(v.z & 0xffff0000u);
+                kv[6] = __uint_as_float(v.w << 16);
+                kv[7] = __uint_as_float(v.w & 0xffff0000u);
+MSA_UNROLL
+                for (int g = 0; g < NG; g++) {
+                    float a = acc[k][g];
+MSA_UNROLL
+                    for (int e = 0; e < 8; e++) {
+                        if (FMA)
+                            a = fmaf(q[g][e], kv[e], a);
+                        else
+                            a += q[g][e] * kv[e];
+                    }
+                    acc[k][g] = a;
+                }
+            }
+        }
+    }
+}
+
+/* GPU-scope acquire-release fence (one thread; cheaper than __threadfence's
+ * sequentially consistent fence, which every thread of every block used to
+ * run before the ticket). */
+static __device__ __forceinline__ void idx_fence()
+{
+#if MIX_CPASYNC && defined(__CUDA_ARCH__)
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+    __threadfence();
+#endif
+}
+
+/* Merge of one row by the last block (one warp per head; see the section
+ * comment). lists: [P][NG][IDX_LCAP] golden keys, each list sorted
+ * descending, 0-padded. out + g * ostride: the topk entries of head g. */
+template <int NG>
+static __device__ void idx_merge(int32_t *out, size_t ostride, const mix_u64 *lists, int P,
+                                 int nf, int need, int nb, int qb, int topk, int local_blocks,
+                                 int init_blocks, char *scratch)
+{
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    mix_u64 *surv = (mix_u64 *)scratch;                   /* [NG][IDX_SCAP] */
+    unsigned *scnt = (unsigned *)(surv + NG * IDX_SCAP); /* [NG] */
+    if (tid < NG)
+        scnt[tid] = 0;
+    __syncthreads();
+    if (w >= NG)
+        return;
+    const int g = w;
+    int32_t *o = out + (size_t)g * ostride;
+    if (lane == 0) { /* forced blocks, ascending */
+        int n = 0;
+        for (int b = 0; b < nb && n < topk; b++) {
+            if (b >= init_blocks && b <= qb - local_blocks) { /* jump over the unforced middle */
+                b = qb - local_blocks;
+                continue;
+            }
+            o[n++] = b;
+        }
+    }
+    int n = 0; /* selected unforced blocks */
+    if (need > 0) {
+        int ok = 0;
+        if (P <= 32 * IDX_PCMAX) {
+            mix_u64 hd[IDX_PCMAX], lm = 0;
+MSA_UNROLL
+            for (int i = 0; i < IDX_PCMAX; i++) {
+                const int c = lane + 32 * i;
+                hd[i] = c < P ? mix_ld_other_u64(lists + ((size_t)c * NG + g) * IDX_LCAP) : 0;
+                lm = hd[i] > lm ? hd[i] : lm;
+            }
+            int rank = 0, nz = lm != 0;
+            for (int s = 1; s < 32; s++) {
+                const mix_u64 x = mix_shfl_xor_u64(lm, s);
+                rank += x > lm;
+                nz += x != 0;
+            }
+            mix_u64 m = (lm != 0 && rank == need - 1) ? lm : 0;
+            m = mix_warp_max_u64(m);
+            if (nz < need) /* fewer non-empty lanes than needed: every key */
+                m = 1;
+MSA_UNROLL
+            for (int i = 0; i < IDX_PCMAX; i++) {
+                if (hd[i] == 0 || hd[i] < m)
+                    continue;
+                const mix_u64 *l = lists + ((size_t)(lane + 32 * i) * NG + g) * IDX_LCAP;
+                mix_u64 k[IDX_LCAP];
+MSA_UNROLL
+                for (int s = 0; s < IDX_LCAP; s += 2) { /* independent loads */
+                    k[s] = k[s + 1] = 0;
+                    if (s < need)
+                        idx_ld2(l + s, k[s], k[s + 1]);
+                }
+MSA_UNROLL
+                for (int s = 0; s < IDX_LCAP; s++)
+                    if (s < need && k[s] != 0 && k[s] >= m) {
+                        const unsigned slot = atomicAdd(&scnt[g], 1u);
+                        if (slot < IDX_SCAP)
+                            surv[g * IDX_SCAP + slot] = k[s];
+                    }
+            }
+            idx_syncwarp();
+            const int S = (int)scnt[g];
+            if (S <= IDX_SCAP) {
+                ok = 1;
+                for (int i = lane; i < S; i += 32) {
+                    const mix_u64 K = surv[g * IDX_SCAP + i];
+                    int r = 0;
+                    for (int j = 0; j < S; j++)
+                        r += surv[g * IDX_SCAP + j] > K;
+                    if (r < need)
+                        o[nf + r] = (int32_t)~(unsigned)(K & 0xffffffffu);
+                }
+                n = S < need ? S : need;
+            }
+        }
+        if (!ok) { /* exact fallback: repeated argmax strictly below the previous pick */
+            mix_u64 last = ~(mix_u64)0;
+            for (int r = 0; r < need; r++) {
+                mix_u64 best = 0;
+                for (int c = lane; c < P; c += 32)
+                    for (int s = 0; s < need; s++) {
+                        const mix_u64 K =
+                            mix_ld_other_u64(lists + ((size_t)c * NG + g) * IDX_LCAP + s);
+                        if (K < last && K > best)
+                            best = K;
+                    }
+                best = mix_warp_max_u64(best);
+                if (best == 0)
+                    break;
+                if (lane == 0)
+                    o[nf + r] = (int32_t)~(unsigned)(best & 0xffffffffu);
+                last = best;
+                n++;
+            }
+        }
+    }
+    for (int i = nf + n + lane; i < topk; i += 32)
+        o[i] = -1;
+}
+
+/* idx_merge with a small instruction footprint (opt-in, variant bit 7): the
+ * same algorithm with rolled loops and each list read up to its first key
+ * below m. Measured: the merge above costs ~15 us in the last block (bench
+ * "no merge" vs default) though it does little work; the suspect is its
+ * ~tens of KB of unrolled code, cold in the instruction caches after the
+ * stream has flushed L2. Not yet measured on the device. */
+template <int NG>
+static __device__ void idx_merge_small(int32_t *out, size_t ostride, const mix_u64 *lists, int P,
+                                       int nf, int need, int nb, int qb, int topk,
+                                       int local_blocks, int init_blocks, char *scratch)
+{
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    mix_u64 *surv = (mix_u64 *)scratch;                   /* [NG][IDX_SCAP] */
+    unsigned *scnt = (unsigned *)(surv + NG * IDX_SCAP); /* [NG] */
+    if (tid < NG)
+        scnt[tid] = 0;
+    __syncthreads();
+    if (w >= NG)
+        return;
+    const int g = w;
+    int32_t *o = out + (size_t)g * ostride;
+    if (lane == 0) { /* forced blocks, ascending */
+        int n = 0;
+IDX_NOUNROLL
+        for (int b = 0; b < nb && n < topk; b++) {
+            if (b >= init_blocks && b <= qb - local_blocks) {
+                b = qb - local_blocks;
+                continue;
+            }
+            o[n++] = b;
+        }
+    }
+    int n = 0;
+    if (need > 0) {
+        mix_u64 lm = 0;
+IDX_NOUNROLL
+        for (int c = lane; c < P; c += 32) {
+            const mix_u64 h = mix_ld_other_u64(lists + ((size_t)c * NG + g) * IDX_LCAP);
+            lm = h > lm ? h : lm;
+        }
+        int rank = 0, nz = lm != 0;
+IDX_NOUNROLL
+        for (int s = 1; s < 32; s++) {
+            const mix_u64 x = mix_shfl_xor_u64(lm, s);
+            rank += x > lm;
+            nz += x != 0;
+        }
+        mix_u64 m = (lm != 0 && rank == need - 1) ? lm : 0;
+        m = mix_warp_max_u64(m);
+        if (nz < need)
+            m = 1;
+        if (lm >= m) /* only lanes whose maximum reaches m hold survivors */
+IDX_NOUNROLL
+            for (int c = lane; c < P; c += 32) {
+                const mix_u64 *l = lists + ((size_t)c * NG + g) * IDX_LCAP;
+IDX_NOUNROLL
+                for (int s = 0; s < need; s++) { /* sorted: stop at the first key < m */
+                    const mix_u64 K = mix_ld_other_u64(l + s);
+                    if (K == 0 || K < m)
+                        break;
+                    const unsigned slot = atomicAdd(&scnt[g], 1u);
+                    if (slot < IDX_SCAP)
+                        surv[g * IDX_SCAP + slot] = K;
+                }
+            }
+        idx_syncwarp();
+        const int S = (int)scnt[g];
+        if (S <= IDX_SCAP) {
+IDX_NOUNROLL
+            for (int i = lane; i < S; i += 32) {
+                const mix_u64 K = surv[g * IDX_SCAP + i];
+                int r = 0;
+IDX_NOUNROLL
+                for (int j = 0; j < S; j++)
+                    r += surv[g * IDX_SCAP + j] > K;
+                if (r < need)
+                    o[nf + r] = (int32_t)~(unsigned)(K & 0xffffffffu);
+            }
+            n = S < need ? S : need;
+        } else { /* exact fallback: repeated argmax strictly below the previous pick */
+            mix_u64 last = ~(mix_u64)0;
+IDX_NOUNROLL
+            for (int r = 0; r < need; r++) {
+                mix_u64 best = 0;
+IDX_NOUNROLL
+                for (int c = lane; c < P; c += 32)
+IDX_NOUNROLL
+                    for (int s = 0; s < need; s++) {
+                        const mix_u64 K =
+                            mix_ld_other_u64(lists + ((size_t)c * NG + g) * IDX_LCAP + s);
+                        if (K < last && K > best)
+                            best = K;
+                    }
+                best = mix_warp_max_u64(best);
+                if (best == 0)
+                    break;
+                if (lane == 0)
+                    o[nf + r] = (int32_t)~(unsigned)(best & 0xffffffffu);
+                last = best;
+                n++;
+            }
+        }
+    }
+IDX_NOUNROLL
+    for (int i = nf + n + lane; i < topk; i += 32)
+        o[i] = -1;
+}
+
+/* grid (P, T), NW warps, KPT keys per lane. flags: 1 = FMA allowed (FMA = 1
+ * builds only; used when idx_q_fma_ok holds for all of iq[t]),
+ * IDX_F_SCORES_ONLY = block scores only (timing of the streaming part; out,
+ * ctr, ws untouched), IDX_F_NO_MERGE = lists and tickets but the last block
+ * does not merge (timing; out untouched). */
+template <int NG, int NW, int ST, int KPT, int FMA>
+__global__ void IDX_BOUNDS(NW * 32)
+    k_idx(int32_t *out, float *bs, const float *iq, const char *ikc, const int32_t *page_table,
+          int B, int64_t pos0, int T, int nbmax, int topk, int local_blocks, int init_blocks,
+          unsigned *ctr, mix_u64 *ws, int flags)
+{
+    typedef idx_lay<NG, NW, ST> L;
+    constexpr int NT = NW * 32, CS = IDX_LCAP + IDX_RT;
+    constexpr int CPS = 16 / KPT, SB = IDX_ROWB / KPT; /* chunks / bytes of a row per unit */
+    M3_DYN_SHARED(float, smem_f);
+    char *sm = (char *)smem_f;
+    float *qs = (float *)(sm + L::q);
+    float *tmx = (float *)(sm + L::tmx);
+    mix_u64 *cand = (mix_u64 *)(sm + L::cand);
+    mix_u64 *tmpl = (mix_u64 *)(sm + L::tmpl);
+    unsigned *misc = (unsigned *)(sm + L::misc); /* [0] ticket [1] q not FMA-safe [4 + g] list length */
+    int32_t *pg = (int32_t *)(sm + L::pg);       /* page of each MSA block of the round */
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int t = blockIdx.y, c = blockIdx.x, P = gridDim.x;
+    const int64_t pos = pos0 + t;
+    const int qb = (int)(pos / B), nb = qb + 1;
+    const int blo = (int)((int64_t)c * nb / P), bhi = (int)((int64_t)(c + 1) * nb / P);
+    const int64_t klo = (int64_t)blo * B;
+    const int64_t khi = (int64_t)bhi * B < pos + 1 ? (int64_t)bhi * B : pos + 1;
+    const int nkeys = khi > klo ? (int)(khi - klo) : 0;
+    const int ntile = (nkeys + 31) >> 5;     /* 32-key tiles */
+    const int tpb = B >> 5;                  /* tiles per MSA block */
+    const int rtiles = (IDX_RT / tpb) * tpb; /* tiles per round: whole blocks */
+    char *stage = sm + L::ring + (size_t)w * ST * IDX_TILEB;
+    const int scores_only = (flags & IDX_F_SCORES_ONLY) != 0;
+
+    idx_pdl_trigger();
+    if (tid < 16)
+        misc[tid] = 0;
+
+    /* pages of the round's MSA blocks from tile r0 on (read before the
+     * wait for round 0: the page table is not the previous kernel's output) */
+    auto load_pages = [&](int r0) {
+        const int b0 = blo + r0 / tpb, n = (ntile - r0 + tpb - 1) / tpb;
+        for (int i = tid; i < n && i < IDX_RT; i += NT)
+            pg[i] = page_table[b0 + i];
+    };
+    /* unit u of this warp in the round from r0 (warp tile u / KPT of the
+     * warp: tiles r0 + (w + (u / KPT) * NW) * KPT + k, slice u % KPT) into
+     * ring slot u % ST; one commit group per call (empty past the round) */
+    auto issue = [&](int u, int r0, int tend) {
+        const int tl0 = r0 + (w + (u / KPT) * NW) * KPT, sl = u % KPT;
+        if (tl0 < tend) {
+            const char *src[KPT];
+            int nv[KPT];
+MSA_UNROLL
+            for (int k = 0; k < KPT; k++) {
+                const unsigned f = (unsigned)(tl0 + k) * 32u; /* key offset from klo */
+                const unsigned bq = f / (unsigned)B;
+                const unsigned off = f - bq * (unsigned)B;
+                nv[k] = tl0 + k < tend ? (nkeys - (int)f < 32 ? nkeys - (int)f : 32) : 0;
+                src[k] = ikc + ((int64_t)pg[nv[k] > 0 ? (int)bq - r0 / tpb : 0] * B + off) *
+                                   (int64_t)IDX_ROWB +
+                         sl * SB;
+            }
+            char *dst = stage + (size_t)(u % ST) * IDX_TILEB;
+            const int cc = lane % CPS, sw = KPT <= 2 ? 0 : 1;
+MSA_UNROLL
+            for (int i = 0; i < 16; i++) { /* 512 bytes per warp instruction */
+                const int r = i * (32 / CPS) + lane / CPS, k = i * KPT / 16, rr = r & 31;
+                const int pos = sw ? (cc ^ ((r >> 1) & 3)) : (cc ^ (r & 7));
+                if (rr < nv[k])
+                    mix_cp16(dst + r * SB + (pos << 4), src[k] + rr * IDX_ROWB + cc * 16);
+            }
+        }
+        mix_cp_commit();
+    };
+
+    /* before the wait: the first round's prologue when its tiles hold only
+     * keys of positions < pos0 */
+    load_pages(0);
+    __syncthreads(); /* misc, pages of round 0 */
+    int pre = 0;
+    {
+        const int tend = ntile < rtiles ? ntile : rtiles;
+        int last = -1; /* the last tile of the prologue units that exists */
+        for (int u = 0; u < ST - 1; u++)
+            for (int k = 0; k < KPT; k++) {
+                const int tl = (w + (u / KPT) * NW) * KPT + k;
+                if (tl < tend && tl > last)
+                    last = tl;
+            }
+        pre = last < 0 || klo + (int64_t)last * 32 + 31 < pos0;
+        if (pre)
+            for (int u = 0; u < ST - 1; u++)
+                issue(u, 0, tend);
+    }
+    idx_pdl_wait();
+
+    /* q of row t (and the FMA guard), -inf past the visible blocks */
+    unsigned qbad = 0;
+    for (int e = tid; e < NG * IDX_D; e += NT) {
+        const float v = iq[(size_t)t * NG * IDX_D + e];
+        qs[e] = v;
+        qbad |= !idx_q_fma_ok(v);
+    }
+    if (qbad)
+        atomicAdd(&misc[1], 1u);
+    float *bsrow = bs + (size_t)t * NG * nbmax;
+    for (int b = nb + c * NT + tid; b < nbmax; b += P * NT)
+        for (int g = 0; g < NG; g++)
+            bsrow[(size_t)g * nbmax + b] = -INFINITY;
+    __syncthreads();
+    const int use_fma = FMA && (flags & 1) && misc[1] == 0;
+
+    int nf = 0; /* forced blocks (same for every head) */
+    for (int b = 0; b < nb && nf < topk; b++) {
+        if (b >= init_blocks && b <= qb - local_blocks) {
+            b = qb - local_blocks;
+            continue;
+        }
+        nf++;
+    }
+    const int need = topk - nf;
+
+    for (int r0 = 0; r0 < ntile; r0 += rtiles) {
+        const int tend = r0 + rtiles < ntile ? r0 + rtiles : ntile;
+        const int nwt = (tend - r0 + KPT - 1) / KPT; /* warp tiles in the round */
+        const int myn = nwt > w ? (nwt - w + NW - 1) / NW * KPT : 0; /* my units */
+        if (r0 > 0) {
+            load_pages(r0);
+            __syncthreads();
+        }
+        if (r0 > 0 || !pre)
+            for (int u = 0; u < ST - 1; u++)
+                issue(u, r0, tend);
+        float acc[KPT][NG];
+        for (int u = 0; u < myn; u++) {
+            issue(u + ST - 1, r0, tend);
+            mix_cp_wait<ST - 1>(); /* unit u landed (this thread's copies) */
+            idx_syncwarp();        /* ... and every lane's */
+            const int sl = u % KPT;
+            const char *st = stage + (size_t)(u % ST) * IDX_TILEB;
+            if (sl == 0)
+MSA_UNROLL
+                for (int k = 0; k < KPT; k++)
+MSA_UNROLL
+                    for (int g = 0; g < NG; g++)
+                        acc[k][g] = 0.0f;
+            if constexpr (FMA) {
+                if (use_fma)
+                    idx_unit<NG, KPT, 1>(st, qs, sl, acc);
+                else
+                    idx_unit<NG, KPT, 0>(st, qs, sl, acc);
+            } else {
+                idx_unit<NG, KPT, 0>(st, qs, sl, acc);
+            }
+            idx_syncwarp(); /* stage u % ST free for unit u + ST */
+            if (sl == KPT - 1) { /* warp tile done: tile maxima (keys ascending) */
+                const int tl0 = r0 + (w + (u / KPT) * NW) * KPT;
+MSA_UNROLL
+                for (int k = 0; k < KPT; k++) {
+                    const int tl = tl0 + k;
+                    if (tl >= tend) /* warp-uniform */
+                        break;
+                    const int nv = nkeys - tl * 32 < 32 ? nkeys - tl * 32 : 32;
+MSA_UNROLL
+                    for (int g = 0; g < NG; g++) {
+                        const float a = acc[k][g];
+                        float sc = (lane < nv && a == a) ? a : -INFINITY; /* NaN never wins */
+                        sc = mix_seg_max(sc, 32);
+                        if (lane == 0)
+                            tmx[g * IDX_RT + (tl - r0)] = sc;
+                    }
+                }
+            }
+        }
+        mix_cp_wait<0>();
+        __syncthreads(); /* tile maxima of the round complete */
+        const int bl0 = r0 / tpb, nbr = (tend - r0 + tpb - 1) / tpb;
+        for (int i = tid; i < NG * nbr; i += NT) {
+            const int g = i / nbr, k = i - g * nbr, b = blo + bl0 + k;
+            float m = -INFINITY;
+            for (int q = 0; q < tpb; q++) /* keys ascending: later wins only if greater */
+                if (k * tpb + q < tend - r0)
+                    m = mix_omax(m, tmx[g * IDX_RT + k * tpb + q]);
+            bsrow[(size_t)g * nbmax + b] = m;
+            cand[g * CS + misc[4 + g] + k] = mix_key(m, b, qb, local_blocks, init_blocks);
+        }
+        __syncthreads();
+        if (!scores_only && need > 0 && w < NG) { /* local top `need` of list + round */
+            const int g = w, nc = (int)misc[4 + g] + nbr;
+            mix_u64 *ca = cand + g * CS;
+            int cnt = 0;
+            for (int i = lane; i < nc; i += 32) {
+                const mix_u64 K = ca[i];
+                if (K == 0)
+                    continue;
+                cnt++;
+                int r = 0;
+                for (int j = 0; j < nc; j++)
+                    r += ca[j] > K;
+                if (r < need)
+                    tmpl[g * IDX_LCAP + r] = K;
+            }
+            cnt = idx_warp_sum_i(cnt);
+            const int nl = cnt < need ? cnt : need;
+            idx_syncwarp();
+            for (int i = lane; i < nl; i += 32)
+                ca[i] = tmpl[g * IDX_LCAP + i];
+            idx_syncwarp();
+            if (lane == 0)
+                misc[4 + g] = (unsigned)nl;
+        }
+        __syncthreads();
+    }
+    if (scores_only)
+        return;
+
+    /* publish this block's lists, then the last block of the row merges */
+    mix_u64 *lists = ws + (size_t)t * P * NG * IDX_LCAP;
+    for (int i = tid; i < NG * IDX_LCAP; i += NT) {
+        const int g = i / IDX_LCAP, s = i - g * IDX_LCAP;
+        lists[(size_t)c * NG * IDX_LCAP + i] =
+            (need > 0 && s < (int)misc[4 + g]) ? cand[g * CS + s] : 0;
+    }
+    __syncthreads(); /* the block's list stores happen before thread 0's release */
+    if (tid == 0) {
+        idx_fence(); /* release (cumulative over the block's stores seen via the barrier) */
+        const unsigned k = atomicAdd(&ctr[t], 1u);
+        if (k == (unsigned)(P - 1))
+            idx_fence(); /* acquire: every block's lists */
+        misc[0] = k;
+    }
+    __syncthreads();
+    if (misc[0] != (unsigned)(P - 1))
+        return;
+    if (flags & IDX_F_SMALL_MERGE)
+        idx_merge_small<NG>(out + (size_t)t * topk, (size_t)T * topk, lists, P, nf, need, nb, qb,
+                            topk, local_blocks, init_blocks, sm + L::ring);
+    else if (!(flags & IDX_F_NO_MERGE))
+        idx_merge<NG>(out + (size_t)t * topk, (size_t)T * topk, lists, P, nf, need, nb, qb, topk,
+                      local_blocks, init_blocks, sm + L::ring);
+    if (tid == 0)
+        ctr[t] = 0; /* ready for the next launch */
+}
+
+/* Blocks per row: one per SM, split over the T rows, at most one per MSA
+ * block and 32 * IDX_PCMAX. */
+static int idx_grid_p(int T, int nbmax)
+{
+    int nsm = MIX_EMU_NSM;
+#if !defined(M3_EMU)
+    int dev = 0;
+    if (hipGetDevice(&dev) != hipSuccess ||
+        hipDeviceGetAttribute(&nsm, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess ||
+        nsm < 1)
+        nsm = 1;
+#endif
+    int P = nsm / (T > 0 ? T : 1);
+    P = P < 1 ? 1 : P;
+    P = P > nbmax ? nbmax : P;
+    return P > 32 * IDX_PCMAX ? 32 * IDX_PCMAX : P;
+}
+
+template <int NG, int NW, int ST, int KPT, int FMA>
+static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const void *ikc,
+                             const int32_t *page_table, int B, int64_t pos0, int T, int nbmax,
+                             int topk, int local_blocks, int init_blocks, unsigned *ctr, void *ws,
+                             int flags, int pdl, hipStream_t st)
+{
+    const size_t shm = idx_lay<NG, NW, ST>::total;
+    const int P = idx_grid_p(T, nbmax);
+    const char *ik = (const char *)ikc;
+    mix_u64 *w = (mix_u64 *)ws;
+#if MIX_CPASYNC
+    if (cudaFuncSetAttribute(k_idx<NG, NW, ST, KPT, FMA>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) != cudaSuccess)
+        return hipErrorInvalidValue;
+    if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1] = {};
+        cfg.gridDim = dim3(P, T);
+        cfg.blockDim = dim3(NW * 32);
+        cfg.dynamicSmemBytes = shm;
+        cfg.stream = st;
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        if (cudaLaunchKernelEx(&cfg, k_idx<NG, NW, ST, KPT, FMA>, out, bs, iq, ik, page_table, B,
+                               pos0, T, nbmax, topk, local_blocks, init_blocks, ctr, w,
+                               flags) == cudaSuccess)
+            return hipSuccess;
+        (void)cudaGetLastError(); /* PDL refused: plain launch */
+    }
+#else
+    (void)pdl;
+#endif
+    hipLaunchKernelGGL((k_idx<NG, NW, ST, KPT, FMA>), dim3(P, T), dim3(NW * 32), shm, st, out,
+                       bs, iq, ik, page_table, B, pos0, T, nbmax, topk, local_blocks, init_blocks,
+                       ctr, w, flags);
+    return hipGetLastError();
+}
+
+/* The default: 12 warps, 2 x 8 KB stages per warp (192 KB ring), one block
+ * per SM, IDX_KPT_DEFAULT keys per lane. */
+#define IDX_KPT_DEFAULT 2
+
+/* cfg (m3g_msa_indexer_tuned (variant >> 1) & 7): 0 default; 5, 6, 7: 1, 2,
+ * 4 keys per lane (12 warps x 2 stages each). */
+static hipError_t idx_dispatch(int G, int cfg, int fma, int32_t *out, float *bs, const float *iq,
+                               const void *ikc, const int32_t *page_table, int B, int64_t pos0,
+                               int T, int nbmax, int topk, int local_blocks, int init_blocks,
+                               unsigned *ctr, void *ws, int flags, int pdl, hipStream_t st)
+{
+#define IDX_ARGS out, bs, iq, ikc, page_table, B, pos0, T, nbmax, topk, local_blocks, init_blocks, \
+                 ctr, ws, flags, pdl, st
+    const int kpt = cfg == 5 ? 1 : cfg == 6 ? 2 : cfg == 7 ? 4 : IDX_KPT_DEFAULT;
+    if (G == 4) {
+        if (kpt == 1)
+            return fma ? idx_launch<4, 12, 2, 1, 1>(IDX_ARGS) : idx_launch<4, 12, 2, 1, 0>(IDX_ARGS);
+        if (kpt == 4)
+            return fma ? idx_launch<4, 12, 2, 4, 1>(IDX_ARGS) : idx_launch<4, 12, 2, 4, 0>(IDX_ARGS);
+        return fma ? idx_launch<4, 12, 2, 2, 1>(IDX_ARGS) : idx_launch<4, 12, 2, 2, 0>(IDX_ARGS);
+    }
+    if (G == 3)
+        return idx_launch<3, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
+    if (G == 2)
+        return idx_launch<2, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
+    return idx_launch<1, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
+#undef IDX_ARGS
+}
+
+/* 1 iff the streaming kernel takes these arguments (host only). */
+static int idx_takes(const void *ikc, int ik_dtype, int B, int G, int d, int nbmax, int topk,
+                     const unsigned *ctr, const void *ws)
+{
+    return ctr != NULL && ws != NULL && ik_dtype == M3G_BF16 && d == IDX_D && G >= 1 && G <= 4 &&
+           B >= 32 && B % 32 == 0 && B <= 32 * IDX_RT && topk <= IDX_LCAP &&
+           ((uintptr_t)ikc & 15) == 0 && (int64_t)nbmax * B < ((int64_t)1 << 31);
+}
+
+#endif /* IDX_ON */
+
+static size_t idx_ws(int T, int G, int nbmax)
+{
+#if IDX_ON
+    return sizeof(mix_u64) * (size_t)T * idx_grid_p(T, nbmax) * G * IDX_LCAP;
+#else
+    (void)T, (void)G, (void)nbmax;
+    return 0;
+#endif
+}
+
 size_t m3g_msa_indexer_ws(int T, int G, int nbmax)
 {
     if (T <= 0 || G <= 0 || nbmax <= 0)
         return 0;
-    return sizeof(mix_u64) * (size_t)T * G * mix_grid_p(MIX_MAX_PER_SM, T, nbmax);
+    const size_t a = sizeof(mix_u64) * (size_t)T * G * mix_grid_p(MIX_MAX_PER_SM, T, nbmax);
+    const size_t b = idx_ws(T, G, nbmax);
+    return a > b ? a : b;
 }
 
 hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const void *ikc,
@@ -1278,8 +2088,20 @@ hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const
     if (G <= 0 || d <= 0 || B <= 0 || topk <= 0 || topk > 32 ||
         (ik_dtype != M3G_F32 && ik_dtype != M3G_BF16))
         return hipErrorInvalidValue;
+    const int allow_fma = variant & 1, cfg = (variant >> 1) & 7;
+    const int need_ws_ok = ws_bytes >= m3g_msa_indexer_ws(T, G, nbmax);
+#if IDX_ON
+    if ((cfg == 0 || cfg >= 5) && need_ws_ok && T <= 65535 &&
+        idx_takes(ikc, ik_dtype, B, G, d, nbmax, topk, ctr, ws))
+        return idx_dispatch(G, cfg, allow_fma, out, bs, iq, ikc, page_table, B, pos0, T, nbmax,
+                            topk, local_blocks, init_blocks, ctr, ws,
+                            allow_fma | ((variant & 16) ? IDX_F_SCORES_ONLY : 0) |
+                                ((variant & 64) ? IDX_F_NO_MERGE : 0) |
+                                ((variant & 128) ? IDX_F_SMALL_MERGE : 0),
+                            (variant & 32) == 0, st);
+#endif
     const int esz = ik_dtype == M3G_BF16 ? 2 : 4;
-    const int fused = ctr != NULL && ws != NULL && ws_bytes >= m3g_msa_indexer_ws(T, G, nbmax) && G <= 4 &&
+    const int fused = ctr != NULL && ws != NULL && need_ws_ok && G <= 4 &&
                       (d * esz) % 16 == 0 && (B % 32 == 0 || (B < 32 && 32 % B == 0)) &&
                       nbmax <= (1 << 24) && (int64_t)nbmax * B < ((int64_t)1 << 31);
     if (!fused) { /* general shapes: the two-launch path */
@@ -1289,11 +2111,13 @@ hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const
             return e;
         return m3g_msa_select(out, bs, pos0, T, G, nbmax, B, topk, local_blocks, init_blocks, st);
     }
-    const int allow_fma = variant & 1, cfg = variant >> 1;
+    /* the fused kernel: cfg 1-3 its tuning variants, 4 (and 0 where the
+     * streaming kernel does not apply) its default configuration */
+    const int mcfg = cfg <= 3 ? cfg : 0;
     if (ik_dtype == M3G_BF16)
-        return mix_dispatch_g<1>(G, cfg, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
+        return mix_dispatch_g<1>(G, mcfg, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
                                  local_blocks, init_blocks, ctr, ws, allow_fma, st);
-    return mix_dispatch_g<0>(G, cfg, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
+    return mix_dispatch_g<0>(G, mcfg, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
                              local_blocks, init_blocks, ctr, ws, allow_fma, st);
 }
 
