@@ -5,10 +5,13 @@
  *   m3-gpu forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]
  *                  [--tokens IDS]... | [--teacher-forced GOLDEN.safetensors]
  *                  [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE] [--vision-joint]
+ *                  [--lenient-config]
  *   m3-gpu vision-case --case DIR --dump OUT.safetensors
  *   m3-gpu generate --model DIR (--tokens IDS | --prompt TEXT)... [--max-new-tokens N]
  *                   [--greedy | --temperature T --top-p P --top-k K --seed S]
- *                   [--print-ids] [--dtype fp32|bf16]
+ *                   [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE] [--vision-joint]
+ *                   [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]
+ *                   [--print-ids] [--dtype fp32|bf16] [--lenient-config]
  *
  * Exit status: 0 success, 1 model or run error, 2 bad command line.
  *
@@ -50,16 +53,22 @@
  *  - generate: the options, defaults (ref/genconfig.h) and output of m3-ref
  *    generate; prefill of the prompt in one step, then one step per token
  *    over the device caches; lm_head on the last row, copied to the host,
- *    chosen by the reference sampler (m3_sample).
- *  - vision (gpu/vision.h): forward --image / --video --fps / --pixels /
- *    --vision-joint as m3-ref; host preprocessing through the ref library,
- *    tower + projector + merge on the device, features placed into the
- *    placeholder rows; `m3-gpu vision-case --case DIR --dump OUT` runs the
- *    vision component vectors. Not in generate (token prompts only there).
+ *    chosen by the reference sampler (m3_sample). --chat / --system /
+ *    --thinking render every --prompt as m3-ref does, and the option rules
+ *    and their messages are m3-ref's (ref/prompt.h, shared).
+ *  - vision (gpu/vision.h): forward and generate take --image / --video
+ *    --fps / --pixels / --vision-joint as m3-ref; host preprocessing through
+ *    the ref library, tower + projector + merge on the device, features
+ *    placed into the placeholder rows at the prefill (generate: video
+ *    timestamps from the tokenizer of a --prompt, as m3-ref); `m3-gpu
+ *    vision-case --case DIR --dump OUT` runs the vision component vectors.
+ *  - --lenient-config (forward, generate) as m3-ref.
  *  - NOT done: chunked prefill (the whole prompt is one call), batches
- *    with vision inputs, teacher forcing of a batch, CUDA-graph capture of
- *    the decode step, memory for full M3 (all weights are uploaded: only
- *    tiny / layer-pruned checkpoints fit one GPU).
+ *    with vision inputs (a usage error), teacher forcing of a batch,
+ *    speculative decoding (generate --draft DIR / --spec-tokens K: a usage
+ *    error pointing to bin/m3-ref), CUDA-graph capture of the decode step,
+ *    memory for full M3 (all weights are uploaded: only tiny / layer-pruned
+ *    checkpoints fit one GPU).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -73,7 +82,9 @@ extern "C" {
 #include "model.h"
 #include "rope.h"
 #include "sampling.h"
+#include "prompt.h"
 #include "tokenizer.h"
+#include "tokens.h"
 }
 
 
@@ -1014,11 +1025,14 @@ static const char *USAGE =
     "usage: m3-gpu forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
     "                      [--tokens IDS]... (a batch) | [--teacher-forced GOLDEN.safetensors]\n"
     "                      [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
-    "                      [--vision-joint]   (as bin/m3-ref forward; tower on the GPU)\n"
+    "                      [--vision-joint] [--lenient-config]   (as bin/m3-ref forward)\n"
     "       m3-gpu vision-case --case DIR --dump OUT.safetensors   (vision component vectors)\n"
     "       m3-gpu generate --model DIR (--tokens IDS | --prompt TEXT)... [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
-    "                       [--print-ids] [--dtype fp32|bf16]\n"
+    "                       [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
+    "                       [--vision-joint]\n"
+    "                       [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]\n"
+    "                       [--print-ids] [--dtype fp32|bf16] [--lenient-config]\n"
     "forward: run the T token ids through the model on the GPU in one pass (positions\n"
     "0..T-1); print T and the top-5 of the last row; --dump writes the activations under the\n"
     "names of bin/m3-ref forward (spec/dump.md), to be judged by bin/m3-conform.\n"
@@ -1040,44 +1054,192 @@ static const char *USAGE =
     "logits row is copied to the host and chosen by the reference sampler (ref/sampling.h).\n"
     "--max-new-tokens defaults to 32; sampling defaults come from DIR/generation_config.json,\n"
     "else temperature 1.0, top_p 0.95, top_k 40; --print-ids prints only the generated ids,\n"
-    "comma-separated. See the header of gpu/m3-gpu.cu for what is complete.\n";
+    "comma-separated. --chat renders every --prompt as the user turn of a conversation\n"
+    "(--system, --thinking). --image/--video/--pixels take a single prompt, not a batch.\n"
+    "Each option means what it means in 'bin/m3-ref generate --help'. Not on the GPU:\n"
+    "--draft DIR / --spec-tokens K (Eagle3 speculative decoding): use bin/m3-ref generate.\n"
+    "See the header of gpu/m3-gpu.cu for what is complete.\n";
 
-static int parse_ids(const char *s, int32_t **out, int *n)
+static double now_s(void)
 {
-    size_t cap = 16, cnt = 0;
-    int32_t *ids = (int32_t *)malloc(cap * sizeof *ids);
-    if (!ids)
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Whole-string number parsers for the options; 0 ok, -1 bad. parse_f reads
+ * a finite double and rounds it to float, as bin/m3-ref. */
+static int parse_f(const char *s, float *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= -3.0e38 && v <= 3.0e38))
         return -1;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        if (*p < '0' || *p > '9') {
-            free(ids);
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_i64(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    if (*s < '0' || *s > '9')
+        return -1;
+    long long v = strtoll(s, &end, 10);
+    if (*end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Print "m3-gpu CMD: MSG [V]" and the usage; returns EXIT_USAGE. */
+static int usage_err(const char *cmd, const char *msg, const char *v)
+{
+    fprintf(stderr, "m3-gpu %s: %s%s%s\n%s", cmd, msg, v ? " " : "", v ? v : "", USAGE);
+    return EXIT_USAGE;
+}
+
+static int gen_usage(const char *msg, const char *v)
+{
+    return usage_err("generate", msg, v);
+}
+
+/* The prompt options of forward and generate besides the ids, as bin/m3-ref
+ * takes them: --image, --video, --fps, --pixels, --vision-joint and (generate)
+ * --chat, --system, --thinking. ref/prompt.h judges the combination. */
+typedef struct prompt_args {
+    const char *img[64];
+    m3g_vision_request vreq; /* image_paths points into img */
+    m3_prompt_opts po;
+} prompt_args;
+
+static void prompt_args_init(prompt_args *p)
+{
+    memset(p, 0, sizeof *p);
+    p->vreq.image_paths = p->img;
+}
+
+/* Take option a (v: the next argument, NULL when a is the last) when it is
+ * one of p's options (the chat options only when chat is set). Returns the
+ * number of arguments used (1: a flag, 2: with its value), 0 when a is none
+ * of them, -1 after printing a usage error. */
+static int take_prompt_opt(const char *cmd, int chat, const char *a, const char *v,
+                           prompt_args *p)
+{
+    if (!strcmp(a, "--vision-joint")) {
+        p->vreq.joint = p->po.joint = 1;
+        return 1;
+    }
+    if (chat && !strcmp(a, "--chat")) {
+        p->po.chat = 1;
+        return 1;
+    }
+    if (strcmp(a, "--image") && strcmp(a, "--video") && strcmp(a, "--fps") &&
+        strcmp(a, "--pixels") && !(chat && (!strcmp(a, "--system") || !strcmp(a, "--thinking"))))
+        return 0;
+    if (!v) {
+        usage_err(cmd, "option needs a value:", a);
+        return -1;
+    }
+    if (!strcmp(a, "--image")) {
+        if (p->vreq.n_images == 64) {
+            usage_err(cmd, "at most 64 --image options; one more at", v);
             return -1;
         }
-        long v = strtol(p, &end, 10);
-        if (v > INT32_MAX || (*end && *end != ',')) {
-            free(ids);
+        p->img[p->vreq.n_images++] = v;
+    } else if (!strcmp(a, "--video")) {
+        if (!*v) {
+            usage_err(cmd, "--video: empty frame list", NULL);
             return -1;
         }
-        if (cnt == cap) {
-            cap *= 2;
-            int32_t *nb = (int32_t *)realloc(ids, cap * sizeof *ids);
-            if (!nb) {
-                free(ids);
-                return -1;
-            }
-            ids = nb;
+        p->vreq.video_frames = v;
+    } else if (!strcmp(a, "--fps")) {
+        float f;
+        if (parse_f(v, &f) || !(f > 0.0f)) {
+            usage_err(cmd, "--fps needs a number > 0, got", v);
+            return -1;
         }
-        ids[cnt++] = (int32_t)v;
-        p = *end ? end + 1 : end;
+        p->vreq.fps = f;
+        p->po.have_fps = 1;
+    } else if (!strcmp(a, "--pixels")) {
+        p->vreq.pixels_path = v;
+    } else if (!strcmp(a, "--system")) {
+        p->po.system = v;
+    } else {
+        p->po.thinking = v;
     }
-    if (cnt == 0) {
-        free(ids);
+    return 2;
+}
+
+/* After parsing: check p's combination (have_text: a --prompt was given);
+ * 0, or -1 after printing a usage error. */
+static int prompt_args_check(const char *cmd, prompt_args *p, int have_text)
+{
+    m3_err e;
+    memset(&e, 0, sizeof e);
+    p->po.have_text = have_text;
+    p->po.n_images = p->vreq.n_images;
+    p->po.video = p->vreq.video_frames;
+    p->po.pixels = p->vreq.pixels_path;
+    if (m3_prompt_check(&p->po, &e) == 0)
+        return 0;
+    usage_err(cmd, e.msg, NULL);
+    return -1;
+}
+
+static int vision_requested(const prompt_args *p)
+{
+    return p->vreq.n_images > 0 || p->vreq.video_frames || p->vreq.pixels_path;
+}
+
+/* Check option a with value v against the valued options in names (NULL-
+ * terminated; every other option was taken before): 0 when v may be read,
+ * -1 after printing an unknown option, a missing value or a bad --dtype. */
+static int valued_opt(const char *cmd, const char *a, const char *v, const char *const *names)
+{
+    int known = 0;
+    for (int k = 0; names[k]; k++)
+        known |= !strcmp(a, names[k]);
+    if (!known) {
+        fprintf(stderr, "m3-gpu %s: unknown option or argument '%s'\n%s", cmd, a, USAGE);
         return -1;
     }
-    *out = ids;
-    *n = (int)cnt;
+    if (!v) {
+        usage_err(cmd, "option needs a value:", a);
+        return -1;
+    }
+    if (!strcmp(a, "--dtype") && strcmp(v, "fp32") && strcmp(v, "bf16")) {
+        usage_err(cmd, "--dtype must be fp32 or bf16, got", v);
+        return -1;
+    }
+    return 0;
+}
+
+/* Open DIR as bin/m3-ref does (--lenient-config: unknown config.json keys
+ * warn), printing the error or the warnings. 0 ok, -1 after printing. */
+static int open_model(m3_model *m, const char *dir, int lenient)
+{
+    m3_err e;
+    memset(&e, 0, sizeof e);
+    const m3_model_opts mo = {lenient, 0};
+    if (m3_model_open(m, dir, &mo, &e) != 0) {
+        fprintf(stderr, "m3-gpu: %s\n", e.msg);
+        return -1;
+    }
+    if (m->cfg.n_warnings > 0)
+        fprintf(stderr, "warning: %s\n", m->cfg.warnings);
+    if (m->w.ignored_mtp > 0)
+        fprintf(stderr, "note: ignored %d mtp.* tensors\n", m->w.ignored_mtp);
+    return 0;
+}
+
+/* --tokens IDS as bin/m3-ref reads it (ref/tokens.h: ids separated by
+ * commas and/or blanks, each in [0, INT32_MAX]); -1 with the reason in e. */
+static int parse_ids(const char *s, int32_t **out, int *n, m3_err *e)
+{
+    size_t cnt = 0;
+    if (m3_parse_token_list(s, strlen(s), "--tokens", out, &cnt, e) != 0)
+        return -1;
+    *n = (int)cnt; /* cnt <= M3_TOKENS_MAX */
     return 0;
 }
 
@@ -1146,8 +1308,9 @@ static int load_teacher(const char *path, int L, int T, int H, float **tf)
 /* The forward command: n prompts (toks[s], comma-separated ids) run as one
  * batch (n == 1 is a batch of one), each dumped under the m3-ref names
  * (dumpp; OUT.S.safetensors when n > 1). tf_path: teacher forcing (n == 1).
- * vreq: the vision request of a single prompt, or NULL. */
-static int forward_run(const char *dir, const char *const *toks, int n, int mode,
+ * vreq: the vision request of a single prompt, or NULL. lenient:
+ * --lenient-config. */
+static int forward_run(const char *dir, const char *const *toks, int n, int mode, int lenient,
                        const char *dumpp, const char *tf_path, const m3g_vision_request *vreq)
 {
     int rc = EXIT_RUN, Ttot = 0, Tmax = 0, L = 0;
@@ -1173,18 +1336,14 @@ static int forward_run(const char *dir, const char *const *toks, int n, int mode
         goto out;
     }
     for (int s = 0; s < n; s++) {
-        if (parse_ids(toks[s], &ids[s], &T[s]) != 0) {
-            fprintf(stderr, "m3-gpu forward: --tokens needs comma-separated non-negative "
-                            "integers, got '%s'\n%s", toks[s], USAGE);
-            rc = EXIT_USAGE;
+        if (parse_ids(toks[s], &ids[s], &T[s], &e) != 0) {
+            rc = usage_err("forward", e.msg, NULL);
             goto out;
         }
         slot[s] = s;
     }
-    if (m3_model_open(&m, dir, NULL, &e) != 0) {
-        fprintf(stderr, "m3-gpu: %s\n", e.msg);
+    if (open_model(&m, dir, lenient) != 0)
         goto out;
-    }
     L = m.cfg.text.num_layers;
     for (int s = 0; s < n && dumpp; s++)
         if (!(w[s] = m3_st_writer_new())) {
@@ -1202,7 +1361,8 @@ static int forward_run(const char *dir, const char *const *toks, int n, int mode
     if (vreq) { /* vision tower on the device; the prompt grows by the placeholder runs */
         int32_t *ids2 = NULL;
         int64_t n2 = 0;
-        if (m3g_vision_prepare(&m, vreq, ids[0], T[0], mode, st, w[0], &ids2, &n2, &vis, &e)) {
+        if (m3g_vision_prepare(&m, vreq, ids[0], T[0], mode, NULL, st, w[0], &ids2, &n2, &vis,
+                               &e)) {
             fprintf(stderr, "m3-gpu: %s\n", e.msg);
             goto out;
         }
@@ -1310,59 +1470,47 @@ static int cmd_forward(int argc, char **argv)
     const char *dir = NULL, *dumpp = NULL, *tfp = NULL;
     const char *toksv[64]; /* every --tokens (a batch when more than one) */
     int ntoks = 0;
-    int mode = 0;
-    /* vision options as bin/m3-ref forward (gpu/vision.h) */
-    const char *vimg[64];
-    m3g_vision_request vreq;
-    memset(&vreq, 0, sizeof vreq);
-    vreq.image_paths = vimg;
-    int have_fps = 0;
-    for (int i = 2; i < argc; i += 2) {
+    int mode = 0, lenient = 0;
+    prompt_args pa; /* vision options as bin/m3-ref forward (gpu/vision.h) */
+    prompt_args_init(&pa);
+    for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help")) {
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(USAGE, stdout);
             return 0;
         }
-        if (!strcmp(a, "--vision-joint")) { /* a flag: takes no value */
-            vreq.joint = 1;
-            i--;
+        if (!strcmp(a, "--lenient-config")) {
+            lenient = 1;
             continue;
         }
-        if (!v) {
-            fprintf(stderr, "m3-gpu forward: %s needs a value\n%s", a, USAGE);
+        const int took = take_prompt_opt("forward", 0, a, v, &pa);
+        if (took < 0)
             return EXIT_USAGE;
+        if (took > 0) {
+            i += took - 1;
+            continue;
         }
+        static const char *const valued[] = {"--model", "--tokens", "--dump",
+                                             "--teacher-forced", "--dtype", NULL};
+        if (valued_opt("forward", a, v, valued) != 0)
+            return EXIT_USAGE;
+        i++;
         if (!strcmp(a, "--model"))
             dir = v;
         else if (!strcmp(a, "--tokens") && ntoks < 64)
             toksv[ntoks++] = v;
+        else if (!strcmp(a, "--tokens"))
+            return usage_err("forward", "at most 64 --tokens (prompts of a batch); one more:", v);
         else if (!strcmp(a, "--dump"))
             dumpp = v;
         else if (!strcmp(a, "--teacher-forced"))
             tfp = v;
-        else if (!strcmp(a, "--dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
-            mode = !strcmp(v, "bf16");
-        else if (!strcmp(a, "--image") && vreq.n_images < 64)
-            vimg[vreq.n_images++] = v;
-        else if (!strcmp(a, "--video") && *v)
-            vreq.video_frames = v;
-        else if (!strcmp(a, "--fps") && strtod(v, NULL) > 0.0)
-            have_fps = 1; /* timestamps need a tokenizer: forward has none (as m3-ref) */
-        else if (!strcmp(a, "--pixels"))
-            vreq.pixels_path = v;
-        else {
-            fprintf(stderr, "m3-gpu forward: unknown option or value '%s %s'\n%s", a, v, USAGE);
-            return EXIT_USAGE;
-        }
+        else
+            mode = !strcmp(v, "bf16"); /* --dtype */
     }
-    const int vis_req = vreq.n_images > 0 || vreq.video_frames || vreq.pixels_path;
-    if ((vreq.pixels_path && (vreq.n_images > 0 || vreq.video_frames)) ||
-        (!!vreq.video_frames != have_fps) || (vreq.joint && !vis_req)) {
-        fprintf(stderr, "m3-gpu forward: --pixels replaces --image/--video; --video and --fps R "
-                        "go together; --vision-joint needs --image, --video or --pixels\n%s",
-                USAGE);
+    if (prompt_args_check("forward", &pa, 0) != 0)
         return EXIT_USAGE;
-    }
+    const int vis_req = vision_requested(&pa);
     if (!dir || ntoks == 0) {
         fprintf(stderr, "m3-gpu forward: --model DIR and --tokens IDS (comma-separated "
                         "non-negative integers) are required\n%s", USAGE);
@@ -1374,53 +1522,9 @@ static int cmd_forward(int argc, char **argv)
                         "--tokens\n%s", USAGE);
         return EXIT_USAGE;
     }
-    return forward_run(dir, toksv, ntoks, mode, dumpp, tfp, vis_req ? &vreq : NULL);
+    return forward_run(dir, toksv, ntoks, mode, lenient, dumpp, tfp, vis_req ? &pa.vreq : NULL);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Whole-string number parsers for the generate options; 0 ok, -1 bad. */
-static int parse_f(const char *s, float *out)
-{
-    char *end;
-    float v = strtof(s, &end);
-    if (end == s || *end)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_i64(const char *s, long long lo, long long hi, long long *out)
-{
-    char *end;
-    if (*s < '0' || *s > '9')
-        return -1;
-    long long v = strtoll(s, &end, 10);
-    if (*end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int gen_usage(const char *msg, const char *v)
-{
-    fprintf(stderr, "m3-gpu generate: %s%s%s\n%s", msg, v ? " " : "", v ? v : "", USAGE);
-    return EXIT_USAGE;
-}
-
-/* generate for a batch of n >= 2 prompts run together: srcs[s] is a token
- * list (is_text[s] 0) or a text prompt (1). One session with one cache
- * region per sequence; the prompts are prefilled in one step, then every
- * decode step runs the next token of all unfinished sequences at once.
- * Each sequence has its own sampler (same settings and seed), stop rules
- * and capacity, so its ids are those of a run with that prompt alone.
- * Output after the last step: one line per sequence, in order, as the
- * single-prompt output. Returns the exit status. */
 /* Print generated token k of a sequence: its id (ids, or no tokenizer: comma-
  * or space-separated) or its text through the streaming decoder ds. */
 static int emit_token(const m3_tokenizer *tz, m3_decode_stream *ds, int ids, long long k,
@@ -1438,15 +1542,34 @@ static int emit_token(const m3_tokenizer *tz, m3_decode_stream *ds, int ids, lon
     return 0;
 }
 
+/* The options of a generate command, as cmd_generate parsed them. */
+typedef struct gen_opts {
+    const char *dir;
+    const char *const *srcs; /* every --tokens / --prompt, in command-line order */
+    const int *is_text;      /* srcs[s] is a --prompt text (else token ids) */
+    int n;                   /* number of prompts: a batch when > 1 */
+    int mode, greedy_flag, print_ids, lenient;
+    int have_temp, have_top_p, have_top_k, have_seed; /* the sampling flags given */
+    float temp, top_p;
+    long long top_k, seed, max_new;
+    const m3_prompt_opts *po;       /* --chat / --system / --thinking for every --prompt */
+    const m3g_vision_request *vreq; /* images / video / pixels of a single prompt, or NULL */
+} gen_opts;
+
 /* The generate command: n prompts (srcs[s]: text when is_text[s], else ids)
  * prefilled as one batch, then decoded together one token per active
  * sequence per step. A single prompt (n == 1) streams its tokens as they
- * come; a batch prints each sequence on its own line at the end. */
-static int generate_run(const char *dir, const char *const *srcs, const int *is_text, int n,
-                          int mode, int greedy_flag, int have_temp, float o_temp,
-                          int have_top_p, float o_top_p, int have_top_k, long long o_top_k,
-                          long long o_seed, long long max_new, int print_ids)
+ * come; a batch prints each sequence on its own line at the end. A single
+ * prompt may carry vision inputs (go->vreq): the tower runs first, the
+ * prompt grows by the placeholder runs and the features are placed at the
+ * prefill (gpu_step_batch, one sequence at pos0 0). */
+static int generate_run(const gen_opts *go)
 {
+    const char *dir = go->dir;
+    const char *const *srcs = go->srcs;
+    const int *is_text = go->is_text;
+    const int n = go->n, mode = go->mode, print_ids = go->print_ids;
+    const long long max_new = go->max_new;
     int rc = EXIT_RUN, Ttot = 0, capmax = 0, nsp = 0, any_text = 0;
     int32_t **ids = (int32_t **)calloc((size_t)n, sizeof *ids);
     int32_t **out = (int32_t **)calloc((size_t)n, sizeof *out);
@@ -1468,9 +1591,11 @@ static int generate_run(const char *dir, const char *const *srcs, const int *is_
     int have_sess = 0, greedy = 0;
     hipStream_t st = NULL;
     m3_tokenizer *tokzr = NULL;
+    m3g_vision_feats vis;
     memset(&m, 0, sizeof m);
     memset(&dm, 0, sizeof dm);
     memset(&e, 0, sizeof e);
+    memset(&vis, 0, sizeof vis);
     if (!ids || !out || !T || !len || !cap || !act || !p0 || !one || !done || !produced || !nxt ||
         !idp || !sp || !ds) {
         fprintf(stderr, "m3-gpu: out of host memory\n");
@@ -1488,23 +1613,21 @@ static int generate_run(const char *dir, const char *const *srcs, const int *is_
         }
     }
     for (int s = 0; s < n; s++) {
-        if (is_text[s]) {
+        if (is_text[s]) { /* plain or a chat turn, as bin/m3-ref (ref/prompt.h) */
             size_t count = 0;
-            if (!*srcs[s]) {
-                rc = gen_usage("empty prompt", NULL);
-                goto out;
-            }
-            if (m3_tokenizer_encode(tokzr, srcs[s], strlen(srcs[s]), 1, &ids[s], &count, &e)) {
+            if (m3_prompt_encode(tokzr, srcs[s], go->po, &ids[s], &count, &e)) {
+                if (n > 1)
+                    m3_fail_prefix(&e, "prompt %d", s);
                 fprintf(stderr, "m3-gpu generate: %s\n", e.msg);
                 goto out;
             }
-            if (count == 0 || count > INT32_MAX / 2) {
+            if (count > INT32_MAX / 2) {
                 fprintf(stderr, "m3-gpu generate: prompt %d encodes to %zu tokens\n", s, count);
                 goto out;
             }
             T[s] = (int)count;
-        } else if (parse_ids(srcs[s], &ids[s], &T[s]) != 0) {
-            rc = gen_usage("--tokens needs comma-separated non-negative integers, got", srcs[s]);
+        } else if (parse_ids(srcs[s], &ids[s], &T[s], &e) != 0) {
+            rc = gen_usage(e.msg, NULL);
             goto out;
         }
         if (T[s] > INT32_MAX - Ttot) {
@@ -1513,9 +1636,29 @@ static int generate_run(const char *dir, const char *const *srcs, const int *is_
         }
         Ttot += T[s];
     }
-    if (m3_model_open(&m, dir, NULL, &e) != 0) {
-        fprintf(stderr, "m3-gpu: %s\n", e.msg);
+    if (open_model(&m, dir, go->lenient) != 0)
         goto out;
+    if (hipStreamCreate(&st) != hipSuccess) {
+        fprintf(stderr, "m3-gpu: no usable GPU (hipStreamCreate failed)\n");
+        goto out;
+    }
+    if (go->vreq) { /* the vision tower on the device; the prompt grows by the placeholder
+                     * runs (video timestamps with the tokenizer of a --prompt, as m3-ref) */
+        int32_t *ids2 = NULL;
+        int64_t n2 = 0;
+        if (m3g_vision_prepare(&m, go->vreq, ids[0], T[0], mode, is_text[0] ? tokzr : NULL, st,
+                               NULL, &ids2, &n2, &vis, &e)) {
+            fprintf(stderr, "m3-gpu generate: %s\n", e.msg);
+            goto out;
+        }
+        free(ids[0]);
+        ids[0] = ids2;
+        if (n2 <= 0 || n2 > INT32_MAX / 2) {
+            fprintf(stderr, "m3-gpu generate: the multimodal prompt has %lld positions\n",
+                    (long long)n2);
+            goto out;
+        }
+        Ttot = T[0] = (int)n2;
     }
     {
         /* flags override generation_config.json, which overrides the defaults */
@@ -1525,16 +1668,17 @@ static int generate_run(const char *dir, const char *const *srcs, const int *is_
             fprintf(stderr, "m3-gpu generate: %s\n", ge.msg);
             goto out;
         }
-        const int flag_top_k = (int)o_top_k;
-        m3_gen_apply_flags(&g, greedy_flag, have_temp ? &o_temp : NULL,
-                           have_top_p ? &o_top_p : NULL, have_top_k ? &flag_top_k : NULL);
+        const int flag_top_k = (int)go->top_k;
+        m3_gen_apply_flags(&g, go->greedy_flag, go->have_temp ? &go->temp : NULL,
+                           go->have_top_p ? &go->top_p : NULL,
+                           go->have_top_k ? &flag_top_k : NULL);
         greedy = g.greedy;
         const float temp = g.temperature, top_p = g.top_p;
         const int top_k = g.top_k;
         const int V = m.cfg.text.vocab_size;
         const int64_t maxpos = m.cfg.text.max_position_embeddings;
         for (; nsp < n; nsp++)
-            if (m3_sampler_init(&sp[nsp], V, greedy, temp, top_k, top_p, (uint64_t)o_seed)) {
+            if (m3_sampler_init(&sp[nsp], V, greedy, temp, top_k, top_p, (uint64_t)go->seed)) {
                 fprintf(stderr, "m3-gpu generate: cannot allocate the sampler for vocab %d\n", V);
                 goto out;
             }
@@ -1567,10 +1711,6 @@ static int generate_run(const char *dir, const char *const *srcs, const int *is_
             fprintf(stderr, "m3-gpu: out of host memory\n");
             goto out;
         }
-        if (hipStreamCreate(&st) != hipSuccess) {
-            fprintf(stderr, "m3-gpu: no usable GPU (hipStreamCreate failed)\n");
-            goto out;
-        }
         if (dev_model_upload(&dm, &m) != 0) {
             fprintf(stderr, "m3-gpu: uploading the weights of %s failed (device memory?)\n", dir);
             goto out;
@@ -1579,6 +1719,7 @@ static int generate_run(const char *dir, const char *const *srcs, const int *is_
         if (gpu_sess_init_n(&sess, &m, &dm, Ttot, capmax, n, mode, NULL, st) != 0)
             goto out;
         have_sess = 1;
+        sess.vis = vis.n > 0 ? &vis : NULL; /* placed into the prompt's embeddings */
         const double t0 = now_s();
         {
             const gpu_batch bt = {n, idp, T, p0, act, NULL, NULL};
@@ -1677,6 +1818,7 @@ out:
         m3_sampler_free(&sp[s]);
     for (int s = 0; ds && s < n; s++)
         m3_decode_stream_free(&ds[s]);
+    m3g_vision_feats_free(&vis);
     dev_model_free(&dm);
     if (st)
         (void)hipStreamDestroy(st);
@@ -1708,73 +1850,100 @@ out:
 
 static int cmd_generate(int argc, char **argv)
 {
-    const char *dir = NULL;
     const char *srcv[64]; /* every --tokens / --prompt in order (a batch when more than one) */
-    int srctext[64], nsrc = 0;
-    int mode = 0, greedy_flag = 0, print_ids = 0;
-    int have_temp = 0, have_top_p = 0, have_top_k = 0, have_seed = 0;
-    float o_temp = 1.0f, o_top_p = 1.0f;
-    long long o_top_k = 0, o_seed = 0, max_new = 32;
+    int srctext[64], any_text = 0;
+    gen_opts go;
+    memset(&go, 0, sizeof go);
+    go.srcs = srcv;
+    go.is_text = srctext;
+    go.max_new = 32;
+    prompt_args pa; /* chat and vision options as bin/m3-ref generate (ref/prompt.h) */
+    prompt_args_init(&pa);
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(USAGE, stdout);
             return 0;
         }
+        if (!strcmp(a, "--draft") || !strcmp(a, "--spec-tokens"))
+            return gen_usage(!strcmp(a, "--draft")
+                                 ? "--draft (Eagle3 speculative decoding) is not implemented on "
+                                   "the GPU; use bin/m3-ref generate --draft DIR"
+                                 : "--spec-tokens (Eagle3 speculative decoding, with --draft) is "
+                                   "not implemented on the GPU; use bin/m3-ref generate --draft "
+                                   "DIR --spec-tokens K",
+                             NULL);
         if (!strcmp(a, "--greedy")) {
-            greedy_flag = 1;
+            go.greedy_flag = 1;
             continue;
         }
         if (!strcmp(a, "--print-ids")) {
-            print_ids = 1;
+            go.print_ids = 1;
             continue;
         }
-        if (!v)
-            return gen_usage("option needs a value:", a);
+        if (!strcmp(a, "--lenient-config")) {
+            go.lenient = 1;
+            continue;
+        }
+        const int took = take_prompt_opt("generate", 1, a, v, &pa);
+        if (took < 0)
+            return EXIT_USAGE;
+        if (took > 0) {
+            i += took - 1;
+            continue;
+        }
+        static const char *const valued[] = {"--model", "--tokens", "--prompt", "--dtype",
+                                             "--max-new-tokens", "--temperature", "--top-p",
+                                             "--top-k", "--seed", NULL};
+        if (valued_opt("generate", a, v, valued) != 0)
+            return EXIT_USAGE;
         i++;
         if (!strcmp(a, "--model"))
-            dir = v;
-        else if (!strcmp(a, "--tokens") && nsrc < 64) {
-            srcv[nsrc] = v;
-            srctext[nsrc++] = 0;
-        } else if (!strcmp(a, "--prompt") && nsrc < 64) {
-            srcv[nsrc] = v;
-            srctext[nsrc++] = 1;
-        } else if (!strcmp(a, "--dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
-            mode = !strcmp(v, "bf16");
+            go.dir = v;
+        else if ((!strcmp(a, "--tokens") || !strcmp(a, "--prompt")) && go.n < 64) {
+            srcv[go.n] = v;
+            srctext[go.n] = !strcmp(a, "--prompt");
+            any_text |= srctext[go.n++];
+        } else if (!strcmp(a, "--tokens") || !strcmp(a, "--prompt"))
+            return gen_usage("at most 64 --tokens / --prompt (prompts of a batch); one more:", v);
+        else if (!strcmp(a, "--dtype"))
+            go.mode = !strcmp(v, "bf16");
         else if (!strcmp(a, "--max-new-tokens")) {
-            if (parse_i64(v, 0, INT32_MAX, &max_new))
+            if (parse_i64(v, 0, INT32_MAX, &go.max_new))
                 return gen_usage("--max-new-tokens needs an integer >= 0, got", v);
         } else if (!strcmp(a, "--temperature")) {
-            if (parse_f(v, &o_temp) || !(o_temp > 0.0f))
+            if (parse_f(v, &go.temp) || !(go.temp > 0.0f))
                 return gen_usage("--temperature needs a number > 0, got", v);
-            have_temp = 1;
+            go.have_temp = 1;
         } else if (!strcmp(a, "--top-p")) {
-            if (parse_f(v, &o_top_p) || !(o_top_p > 0.0f) || o_top_p > 1.0f)
+            if (parse_f(v, &go.top_p) || !(go.top_p > 0.0f) || go.top_p > 1.0f)
                 return gen_usage("--top-p needs a number in (0, 1], got", v);
-            have_top_p = 1;
+            go.have_top_p = 1;
         } else if (!strcmp(a, "--top-k")) {
-            if (parse_i64(v, 0, INT32_MAX, &o_top_k))
+            if (parse_i64(v, 0, INT32_MAX, &go.top_k))
                 return gen_usage("--top-k needs an integer >= 0, got", v);
-            have_top_k = 1;
+            go.have_top_k = 1;
         } else if (!strcmp(a, "--seed")) {
-            if (parse_i64(v, 0, INT64_MAX, &o_seed))
+            if (parse_i64(v, 0, INT64_MAX, &go.seed))
                 return gen_usage("--seed needs an integer >= 0, got", v);
-            have_seed = 1;
-        } else {
-            fprintf(stderr, "m3-gpu generate: unknown option or value '%s %s'\n%s", a, v, USAGE);
-            return EXIT_USAGE;
+            go.have_seed = 1;
         }
     }
-    if (!dir)
+    if (prompt_args_check("generate", &pa, any_text) != 0)
+        return EXIT_USAGE;
+    if (!go.dir)
         return gen_usage("--model DIR is required", NULL);
-    if (nsrc == 0)
+    if (go.n == 0)
         return gen_usage("give --tokens IDS or --prompt TEXT (repeat them for a batch)", NULL);
-    if (greedy_flag && (have_temp || have_top_p || have_top_k || have_seed))
+    if (go.greedy_flag && (go.have_temp || go.have_top_p || go.have_top_k || go.have_seed))
         return gen_usage("--greedy cannot be combined with --temperature, --top-p, --top-k or "
                          "--seed", NULL);
-    return generate_run(dir, srcv, srctext, nsrc, mode, greedy_flag, have_temp, o_temp, have_top_p,
-                        o_top_p, have_top_k, o_top_k, o_seed, max_new, print_ids);
+    if (vision_requested(&pa) && go.n > 1)
+        return gen_usage("--image, --video and --pixels take a single prompt (one --tokens or "
+                         "--prompt), not a batch", NULL);
+    go.po = &pa.po;
+    go.vreq = vision_requested(&pa) ? &pa.vreq : NULL;
+    return generate_run(&go);
 }
 
 /* m3-gpu vision-case --case DIR --dump OUT: one vision component vector case

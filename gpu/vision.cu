@@ -818,8 +818,9 @@ static int split_frames(char *list, const char **frames, m3_err *e)
 }
 
 int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int32_t *ids,
-                       int64_t n, int mode, hipStream_t st, m3_st_writer *dump,
-                       int32_t **ids_out, int64_t *nout, m3g_vision_feats *out, m3_err *e)
+                       int64_t n, int mode, const m3_tokenizer *tok, hipStream_t st,
+                       m3_st_writer *dump, int32_t **ids_out, int64_t *nout,
+                       m3g_vision_feats *out, m3_err *e)
 {
     *ids_out = NULL;
     *nout = 0;
@@ -847,11 +848,13 @@ int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int
             goto done;
     }
     /* host preprocessing and placeholder expansion through the reference
-     * library (exact; no tokenizer here, so no video timestamps) */
+     * library (exact; video timestamps only with a tokenizer) */
     mr.image_paths = r->image_paths;
     mr.n_images = r->n_images;
     mr.video_paths = frames;
     mr.n_video_frames = nframes;
+    mr.fps = r->fps;
+    mr.tok = tok;
     mr.pixels_path = r->pixels_path;
     mr.joint = r->joint;
     mr.mode = mode ? M3_MODE_BF16 : M3_MODE_FP32;

@@ -28,13 +28,15 @@ extern "C" {
 #include "err.h"
 #include "model.h"
 #include "safetensors.h"
+#include "tokenizer.h"
 }
 
-/* The multimodal options of a forward, as bin/m3-ref takes them. */
+/* The multimodal options of a forward or generate, as bin/m3-ref takes them. */
 typedef struct m3g_vision_request {
     const char *const *image_paths; /* image files, prompt order */
     int n_images;
     const char *video_frames; /* --video: comma-separated frame files of one video, or NULL */
+    double fps;               /* --fps of the video (its timestamps, with a tokenizer) */
     const char *pixels_path; /* pixel_values + image_grid_thw safetensors, or NULL */
     int joint;               /* HF joint attention (--vision-joint) */
 } m3g_vision_request;
@@ -54,15 +56,18 @@ int m3g_vision_forward(const m3_model *m, const float *pixels, int64_t npatch,
                        const int32_t *grid, int nitems, int mode, int joint, hipStream_t st,
                        float *features_dev, m3_st_writer *dump, m3_err *e);
 
-/* The front end for a token-id prompt ids [n]: preprocess the files (or read
+/* The front end for a prompt ids [n]: preprocess the files (or read
  * pixels_path) on the host, run m3g_vision_forward, expand one marker per
  * item when the ids do not already hold the placeholder runs (as ref
- * m3_mm_prepare; no video timestamps: there is no tokenizer on this path),
- * and locate the placeholder rows. On success *ids_out [*nout] (malloc) is
- * the prompt to run and *out the features to place with m3g_vision_place. */
+ * m3_mm_prepare), and locate the placeholder rows. tok may be NULL; when set,
+ * a video's temporal groups get their timestamp ids (as m3_mm_request.tok:
+ * bin/m3-ref generate passes its tokenizer for a --prompt, forward passes
+ * none). On success *ids_out [*nout] (malloc) is the prompt to run and *out
+ * the features to place with m3g_vision_place. */
 int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int32_t *ids,
-                       int64_t n, int mode, hipStream_t st, m3_st_writer *dump,
-                       int32_t **ids_out, int64_t *nout, m3g_vision_feats *out, m3_err *e);
+                       int64_t n, int mode, const m3_tokenizer *tok, hipStream_t st,
+                       m3_st_writer *dump, int32_t **ids_out, int64_t *nout,
+                       m3g_vision_feats *out, m3_err *e);
 
 /* x [T, H] (device, the input embeddings of the expanded prompt): copy
  * feature row f into row f->rows[f] (M3-EMB-3). */

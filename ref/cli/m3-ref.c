@@ -23,9 +23,9 @@
 #include "err.h"
 #include "genconfig.h"
 #include "inspect.h"
-#include "chat.h"
 #include "model.h"
 #include "multimodal.h"
+#include "prompt.h"
 #include "tokenizer.h"
 #include "tokens.h"
 #include "numerics.h"
@@ -352,10 +352,7 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
             o->chat = 1;
         } else if (!strcmp(a, "--thinking") && (allow & ALLOW_PROMPT)) {
             TAKES_VALUE();
-            if (strcmp(val, "adaptive") && strcmp(val, "enabled") && strcmp(val, "disabled"))
-                return usage_error(cmd, "--thinking must be adaptive, enabled or disabled (got '%s')",
-                                   val);
-            o->thinking = val;
+            o->thinking = val; /* checked by prompt_check */
         } else if (!strcmp(a, "--system") && (allow & ALLOW_PROMPT)) {
             TAKES_VALUE();
             o->system = val;
@@ -406,17 +403,24 @@ static int mm_requested(const cli_opts *o)
     return o->n_images > 0 || o->video || o->pixels;
 }
 
-/* Check the combination of multimodal options; prints and returns -1 on misuse. */
-static int mm_check(const char *cmd, const cli_opts *o)
+/* Check the combination of prompt options (chat, images, video; the rules of
+ * ref/prompt.h, shared with bin/m3-gpu); prints and returns -1 on misuse. */
+static int prompt_check(const char *cmd, const cli_opts *o)
 {
-    if (o->pixels && (o->n_images > 0 || o->video))
-        return usage_error(cmd, "%s", "--pixels replaces --image/--video; give one or the other");
-    if (o->have_fps && !o->video)
-        return usage_error(cmd, "%s", "--fps needs --video");
-    if (o->video && !o->have_fps)
-        return usage_error(cmd, "%s", "--video needs --fps R (frames per second of the frames)");
-    if (o->vision_joint && !mm_requested(o))
-        return usage_error(cmd, "%s", "--vision-joint needs --image, --video or --pixels");
+    const m3_prompt_opts po = {
+        .have_text = o->prompt != NULL,
+        .chat = o->chat,
+        .system = o->system,
+        .thinking = o->thinking,
+        .n_images = o->n_images,
+        .video = o->video,
+        .have_fps = o->have_fps,
+        .pixels = o->pixels,
+        .joint = o->vision_joint,
+    };
+    m3_err e = {{0}};
+    if (m3_prompt_check(&po, &e) != 0)
+        return usage_error(cmd, "%s", e.msg);
     return 0;
 }
 
@@ -500,41 +504,24 @@ static m3_tokenizer *open_tokenizer(const char *dir, char *why, size_t whylen)
     return tok;
 }
 
-/* Turn --prompt TEXT into token ids with tok: with --chat the text becomes the
- * user turn of a MiniMax-M3 conversation (M3-CHAT-*) in the chosen thinking
- * mode; otherwise it is encoded as it is. Special-token strings in the text
- * are matched as special tokens, as HF tokenizers do by default. */
+/* Turn --prompt TEXT into token ids with tok (ref/prompt.h): with --chat the
+ * text becomes the user turn of a MiniMax-M3 conversation (M3-CHAT-*) in the
+ * chosen thinking mode; otherwise it is encoded as it is. Special-token
+ * strings in the text are matched as special tokens, as HF tokenizers do by
+ * default. */
 static int prompt_to_ids(const m3_tokenizer *tok, const cli_opts *o, int32_t **ids, int *n,
                          char *why, size_t whylen)
 {
     m3_err e = {{0}};
-    char *rendered = NULL;
-    const char *text = o->prompt;
-    size_t len = strlen(text);
-    *ids = NULL;
+    const m3_prompt_opts po = {.have_text = 1, .chat = o->chat, .system = o->system,
+                               .thinking = o->thinking};
+    size_t count = 0;
     *n = 0;
-    if (!o->chat && len == 0) {
-        snprintf(why, whylen, "empty prompt");
+    if (m3_prompt_encode(tok, o->prompt, &po, ids, &count, &e) != 0) {
+        snprintf(why, whylen, "%s", e.msg);
         return -1;
     }
-    if (o->chat) {
-        m3_thinking mode = M3_THINK_ADAPTIVE;
-        if (o->thinking && m3_thinking_parse(o->thinking, &mode, &e) != 0)
-            goto fail;
-        m3_chat_msg msgs[2];
-        size_t nm = 0;
-        if (o->system)
-            msgs[nm++] = (m3_chat_msg){"system", o->system, NULL};
-        msgs[nm++] = (m3_chat_msg){"user", o->prompt, NULL};
-        if (m3_chat_render(msgs, nm, mode, 1, &rendered, &len, &e) != 0)
-            goto fail;
-        text = rendered;
-    }
-    size_t count = 0;
-    if (m3_tokenizer_encode(tok, text, len, 1, ids, &count, &e) != 0)
-        goto fail;
-    free(rendered);
-    if (count == 0 || count > INT_MAX) {
+    if (count > INT_MAX) {
         free(*ids);
         *ids = NULL;
         snprintf(why, whylen, "the prompt encodes to %zu tokens", count);
@@ -542,10 +529,6 @@ static int prompt_to_ids(const m3_tokenizer *tok, const cli_opts *o, int32_t **i
     }
     *n = (int)count;
     return 0;
-fail:
-    free(rendered);
-    snprintf(why, whylen, "%s", e.msg);
-    return -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -556,7 +539,7 @@ static int cmd_forward(int argc, char **argv)
     cli_opts o;
     if (parse_opts("forward", argc, argv, ALLOW_TOKENS | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION,
                    &o) != 0 ||
-        mm_check("forward", &o) != 0)
+        prompt_check("forward", &o) != 0)
         return EXIT_USAGE;
     if (o.help) {
         fputs(HELP_FORWARD, stdout);
@@ -660,7 +643,7 @@ static int cmd_generate(int argc, char **argv)
     cli_opts o;
     if (parse_opts("generate", argc, argv,
                    ALLOW_TOKENS | ALLOW_PROMPT | ALLOW_DTYPE | ALLOW_GEN | ALLOW_VISION, &o) != 0 ||
-        mm_check("generate", &o) != 0)
+        prompt_check("generate", &o) != 0)
         return EXIT_USAGE;
     if (o.help) {
         fputs(HELP_GENERATE, stdout);
@@ -673,14 +656,6 @@ static int cmd_generate(int argc, char **argv)
     if (o.greedy && (o.have_temp || o.have_top_p || o.have_top_k || o.have_seed)) {
         usage_error("generate", "%s", "--greedy cannot be combined with --temperature, --top-p, "
                                       "--top-k or --seed");
-        return EXIT_USAGE;
-    }
-    if ((o.chat || o.thinking || o.system) && !o.prompt) {
-        usage_error("generate", "%s", "--chat, --thinking and --system need --prompt TEXT");
-        return EXIT_USAGE;
-    }
-    if ((o.thinking || o.system) && !o.chat) {
-        usage_error("generate", "%s", "--thinking and --system need --chat");
         return EXIT_USAGE;
     }
     int32_t *ids = NULL;
