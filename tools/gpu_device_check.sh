@@ -262,6 +262,10 @@ for mode in fp32 bf16; do
     s=$((s + 1))
   done
 done
+# the emulation's generate checks on the GPU: fp32 greedy ids equal to m3-ref
+# alone, in a batch, with --chat and with a vision prompt (--pixels)
+sh gpu/emu/emu_generate.sh bin/m3-gpu bin/m3-ref models/demo >/tmp/eg.txt 2>&1
+log "generate checks of gpu/emu/emu_generate.sh on the GPU: rc=$? $(tr '\n' ' ' </tmp/eg.txt)"
 
 # benchmarks (numbers only; docs/performance.md records them); SKIP_BENCH=1 skips
 [ -n "${SKIP_BENCH:-}" ] && { log "total: $(( $(date +%s) - t0 )) s"; exit 0; }

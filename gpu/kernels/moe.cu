@@ -12,9 +12,10 @@
  * reference's 8-partial order, so a near-tie of two experts may flip (the
  * conformance tie_tolerance covers this); the top-k itself is exact.
  *
- * Tuning next: the router is tiny (E x H fp32 = 3 MB at M3 size): one block
- * per token is latency-bound; use several blocks per token for decode and a
- * GEMM for prefill. SwiGLU should be fused into the gate/up GEMV epilogue
+ * The router runs as two launches: scores spread over E / 8 blocks per token
+ * (one block per token streamed the 3 MB fp32 router through one SM), then
+ * the selection; the arithmetic is unchanged. Tuning next: a GEMM for the
+ * prefill router; SwiGLU should be fused into the gate/up GEMV epilogue
  * (interleave gate/up rows at upload so one GEMV produces both).
  */
 #include <math.h>
@@ -28,36 +29,62 @@ __device__ __forceinline__ int router_before(float va, int a, float vb, int b)
     return va > vb || (va == vb && a < b);
 }
 
-/* grid T, block 256. */
-__global__ void k_router(int32_t *idx, float *wout, float *scores, const float *x,
-                         const void *rw, int rdt, int E, int H, const void *bias, int bdt, int k)
+/* Router scores: grid (ceil(E / 2), T), block 64, one warp per (token,
+ * expert): logit = lane-strided partial sums + warp tree (m3d_warp_sum),
+ * then the sigmoid, into scores [T, E]. Spread over E / 2 blocks per token
+ * so a decode step streams the 3 MB fp32 router with many SMs, not one. */
+__global__ void k_router_scores(float *scores, const float *x, const void *rw, int rdt, int E,
+                                int H)
 {
-    __shared__ float sc[ROUTER_MAXE];
-    const int t = blockIdx.x, nw = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int t = blockIdx.y, lane = threadIdx.x & 31;
+    const int e = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (e >= E)
+        return;
     const float *xr = x + (size_t)t * H;
-    for (int e = w; e < E; e += nw) {
-        float a = 0.0f;
-        for (int c = lane; c < H; c += 32)
-            a += m3d_load(rw, rdt, (size_t)e * H + c) * xr[c];
-        a = m3d_warp_sum(a);
-        if (lane == 0) {
-            const float s = 1.0f / (1.0f + expf(-a));
-            sc[e] = s;
-            scores[(size_t)t * E + e] = s;
+    float a = 0.0f; /* one accumulator, c ascending: loads batched, sums in order */
+    for (int c0 = lane; c0 < H; c0 += 8 * 32) {
+        float wv[8], xv[8];
+        for (int j = 0; j < 8; j++) {
+            const int c = c0 + 32 * j;
+            wv[j] = c < H ? m3d_load(rw, rdt, (size_t)e * H + c) : 0.0f;
+            xv[j] = c < H ? xr[c] : 0.0f;
         }
+        for (int j = 0; j < 8; j++)
+            if (c0 + 32 * j < H)
+                a += wv[j] * xv[j];
+    }
+    a = m3d_warp_sum(a);
+    if (lane == 0)
+        scores[(size_t)t * E + e] = 1.0f / (1.0f + expf(-a));
+}
+
+/* Router selection: grid T, block 256: scores + bias into shared memory,
+ * then the reference's serial top-k on thread 0. */
+__global__ void k_router_select(int32_t *idx, float *wout, const float *scores, int E,
+                                const void *bias, int bdt, int k)
+{
+    __shared__ float sc[ROUTER_MAXE], sb[ROUTER_MAXE];
+    const int t = blockIdx.x;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        sc[e] = scores[(size_t)t * E + e];
+        sb[e] = sc[e] + (bias ? m3d_load(bias, bdt, e) : 0.0f);
     }
     __syncthreads();
-    if (threadIdx.x != 0)
+    if (threadIdx.x >= 32)
         return;
-    /* serial top-k as the reference (E * k compares; k <= 32) */
+    /* the reference's rule: pick j is the best candidate (higher value, then
+     * lower id) strictly after pick j - 1 in that order. "Best" is a total
+     * order, so the warp finds it as a reduction: each lane its best of
+     * e = lane (mod 32), then a shuffle tree. */
+    const int lane = threadIdx.x;
     int32_t *id = idx + (size_t)t * k;
     float last_v = INFINITY;
     int last_e = -1;
     for (int j = 0; j < k; j++) {
         int pick = -1;
         float pv = 0.0f;
-        for (int e = 0; e < E; e++) {
-            const float v = sc[e] + (bias ? m3d_load(bias, bdt, e) : 0.0f);
+        for (int e = lane; e < E; e += 32) {
+            const float v = sb[e];
             if (last_e >= 0 && !router_before(last_v, last_e, v, e))
                 continue;
             if (pick < 0 || router_before(v, e, pv, pick)) {
@@ -65,12 +92,23 @@ __global__ void k_router(int32_t *idx, float *wout, float *scores, const float *
                 pv = v;
             }
         }
+        for (int o = 16; o > 0; o >>= 1) {
+            const int oe = m3_shfl_xor_i(pick, o);
+            const float ov = m3_shfl_xor(pv, o);
+            if (oe >= 0 && (pick < 0 || router_before(ov, oe, pv, pick))) {
+                pick = oe;
+                pv = ov;
+            }
+        }
         if (pick < 0)
             pick = j < E ? j : E - 1;
-        id[j] = pick;
         last_v = pv;
         last_e = pick;
+        if (lane == 0)
+            id[j] = pick;
     }
+    if (lane != 0)
+        return;
     for (int a = 1; a < k; a++) {
         const int32_t v = id[a];
         int b = a;
@@ -92,8 +130,10 @@ hipError_t m3g_router(int32_t *idx, float *w, float *scores, const float *x, m3g
         return hipSuccess;
     if (router.rows > ROUTER_MAXE || k <= 0 || k > 32)
         return hipErrorInvalidValue;
-    hipLaunchKernelGGL(k_router, dim3(T), dim3(256), 0, st, idx, w, scores, x, router.data,
-                       router.dtype, router.rows, router.cols, bias, bias_dtype, k);
+    hipLaunchKernelGGL(k_router_scores, dim3((unsigned)(router.rows + 1) / 2, T), dim3(64), 0,
+                       st, scores, x, router.data, router.dtype, router.rows, router.cols);
+    hipLaunchKernelGGL(k_router_select, dim3(T), dim3(256), 0, st, idx, w, scores, router.rows,
+                       bias, bias_dtype, k);
     return hipGetLastError();
 }
 
@@ -124,11 +164,19 @@ hipError_t m3g_swiglu(float *act, const float *gate, const float *up, int64_t n,
 }
 
 /* grid T, block 256. */
-__global__ void k_moe_combine(float *y, const float *ye, const float *w, const float *shared,
+/* grid (ceil(H / 1024), T), block 256: each thread 4 columns h; per
+ * column the reference's order (ascending expert slot). y must not overlap
+ * ye, w or shared. */
+__global__ void k_moe_combine(float *__restrict__ y, const float *__restrict__ ye,
+                              const float *__restrict__ w, const float *__restrict__ shared,
                               int k, int H, float scale, int mode)
 {
-    const int t = blockIdx.x;
-    for (int h = threadIdx.x; h < H; h += blockDim.x) {
+    const int t = blockIdx.y;
+    const int h0 = blockIdx.x * 4 * blockDim.x + threadIdx.x;
+    for (int q = 0; q < 4; q++) {
+        const int h = h0 + q * blockDim.x;
+        if (h >= H)
+            continue;
         float acc = 0.0f;
         for (int j = 0; j < k; j++) /* ascending expert id, as ref */
             acc += m3d_round(w[(size_t)t * k + j] * ye[((size_t)t * k + j) * H + h], mode);
@@ -144,7 +192,7 @@ hipError_t m3g_moe_combine(float *y, const float *ye, const float *w, const floa
 {
     if (T <= 0)
         return hipSuccess;
-    hipLaunchKernelGGL(k_moe_combine, dim3(T), dim3(256), 0, st, y, ye, w, shared, k, H, scale,
+    hipLaunchKernelGGL(k_moe_combine, dim3((unsigned)(H + 1023) / 1024, T), dim3(256), 0, st, y, ye, w, shared, k, H, scale,
                        mode);
     return hipGetLastError();
 }

@@ -31,21 +31,22 @@
  * (section "Fused indexer": coalesced cp.async slices through a block-wide
  * ring, last-block selection), and the two-launch path for other shapes.
  *
- * Measured on the H200 (bench-gpu --case indexer, median of 20 graph
- * replays, cold cache, bf16 cache, 4 heads x 128, B 128, top 16; logical
- * bytes = the 256 B/token index-K stream), same run: default 32.00 us at
- * 128K (21.8% of 4.8 TB/s) and 93.82 us at 1M (59.6%); the earlier fused
- * kernel 56.32 / 193.39 us, the two-launch path 50.28 / 193.05 us. Scores
- * bitwise and top-16 identical to the host golden on the device for every
- * variant. Where the time goes (same run): block scores alone (variant 16)
- * 15.80 / 76.33 us (marginal rate 3.9 TB/s, ~7 us fixed), + local top-k,
- * lists and ticket (variant 64) 17.22 / 78.81 us, + the last block's merge
- * 32.00 / 93.82 us: the merge costs ~15 us although it reads a few KB
- * (suspect: its unrolled code, cold in the instruction caches after the
- * stream flushed L2; idx_merge_small, variant 128, is the small-footprint
- * rewrite, not yet measured). With FMA (variant 1, exact for bf16 q and
- * keys in range, see idx_q_fma_ok): 30.38 / 85.38 us. Target (>= 70%:
- * ~10 us / ~80 us) NOT met. Prefill (large T) runs the same kernels with
+ * Measured on the H200 (bench-gpu, median of 20 graph replays, cold cache,
+ * bf16 cache, 4 heads x 128, B 128, top 16; logical bytes = the 256 B/token
+ * index-K stream), one run (the lead's final device check): default (with
+ * idx_merge_small) 25.24 us at 128K (27.7% of 4.8 TB/s) and 88.81 us at 1M
+ * (63.0%); with the unrolled merge idx_merge (variant 128) 34.32 / 96.80
+ * us; the earlier fused kernel 56.58 / 195.44 us, the two-launch path
+ * 50.63 / 193.07 us. Scores bitwise and top-16 identical to the host golden
+ * on the device for every variant. Where the time goes: block scores alone
+ * (variant 16) 16.33 / 78.37 us (~7 us fixed, then ~3.9 TB/s), + local
+ * top-k, lists and ticket (variant 64) 17.79 / 81.17 us, + the last
+ * block's merge: ~7.5 us with idx_merge_small, ~16 us with the unrolled
+ * idx_merge, although either reads only a few KB (the unrolled code is
+ * cold in the instruction caches after the stream; the small one has less
+ * to fetch). With FMA (bit 0, exact for bf16 q and keys in range, see
+ * idx_q_fma_ok): 23.61 / 81.29 us (29.6% / 68.8%). Target (>= 70%: ~10 us
+ * / ~80 us) NOT met. Prefill (large T) runs the same kernels with
  * one block per row (correct, not tuned; the scores are a [T x G*d] by
  * [d x keys] GEMM with a block-max epilogue).
  */
@@ -1336,7 +1337,7 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
 #endif
 #define IDX_F_SCORES_ONLY 2        /* kernel flag: block scores only (timing) */
 #define IDX_F_NO_MERGE 4           /* kernel flag: no merge in the last block (timing) */
-#define IDX_F_SMALL_MERGE 8        /* kernel flag: idx_merge_small (opt-in) */
+#define IDX_F_SMALL_MERGE 8        /* kernel flag: idx_merge_small (the default) */
 
 #if IDX_ON
 
@@ -2097,7 +2098,7 @@ hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const
                             topk, local_blocks, init_blocks, ctr, ws,
                             allow_fma | ((variant & 16) ? IDX_F_SCORES_ONLY : 0) |
                                 ((variant & 64) ? IDX_F_NO_MERGE : 0) |
-                                ((variant & 128) ? IDX_F_SMALL_MERGE : 0),
+                                ((variant & 128) ? 0 : IDX_F_SMALL_MERGE),
                             (variant & 32) == 0, st);
 #endif
     const int esz = ik_dtype == M3G_BF16 ? 2 : 4;

@@ -17,27 +17,53 @@
 #include "common.cuh"
 #include "kernels.h"
 
-__global__ void k_residual_rmsnorm(float *x, const float *y, float *out, const void *w,
-                                   int w_dtype, int n, float eps, int mode)
+/* One block per row. Each thread's elements are i = tid, tid + blockDim,
+ * ... in that order (its partial sum of squares follows it); they are read
+ * NORM_BATCH at a time so the loads of a batch are in flight together (a
+ * decode step has one row: a loop of single dependent loads made this
+ * kernel ~20 us). x, y and out must not overlap. */
+#define NORM_BATCH 8
+__global__ void k_residual_rmsnorm(float *__restrict__ x, const float *__restrict__ y,
+                                   float *__restrict__ out, const void *w, int w_dtype, int n,
+                                   float eps, int mode)
 {
     __shared__ float sh[32];
     float *xr = x + (size_t)blockIdx.x * n;
     float *orow = out + (size_t)blockIdx.x * n;
     const float *yr = y ? y + (size_t)blockIdx.x * n : NULL;
+    const int nt = blockDim.x;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = xr[i];
-        if (yr) {
-            v = m3d_round(v + yr[i], mode);
-            xr[i] = v;
+    for (int i0 = threadIdx.x; i0 < n; i0 += NORM_BATCH * nt) {
+        float v[NORM_BATCH], u[NORM_BATCH];
+        for (int j = 0; j < NORM_BATCH; j++) {
+            const int i = i0 + j * nt;
+            v[j] = i < n ? xr[i] : 0.0f;
+            u[j] = yr && i < n ? yr[i] : 0.0f;
         }
-        ss += v * v;
+        for (int j = 0; j < NORM_BATCH; j++) {
+            const int i = i0 + j * nt;
+            if (i < n && yr) {
+                v[j] = m3d_round(v[j] + u[j], mode);
+                xr[i] = v[j];
+            }
+            if (i < n)
+                ss += v[j] * v[j];
+        }
     }
     ss = m3d_block_sum(ss, sh);
     const float r = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = (xr[i] * r) * (1.0f + m3d_load(w, w_dtype, i));
-        orow[i] = m3d_round(v, mode);
+    for (int i0 = threadIdx.x; i0 < n; i0 += NORM_BATCH * nt) {
+        float v[NORM_BATCH], g[NORM_BATCH];
+        for (int j = 0; j < NORM_BATCH; j++) {
+            const int i = i0 + j * nt;
+            v[j] = i < n ? xr[i] : 0.0f;
+            g[j] = i < n ? m3d_load(w, w_dtype, i) : 0.0f;
+        }
+        for (int j = 0; j < NORM_BATCH; j++) {
+            const int i = i0 + j * nt;
+            if (i < n)
+                orow[i] = m3d_round((v[j] * r) * (1.0f + g[j]), mode);
+        }
     }
 }
 
