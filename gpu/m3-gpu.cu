@@ -1002,20 +1002,11 @@ fail:
  * lower id, as bin/m3-ref forward prints them) and a newline. */
 static void print_top5(const float *last, int V)
 {
-    int top[5], ntop = V < 5 ? V : 5;
+    int32_t top[5];
+    const int ntop = m3_top_ids(last, V, 5, top);
     printf(" top5:");
-    for (int j = 0; j < ntop; j++) {
-        int best = -1;
-        for (int v = 0; v < V; v++) {
-            int used = 0;
-            for (int q = 0; q < j; q++)
-                used |= top[q] == v;
-            if (!used && (best < 0 || last[v] > last[best]))
-                best = v;
-        }
-        top[j] = best;
-        printf(" %d:%.6g", best, last[best]);
-    }
+    for (int j = 0; j < ntop; j++)
+        printf(" %d:%.6g", (int)top[j], last[top[j]]);
     printf("\n");
 }
 

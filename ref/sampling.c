@@ -87,6 +87,23 @@ int32_t m3_argmax(const float *logits, int V)
     return best;
 }
 
+int m3_top_ids(const float *logits, int V, int k, int32_t *out)
+{
+    const int n = k < V ? k : V;
+    for (int j = 0; j < n; j++) {
+        int32_t best = -1;
+        for (int32_t v = 0; v < V; v++) {
+            int used = 0;
+            for (int q = 0; q < j; q++)
+                used |= out[q] == v;
+            if (!used && (best < 0 || logits[v] > logits[best]))
+                best = v;
+        }
+        out[j] = best;
+    }
+    return n < 0 ? 0 : n;
+}
+
 /* 1 iff token a ranks before token b: larger z, then lower index. */
 static int ranks_before(const float *z, int32_t a, int32_t b)
 {

@@ -36,6 +36,9 @@ int32_t m3_sample(m3_sampler *sp, const float *logits);
 int m3_sampler_dist(const m3_sampler *sp, const float *logits, int V, float *probs, int32_t *ord);
 /* Index of the largest logit, lowest index on ties. */
 int32_t m3_argmax(const float *logits, int V);
+/* The k largest logits' indices into out[k], best first, lowest index on
+ * ties (the CLIs' top-5 summaries); returns min(k, V). O(k V). */
+int m3_top_ids(const float *logits, int V, int k, int32_t *out);
 /* A uniform double in [0, 1) from the sampler's stream. */
 double m3_sampler_uniform(m3_sampler *sp);
 

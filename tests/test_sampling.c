@@ -10,6 +10,22 @@
 
 #include "sampling.h"
 
+/* best first, lower index on ties, k clipped to V */
+static void test_top_ids(void **st)
+{
+    (void)st;
+    const float l[6] = {0.5f, 2.0f, -1.0f, 2.0f, 3.0f, 0.5f};
+    int32_t out[8];
+    assert_int_equal(m3_top_ids(l, 6, 5, out), 5);
+    const int32_t want[5] = {4, 1, 3, 0, 5};
+    for (int j = 0; j < 5; j++)
+        assert_int_equal(out[j], want[j]);
+    assert_int_equal(m3_top_ids(l, 3, 8, out), 3);
+    assert_int_equal(out[0], 1);
+    assert_int_equal(out[1], 0);
+    assert_int_equal(out[2], 2);
+}
+
 static void test_argmax_ties(void **st)
 {
     (void)st;
@@ -142,6 +158,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_argmax_ties),
+        cmocka_unit_test(test_top_ids),
         cmocka_unit_test(test_seeding),
         cmocka_unit_test(test_topk1_and_topp_tiny_are_greedy),
         cmocka_unit_test(test_same_seed_same_sequence),

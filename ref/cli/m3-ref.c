@@ -601,18 +601,8 @@ static int cmd_forward(int argc, char **argv)
 
     /* summary: T and the top-5 of the last row */
     const float *last = logits + (size_t)(T - 1) * (size_t)V;
-    int top[5], ntop = V < 5 ? V : 5;
-    for (int j = 0; j < ntop; j++) {
-        int best = -1;
-        for (int v = 0; v < V; v++) {
-            int used = 0;
-            for (int q = 0; q < j; q++)
-                used |= top[q] == v;
-            if (!used && (best < 0 || last[v] > last[best]))
-                best = v;
-        }
-        top[j] = best;
-    }
+    int32_t top[5];
+    const int ntop = m3_top_ids(last, V, 5, top);
     printf("T=%d mode=%s layers=%d vocab=%d (%.3f s)\n", T, mode == M3_MODE_BF16 ? "bf16" : "fp32",
            m.cfg.text.num_layers, V, dt);
     printf("top-5 of logits[%d]:", T - 1);
