@@ -1709,8 +1709,7 @@ int main(int argc, char **argv)
         /* variant bits (kernels.h m3g_msa_indexer_tuned): 1 fma, 8 the previous fused
          * kernel, 10 / 14 the streaming kernel with 1 / 4 keys per lane (default 2),
          * 16 block scores only (no selection), 64 no merge (lists + ticket only),
-         * 32 without programmatic dependent launch, 128 the unrolled merge (the
-         * default is the small-footprint one) */
+         * 32 without programmatic dependent launch */
         static const struct { const char *n128, *n1m; int v; } iv[] = {
             {"indexer decode 128K old fused", "indexer decode 1M old fused", 8},
             {"indexer decode 128K old fused fma", "indexer decode 1M old fused fma", 9},
@@ -1722,9 +1721,7 @@ int main(int argc, char **argv)
             {"indexer decode 128K scores only fma", "indexer decode 1M scores only fma", 17},
             {"indexer decode 128K no merge", "indexer decode 1M no merge", 64},
             {"indexer decode 128K no pdl", "indexer decode 1M no pdl", 32},
-            {"indexer decode 128K fma no pdl", "indexer decode 1M fma no pdl", 33},
-            {"indexer decode 128K unrolled merge", "indexer decode 1M unrolled merge", 128},
-            {"indexer decode 128K unrolled merge fma", "indexer decode 1M unrolled merge fma", 129}};
+            {"indexer decode 128K fma no pdl", "indexer decode 1M fma no pdl", 33}};
         for (size_t k = 0; k < sizeof iv / sizeof iv[0]; k++) {
             bad |= make_indexer_alt(&cases[n++], iv[k].n128, &cases[i128], 0, iv[k].v);
             bad |= make_indexer_alt(&cases[n++], iv[k].n1m, &cases[i1m], 0, iv[k].v);

@@ -196,9 +196,7 @@ size_t m3g_msa_indexer_ws(int T, int G, int nbmax);
  * default path); 5, 6, 7 k_idx with 1, 2 (the default), 4 keys per lane.
  * k_idx only: bit 4 (16) block scores only, no selection (timing; out,
  * ctr, ws untouched); bit 5 (32) no programmatic dependent launch; bit 6
- * (64) lists and tickets but no merge (timing; out untouched); bit 7 (128)
- * the previous unrolled merge (idx_merge) instead of the default
- * idx_merge_small (same result, larger instruction footprint). */
+ * (64) lists and tickets but no merge (timing; out untouched). */
 hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const void *ikc,
                                  int ik_dtype, const int32_t *page_table, int B, int64_t pos0,
                                  int T, int G, int d, int nbmax, int topk, int local_blocks,

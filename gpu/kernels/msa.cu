@@ -33,18 +33,15 @@
  *
  * Measured on the H200 (bench-gpu, median of 20 graph replays, cold cache,
  * bf16 cache, 4 heads x 128, B 128, top 16; logical bytes = the 256 B/token
- * index-K stream), one run (the lead's final device check): default (with
- * idx_merge_small) 25.24 us at 128K (27.7% of 4.8 TB/s) and 88.81 us at 1M
- * (63.0%); with the unrolled merge idx_merge (variant 128) 34.32 / 96.80
- * us; the earlier fused kernel 56.58 / 195.44 us, the two-launch path
+ * index-K stream), one run (the lead's final device check): default 25.24
+ * us at 128K (27.7% of 4.8 TB/s) and 88.81 us at 1M (63.0%); with an
+ * earlier, unrolled version of the merge 34.32 / 96.80 us; the earlier fused kernel 56.58 / 195.44 us, the two-launch path
  * 50.63 / 193.07 us. Scores bitwise and top-16 identical to the host golden
  * on the device for every variant. Where the time goes: block scores alone
  * (variant 16) 16.33 / 78.37 us (~7 us fixed, then ~3.9 TB/s), + local
  * top-k, lists and ticket (variant 64) 17.79 / 81.17 us, + the last
- * block's merge: ~7.5 us with idx_merge_small, ~16 us with the unrolled
- * idx_merge, although either reads only a few KB (the unrolled code is
- * cold in the instruction caches after the stream; the small one has less
- * to fetch). With FMA (bit 0, exact for bf16 q and keys in range, see
+ * block's merge: ~7.5 us (~16 us with the unrolled version, see
+ * idx_merge). With FMA (bit 0, exact for bf16 q and keys in range, see
  * idx_q_fma_ok): 23.61 / 81.29 us (29.6% / 68.8%). Target (>= 70%: ~10 us
  * / ~80 us) NOT met. Prefill (large T) runs the same kernels with
  * one block per row (correct, not tuned; the scores are a [T x G*d] by
@@ -1337,7 +1334,6 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
 #endif
 #define IDX_F_SCORES_ONLY 2        /* kernel flag: block scores only (timing) */
 #define IDX_F_NO_MERGE 4           /* kernel flag: no merge in the last block (timing) */
-#define IDX_F_SMALL_MERGE 8        /* kernel flag: idx_merge_small (the default) */
 
 #if IDX_ON
 
@@ -1499,123 +1495,15 @@ static __device__ __forceinline__ void idx_fence()
 
 /* Merge of one row by the last block (one warp per head; see the section
  * comment). lists: [P][NG][IDX_LCAP] golden keys, each list sorted
- * descending, 0-padded. out + g * ostride: the topk entries of head g. */
+ * descending, 0-padded. out + g * ostride: the topk entries of head g.
+ * Rolled loops, each list read up to its first key below the running
+ * threshold: an earlier unrolled version of the same algorithm cost ~16 us
+ * in the last block although it does little work (its code, cold in the
+ * instruction caches after the stream has flushed L2); this one ~7.5 us. */
 template <int NG>
 static __device__ void idx_merge(int32_t *out, size_t ostride, const mix_u64 *lists, int P,
                                  int nf, int need, int nb, int qb, int topk, int local_blocks,
                                  int init_blocks, char *scratch)
-{
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    mix_u64 *surv = (mix_u64 *)scratch;                   /* [NG][IDX_SCAP] */
-    unsigned *scnt = (unsigned *)(surv + NG * IDX_SCAP); /* [NG] */
-    if (tid < NG)
-        scnt[tid] = 0;
-    __syncthreads();
-    if (w >= NG)
-        return;
-    const int g = w;
-    int32_t *o = out + (size_t)g * ostride;
-    if (lane == 0) { /* forced blocks, ascending */
-        int n = 0;
-        for (int b = 0; b < nb && n < topk; b++) {
-            if (b >= init_blocks && b <= qb - local_blocks) { /* jump over the unforced middle */
-                b = qb - local_blocks;
-                continue;
-            }
-            o[n++] = b;
-        }
-    }
-    int n = 0; /* selected unforced blocks */
-    if (need > 0) {
-        int ok = 0;
-        if (P <= 32 * IDX_PCMAX) {
-            mix_u64 hd[IDX_PCMAX], lm = 0;
-MSA_UNROLL
-            for (int i = 0; i < IDX_PCMAX; i++) {
-                const int c = lane + 32 * i;
-                hd[i] = c < P ? mix_ld_other_u64(lists + ((size_t)c * NG + g) * IDX_LCAP) : 0;
-                lm = hd[i] > lm ? hd[i] : lm;
-            }
-            int rank = 0, nz = lm != 0;
-            for (int s = 1; s < 32; s++) {
-                const mix_u64 x = mix_shfl_xor_u64(lm, s);
-                rank += x > lm;
-                nz += x != 0;
-            }
-            mix_u64 m = (lm != 0 && rank == need - 1) ? lm : 0;
-            m = mix_warp_max_u64(m);
-            if (nz < need) /* fewer non-empty lanes than needed: every key */
-                m = 1;
-MSA_UNROLL
-            for (int i = 0; i < IDX_PCMAX; i++) {
-                if (hd[i] == 0 || hd[i] < m)
-                    continue;
-                const mix_u64 *l = lists + ((size_t)(lane + 32 * i) * NG + g) * IDX_LCAP;
-                mix_u64 k[IDX_LCAP];
-MSA_UNROLL
-                for (int s = 0; s < IDX_LCAP; s += 2) { /* independent loads */
-                    k[s] = k[s + 1] = 0;
-                    if (s < need)
-                        idx_ld2(l + s, k[s], k[s + 1]);
-                }
-MSA_UNROLL
-                for (int s = 0; s < IDX_LCAP; s++)
-                    if (s < need && k[s] != 0 && k[s] >= m) {
-                        const unsigned slot = atomicAdd(&scnt[g], 1u);
-                        if (slot < IDX_SCAP)
-                            surv[g * IDX_SCAP + slot] = k[s];
-                    }
-            }
-            idx_syncwarp();
-            const int S = (int)scnt[g];
-            if (S <= IDX_SCAP) {
-                ok = 1;
-                for (int i = lane; i < S; i += 32) {
-                    const mix_u64 K = surv[g * IDX_SCAP + i];
-                    int r = 0;
-                    for (int j = 0; j < S; j++)
-                        r += surv[g * IDX_SCAP + j] > K;
-                    if (r < need)
-                        o[nf + r] = (int32_t)~(unsigned)(K & 0xffffffffu);
-                }
-                n = S < need ? S : need;
-            }
-        }
-        if (!ok) { /* exact fallback: repeated argmax strictly below the previous pick */
-            mix_u64 last = ~(mix_u64)0;
-            for (int r = 0; r < need; r++) {
-                mix_u64 best = 0;
-                for (int c = lane; c < P; c += 32)
-                    for (int s = 0; s < need; s++) {
-                        const mix_u64 K =
-                            mix_ld_other_u64(lists + ((size_t)c * NG + g) * IDX_LCAP + s);
-                        if (K < last && K > best)
-                            best = K;
-                    }
-                best = mix_warp_max_u64(best);
-                if (best == 0)
-                    break;
-                if (lane == 0)
-                    o[nf + r] = (int32_t)~(unsigned)(best & 0xffffffffu);
-                last = best;
-                n++;
-            }
-        }
-    }
-    for (int i = nf + n + lane; i < topk; i += 32)
-        o[i] = -1;
-}
-
-/* idx_merge with a small instruction footprint (opt-in, variant bit 7): the
- * same algorithm with rolled loops and each list read up to its first key
- * below m. Measured: the merge above costs ~15 us in the last block (bench
- * "no merge" vs default) though it does little work; the suspect is its
- * ~tens of KB of unrolled code, cold in the instruction caches after the
- * stream has flushed L2. Not yet measured on the device. */
-template <int NG>
-static __device__ void idx_merge_small(int32_t *out, size_t ostride, const mix_u64 *lists, int P,
-                                       int nf, int need, int nb, int qb, int topk,
-                                       int local_blocks, int init_blocks, char *scratch)
 {
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     mix_u64 *surv = (mix_u64 *)scratch;                   /* [NG][IDX_SCAP] */
@@ -1951,10 +1839,7 @@ MSA_UNROLL
     __syncthreads();
     if (misc[0] != (unsigned)(P - 1))
         return;
-    if (flags & IDX_F_SMALL_MERGE)
-        idx_merge_small<NG>(out + (size_t)t * topk, (size_t)T * topk, lists, P, nf, need, nb, qb,
-                            topk, local_blocks, init_blocks, sm + L::ring);
-    else if (!(flags & IDX_F_NO_MERGE))
+    if (!(flags & IDX_F_NO_MERGE))
         idx_merge<NG>(out + (size_t)t * topk, (size_t)T * topk, lists, P, nf, need, nb, qb, topk,
                       local_blocks, init_blocks, sm + L::ring);
     if (tid == 0)
@@ -2097,8 +1982,7 @@ hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const
         return idx_dispatch(G, cfg, allow_fma, out, bs, iq, ikc, page_table, B, pos0, T, nbmax,
                             topk, local_blocks, init_blocks, ctr, ws,
                             allow_fma | ((variant & 16) ? IDX_F_SCORES_ONLY : 0) |
-                                ((variant & 64) ? IDX_F_NO_MERGE : 0) |
-                                ((variant & 128) ? 0 : IDX_F_SMALL_MERGE),
+                                ((variant & 64) ? IDX_F_NO_MERGE : 0),
                             (variant & 32) == 0, st);
 #endif
     const int esz = ik_dtype == M3G_BF16 ? 2 : 4;
