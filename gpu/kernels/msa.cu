@@ -1368,19 +1368,6 @@ static __device__ __forceinline__ void idx_pdl_wait()
 #endif
 }
 
-/* Two adjacent u64 written by another block of this launch (16-byte aligned). */
-static __device__ __forceinline__ void idx_ld2(const mix_u64 *p, mix_u64 &a, mix_u64 &b)
-{
-#if MIX_CPASYNC
-    const ulonglong2 v = __ldcg((const ulonglong2 *)p);
-    a = v.x;
-    b = v.y;
-#else
-    a = ((const volatile mix_u64 *)p)[0];
-    b = ((const volatile mix_u64 *)p)[1];
-#endif
-}
-
 static __device__ __forceinline__ int idx_warp_sum_i(int v)
 {
     for (int o = 16; o > 0; o >>= 1)
