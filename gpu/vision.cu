@@ -800,23 +800,6 @@ done:
 
 /* ---- the front end ------------------------------------------------------------- */
 
-#define MAX_FRAMES 4096 /* frames of one --video, as bin/m3-ref */
-
-/* Split the --video list "f1,f2,..." in place into frames (at most
- * MAX_FRAMES). Returns the frame count, or -1 with the reason in e. */
-static int split_frames(char *list, const char **frames, m3_err *e)
-{
-    int n = 0;
-    for (char *s = list, *tok; (tok = strsep(&s, ",")) != NULL;) {
-        if (!*tok)
-            return m3_fail(e, "--video: empty frame name in the list");
-        if (n == MAX_FRAMES)
-            return m3_fail(e, "--video: more than %d frames", MAX_FRAMES);
-        frames[n++] = tok;
-    }
-    return n;
-}
-
 int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int32_t *ids,
                        int64_t n, int mode, const m3_tokenizer *tok, hipStream_t st,
                        m3_st_writer *dump, int32_t **ids_out, int64_t *nout,
@@ -837,16 +820,8 @@ int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int
     const char **frames = NULL;
     m3_mm_request mr;
     memset(&mr, 0, sizeof mr);
-    if (r->video_frames) { /* the frame list, split at commas (as bin/m3-ref --video) */
-        fbuf = strdup(r->video_frames);
-        frames = (const char **)malloc(MAX_FRAMES * sizeof *frames);
-        if (!fbuf || !frames) {
-            m3_fail(e, "out of memory for the --video frame list");
-            goto done;
-        }
-        if ((nframes = split_frames(fbuf, frames, e)) < 0)
-            goto done;
-    }
+    if (r->video_frames && (nframes = m3_mm_split_frames(r->video_frames, &fbuf, &frames, e)) < 0)
+        goto done; /* the frame list, split at commas as bin/m3-ref --video */
     /* host preprocessing and placeholder expansion through the reference
      * library (exact; video timestamps only with a tokenizer) */
     mr.image_paths = r->image_paths;

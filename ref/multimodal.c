@@ -256,6 +256,23 @@ void m3_mm_pixels_free(m3_mm_pixels *px)
     memset(px, 0, sizeof *px);
 }
 
+int m3_mm_split_frames(const char *list, char **buf, const char ***frames, m3_err *e)
+{
+    int n = 0;
+    *buf = strdup(list);
+    *frames = malloc(M3_MM_MAX_FRAMES * sizeof **frames);
+    if (!*buf || !*frames)
+        return m3_fail(e, "out of memory for the --video frame list");
+    for (char *s = *buf, *tok; (tok = strsep(&s, ",")) != NULL;) {
+        if (!*tok)
+            return m3_fail(e, "--video: empty frame name in the list");
+        if (n == M3_MM_MAX_FRAMES)
+            return m3_fail(e, "--video: more than %d frames", M3_MM_MAX_FRAMES);
+        (*frames)[n++] = tok;
+    }
+    return n;
+}
+
 int m3_mm_collect(const m3_model *m, const m3_mm_request *r, m3_mm_pixels *px, m3_err *e)
 {
     memset(px, 0, sizeof *px);

@@ -96,6 +96,14 @@ int m3_mm_place_ids(const m3_model *m, const m3_mm_request *r, const m3_mm_pixel
                     int64_t nfeat, const int32_t *ids, int64_t n, int32_t **ids_out,
                     int64_t *nout, m3_err *e);
 
+/* Most frames of one --video (M3_MM_MAX_FRAMES) and the split of its
+ * comma-separated list: *buf becomes a malloc'd copy of list and *frames a
+ * malloc'd array of pointers into it (the caller frees both, also on
+ * failure); returns the frame count, or -1 with e set (an empty name, more
+ * than M3_MM_MAX_FRAMES frames, out of memory). */
+#define M3_MM_MAX_FRAMES 4096
+int m3_mm_split_frames(const char *list, char **buf, const char ***frames, m3_err *e);
+
 /* The whole multimodal front end for token-id prompts: decode and
  * preprocess the files (or read pixels_path), run the vision tower (dumping
  * vision.* into dump when non-NULL), expand single markers when ids hold one

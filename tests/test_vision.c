@@ -293,6 +293,43 @@ static void test_expand_ids(void **st)
     assert_non_null(strstr(e.msg, "no marker"));
 }
 
+/* --video F1,F2,...: names in order; empty names and too many frames fail */
+static void test_split_frames(void **st)
+{
+    (void)st;
+    char *buf = NULL;
+    const char **fr = NULL;
+    m3_err e = {{0}};
+    assert_int_equal(m3_mm_split_frames("a.png,b.jpg,c.png", &buf, &fr, &e), 3);
+    assert_string_equal(fr[0], "a.png");
+    assert_string_equal(fr[1], "b.jpg");
+    assert_string_equal(fr[2], "c.png");
+    free(buf);
+    free(fr);
+    assert_int_equal(m3_mm_split_frames("a.png,,b.png", &buf, &fr, &e), -1);
+    assert_non_null(strstr(e.msg, "empty frame name"));
+    free(buf);
+    free(fr);
+    size_t n = 2 * (M3_MM_MAX_FRAMES + 1);
+    char *many = malloc(n);
+    assert_non_null(many);
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        many[i] = 'x';
+        many[i + 1] = ',';
+    }
+    many[n - 2] = 'x';
+    many[n - 1] = 0; /* M3_MM_MAX_FRAMES + 1 names */
+    assert_int_equal(m3_mm_split_frames(many, &buf, &fr, &e), -1);
+    assert_non_null(strstr(e.msg, "more than"));
+    free(buf);
+    free(fr);
+    many[2 * M3_MM_MAX_FRAMES - 1] = 0; /* exactly M3_MM_MAX_FRAMES */
+    assert_int_equal(m3_mm_split_frames(many, &buf, &fr, &e), M3_MM_MAX_FRAMES);
+    free(buf);
+    free(fr);
+    free(many);
+}
+
 static void test_scatter(void **st)
 {
     vfx *f = *st;
@@ -339,6 +376,7 @@ int main(void)
         cmocka_unit_test(test_project_then_merge),
         cmocka_unit_test(test_vision_errors),
         cmocka_unit_test(test_scatter),
+        cmocka_unit_test(test_split_frames),
     };
     int rc = cmocka_run_group_tests_name("vision", pure, NULL, NULL);
     return rc | cmocka_run_group_tests_name("vision_model", model, vfx_setup, vfx_teardown);

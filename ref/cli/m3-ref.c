@@ -202,7 +202,6 @@ static int parse_tokens(const char *s, int32_t **out, int *n, char *why, size_t 
 }
 
 #define CLI_MAX_IMAGES 64
-#define CLI_MAX_FRAMES 4096
 
 typedef struct cli_opts {
     const char *model;
@@ -436,27 +435,10 @@ static int mm_prepare(const m3_model *m, const cli_opts *o, m3_mode mode,
     char *buf = NULL;
     const char **frames = NULL;
     int nframes = 0;
-    if (o->video) {
-        buf = strdup(o->video);
-        frames = malloc(CLI_MAX_FRAMES * sizeof *frames);
-        if (!buf || !frames) {
-            free(buf);
-            free(frames);
-            return m3_fail(e, "out of memory for the --video frame list");
-        }
-        for (char *p = buf, *tok; (tok = strsep(&p, ",")) != NULL;) {
-            if (!*tok) {
-                free(buf);
-                free(frames);
-                return m3_fail(e, "--video: empty frame name in the list");
-            }
-            if (nframes == CLI_MAX_FRAMES) {
-                free(buf);
-                free(frames);
-                return m3_fail(e, "--video: more than %d frames", CLI_MAX_FRAMES);
-            }
-            frames[nframes++] = tok;
-        }
+    if (o->video && (nframes = m3_mm_split_frames(o->video, &buf, &frames, e)) < 0) {
+        free(buf);
+        free(frames);
+        return -1;
     }
     m3_mm_request r = {
         .image_paths = o->images,
