@@ -1737,10 +1737,6 @@ int main(int argc, char **argv)
                            blas_nolt);
     }
     /* MSA prefill attention: last 2048 rows of a 128K sequence (tensor cores) */
-    /* 1 iff this build has the wgmma MSA prefill kernel (variant 3) */
-    const int pf_wgmma =
-        m3g_msa_attention_prefill_tuned(NULL, NULL, NULL, NULL, M3G_BF16, NULL, BLK, 0, 0, NH, NKV,
-                                        HD, NULL, TOPK_B, 1, 3, st) == hipSuccess;
     bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows indep", 0, PF_ROWS, 0);
     bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows pool24", 24, PF_ROWS, 0);
     bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows shared", PF_RAND, PF_ROWS, 0);
@@ -1749,22 +1745,11 @@ int main(int argc, char **argv)
         bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 indep old tc", &cases[i0], 1);
         bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 pool24 old tc", &cases[i0 + 1], 1);
         bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 shared old tc", &cases[i0 + 2], 1);
-        if (pf_wgmma) { /* the wgmma kernel (variant 3), where built (msa_attention.cu) */
-            bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 indep wgmma", &cases[i0], 3);
-            bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 pool24 wgmma",
-                                        &cases[i0 + 1], 3);
-            bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 shared wgmma",
-                                        &cases[i0 + 2], 3);
-        }
     }
     /* the whole 131,072-row prefill (all 1,024 query blocks; compare with
      * tools/bench_torch.py's measured "sdpa causal full 131072") */
     bad |= make_msa_prefill(&cases[n++], "msa prefill 128K full pool24", 24, PF_CTX, 0);
     bad |= make_msa_prefill(&cases[n++], "msa prefill 128K full indep", 0, PF_CTX, 0);
-    if (!bad && pf_wgmma) {
-        const int ifp = n - 2;
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill 128K full pool24 wgmma", &cases[ifp], 3);
-    }
     { /* whole decoder layers at decode, 128K context (m3-gpu's launch
        * sequence; the decode estimate in docs/performance.md uses these) */
         const moe_ctx *mx = NULL;
@@ -1806,8 +1791,7 @@ int main(int argc, char **argv)
         printf("gemv variants self-check: %s\n", check_gemv_variants(st) ? "FAILED" : "pass");
     if (!only || !strncmp(only, "msa prefill", strlen(only) < 11 ? strlen(only) : 11)) {
         /* MSA prefill kernel vs host goldens before its timing */
-        int cb = check_msa_prefill_edges(st, 1) | check_msa_prefill_edges(st, 2) |
-                 (pf_wgmma ? check_msa_prefill_edges(st, 3) : 0);
+        int cb = check_msa_prefill_edges(st, 1) | check_msa_prefill_edges(st, 2);
         for (int i = 0; i < n; i++)
             if (!strncmp(cases[i].name, "msa prefill", 11))
                 cb |= check_msa_prefill((pf_ctx *)cases[i].ctx, cases[i].name, st);

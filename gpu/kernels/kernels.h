@@ -131,9 +131,7 @@ hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc,
 /* m3g_msa_attention_prefill with a benchmark knob for the tensor-core path:
  * variant 0 = the default (k_msa_ws), 1 = k_msa_tc (the previous kernel: one
  * CTA barrier per step), 2 = k_msa_ws (warp-specialized producer, mbarrier
- * ring), 3 = k_msa_wg (wgmma; hd 128 with a bf16 cache, else as 2; only in
- * builds with -DM3_MSA_WGMMA -arch=sm_90a, else hipErrorInvalidValue for any
- * T); no effect where the scalar path is taken. Results within the bf16
+ * ring); no effect where the scalar path is taken. Results within the bf16
  * profile for every variant. */
 hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
                                            const void *vc, int kv_dtype,

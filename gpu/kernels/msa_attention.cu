@@ -28,9 +28,7 @@
  * Kernels: k_msa_ws (the default): a producer warp streams K / V through a
  * ring of mbarrier-guarded slots, the 8 consumer warps never meet at a CTA
  * barrier; k_msa_tc (variant 1, the previous default): every warp loads,
- * three stages, one CTA barrier per step; k_msa_wg (variant 3, only built
- * with -DM3_MSA_WGMMA -arch=sm_90a): k_msa_ws's pipeline with wgmma m64 (4
- * rows x 16 heads per warpgroup) for both products.
+ * three stages, one CTA barrier per step.
  * Differences from ref (all within fp32 rounding, hence inside the bf16
  * tolerance, not bitwise): summation order of q.k (tensor-core k-steps) and
  * of L and P.V (union order, not ascending keys); exp(s - M) is evaluated
@@ -46,14 +44,14 @@
  * Measured (H200, bench-gpu "msa prefill", 2026-11-29, two device calls;
  * last 2,048 rows of a 131,072-token sequence, bf16 KV cache, 64 q / 4 kv
  * heads, 16 blocks per row and group; logical FLOPs; median of 20):
- *   selection    k_msa_tc (old)    k_msa_ws (default)   k_msa_wg (wgmma)
+ *   selection    k_msa_tc (old)    k_msa_ws (default)   wgmma (dropped)
  *   independent  4000.7 us  3.4%   2997.7 us  4.5%      4498.3 us  3.0%
  *   pool of 24   1374.1 us  9.8%   1105.7 us 12.2%      1400.7 us  9.6%
  *   shared        992.4 us 13.6%    948.9 us 14.2%       961.1 us 14.0%
  * (k_msa_ws again in the second call: 2979.3 / 1103.3 / 951.4 us.) The
  * whole 131,072-row prefill (all 1,024 query blocks, 16 blocks per row from
  * a pool of 24 per query block / independent): 67.2 ms (12.7%) / 162.5 ms
- * (5.3%) with k_msa_ws, 86.1 / 246.8 ms with k_msa_wg; torch dense causal
+ * (5.3%) with k_msa_ws, 86.1 / 246.8 ms with the wgmma one; torch dense causal
  * SDPA over the same 131,072 tokens (tools/bench_torch.py, the second
  * call): 508.4 ms, i.e. 7.6x / 3.1x, not the issue's >= 10x; on the
  * 2,048-row slab (SDPA 14.36 ms) 13.0x pooled, 15.1x shared, 4.8x
@@ -72,8 +70,12 @@
  * block via multicast bulk copies); fewer redundant pass-1 products.
  * Tried and dropped: two query rows per warp sharing every K/V fragment
  * (M = 32; 250 registers): equal time on shared selections (1.01 ms), 2.3x
- * slower on independent ones; k_msa_wg with the second half-block's S
- * overlapping the first half's softmax: slower (993.8 / 1507.7 / 4739.3 us).
+ * slower on independent ones; a wgmma (sm_90a) version of k_msa_ws's
+ * pipeline, 4 rows x 16 heads = M 64 per warpgroup sharing each staged
+ * block, both products on wgmma.mma_async with 128-byte-swizzled K and V
+ * (table above; correct on the H200, slower, removed from the tree after
+ * this session's measurements), and the same with the second half-block's
+ * S overlapping the first half's softmax: slower (993.8 / 1507.7 / 4739.3 us).
  */
 #include <math.h>
 #include "common.cuh"
@@ -84,15 +86,6 @@
 #define M3_MSA_TC 1
 #else
 #define M3_MSA_TC 0
-#endif
-/* the wgmma kernel (bench variant 3) is built only with -DM3_MSA_WGMMA and
- * -arch=sm_90a for this file (not the default build: sm_90a code runs on
- * H100/H200 only, and the kernel is slower than the default, see above);
- * with -DM3_MSA_WGMMA but without sm_90a it writes NaN (checks fail) */
-#if M3_MSA_TC && defined(M3_MSA_WGMMA)
-#define M3_MSA_WG 1
-#else
-#define M3_MSA_WG 0
 #endif
 
 #define MSA_R 8      /* query rows per thread block (one warp each) */
@@ -860,388 +853,6 @@ static hipError_t msa_ws_launch(float *out, const float *q, const void *kc, cons
     return hipGetLastError();
 }
 
-/* ---- wgmma kernel (sm_90a; bench variants 3 and 4, hd = 128, bf16 cache) ---
- * k_msa_ws's pipeline (producer warp, mbarrier ring, 8 consumer warps, one
- * query row each) with the two products on wgmma.mma_async m64n128k16: the
- * 4 warps of a warpgroup (4 query rows x 16 heads = M 64) share each
- * staged block, so the tensor cores read K and V from shared memory once
- * per 4 rows instead of once per row (mma.sync). S = Q K^T: A = Q and B = K
- * from shared memory (K-major, 128-byte swizzle); O += P V: A = P from
- * registers (the mma.m16n8k16 A fragment layout per warp), B = V
- * (MN-major, 128-byte swizzle, transposed). A warpgroup computes a block if
- * any of its 4 rows selected it; a row that did not select it skips the
- * statistics and contributes p = 0. Same per-row arithmetic as k_msa_ws. */
-#if M3_MSA_WG
-#define MSA_WG_NS 5 /* ring slots of 128 rows x 256 bytes (swizzled) */
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define MSA_WG_DEV 1
-#else
-#define MSA_WG_DEV 0 /* host pass, or a device pass without sm_90a features */
-#endif
-
-#if MSA_WG_DEV
-__device__ __forceinline__ void msa_wg_ss64(float d[32], uint64_t da, uint64_t db, int acc)
-{
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(acc));
-}
-
-__device__ __forceinline__ void msa_wg_rs(float d[64], const uint32_t a[4], uint64_t db)
-{
-    asm volatile("{\n .reg .pred p;\n setp.eq.u32 p, 1, 1;\n"
-                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-
-
-__device__ __forceinline__ void msa_wg_fence(void)
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void msa_wg_commit_wait(void)
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::
-                     : "memory");
-}
-template <int N> __device__ __forceinline__ void msa_wg_pin(float *d)
-{
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
-}
-#endif
-
-/* shared-memory matrix descriptor, 128-byte swizzle */
-__device__ __forceinline__ uint64_t msa_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
-{
-    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
-           ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
-}
-
-/* byte offset of 16-byte chunk c (0..15) of row j in a [rows][128] bf16 tile
- * stored as two 64-column halves of [rows][128 bytes], 128-byte swizzle */
-__device__ __forceinline__ uint32_t msa_swz(int rows, int j, int c)
-{
-    return (uint32_t)((c >> 3) * rows * 128 + j * 128 + (((c & 7) ^ (j & 7)) << 4));
-}
-
-#if MSA_WG_DEV
-/* issue S_h = Q K_h^T for keys 64 hf .. 64 hf + 63 (8 k-steps, one group
- * not yet committed) */
-__device__ __forceinline__ void msa_wg_s(float S[32], uint32_t qaddr, uint32_t ka, int hf)
-{
-    msa_wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; kk++)
-        msa_wg_ss64(S, msa_desc(qaddr + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024),
-                    msa_desc(ka + (kk >> 2) * 16384 + hf * 8192 + (kk & 3) * 32, 16, 1024), kk);
-}
-/* issue O += P_h V_h (4 k-steps of 16 keys) */
-__device__ __forceinline__ void msa_wg_pv(float o[64], const uint32_t pa[4][4], uint32_t va,
-                                          int hf, int vlbo, int vsbo)
-{
-    msa_wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-        msa_wg_rs(o, pa[kk], msa_desc(va + (4 * hf + kk) * 2048, (uint32_t)vlbo, (uint32_t)vsbo));
-}
-#endif
-/* keys of half hf at or past lim (visible keys of the block) -> -inf */
-__device__ __forceinline__ void msa_wg_mask(float S[32], int hf, int lim, int lane)
-{
-#pragma unroll
-    for (int i = 0; i < 32; i++)
-        if (64 * hf + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1) >= lim)
-            S[i] = -INFINITY;
-}
-/* pass-1 running max and sum (x c2 units) of heads h0 (m0, l0), h0 + 8 */
-__device__ __forceinline__ void msa_wg_stats(const float S[32], float c2, float &m0, float &l0,
-                                             float &m1, float &l1)
-{
-    float x0 = -INFINITY, x1 = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        x0 = fmaxf(x0, fmaxf(S[4 * j], S[4 * j + 1]));
-        x1 = fmaxf(x1, fmaxf(S[4 * j + 2], S[4 * j + 3]));
-    }
-    for (int x = 1; x < 4; x <<= 1) {
-        x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, x));
-        x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, x));
-    }
-    const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
-    float e0 = 0.0f, e1 = 0.0f;
-    if (n0 > -INFINITY) {
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            e0 += msa_ex2(__fmaf_rn(S[4 * j], c2, -n0)) + msa_ex2(__fmaf_rn(S[4 * j + 1], c2, -n0));
-        l0 = (m0 == -INFINITY ? 0.0f : l0 * msa_ex2(m0 - n0)) + e0;
-        m0 = n0;
-    }
-    if (n1 > -INFINITY) {
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            e1 += msa_ex2(__fmaf_rn(S[4 * j + 2], c2, -n1)) +
-                  msa_ex2(__fmaf_rn(S[4 * j + 3], c2, -n1));
-        l1 = (m1 == -INFINITY ? 0.0f : l1 * msa_ex2(m1 - n1)) + e1;
-        m1 = n1;
-    }
-}
-/* p = bf16(exp(s - M) / L) of one half as 4 A fragments (0 for a row that
- * did not select the block) */
-__device__ __forceinline__ void msa_wg_p(uint32_t pa[4][4], const float S[32], int sel, float c2,
-                                         float m0, float il0, float m1, float il1)
-{
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-        const float *a = S + 8 * kk, *b2 = S + 8 * kk + 4;
-        if (sel) {
-            pa[kk][0] = m3t_pack_bf16(msa_ex2(__fmaf_rn(a[0], c2, -m0)) * il0,
-                                      msa_ex2(__fmaf_rn(a[1], c2, -m0)) * il0);
-            pa[kk][1] = m3t_pack_bf16(msa_ex2(__fmaf_rn(a[2], c2, -m1)) * il1,
-                                      msa_ex2(__fmaf_rn(a[3], c2, -m1)) * il1);
-            pa[kk][2] = m3t_pack_bf16(msa_ex2(__fmaf_rn(b2[0], c2, -m0)) * il0,
-                                      msa_ex2(__fmaf_rn(b2[1], c2, -m0)) * il0);
-            pa[kk][3] = m3t_pack_bf16(msa_ex2(__fmaf_rn(b2[2], c2, -m1)) * il1,
-                                      msa_ex2(__fmaf_rn(b2[3], c2, -m1)) * il1);
-        } else {
-            pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
-        }
-    }
-}
-
-/* grid (ceil(T / 8), nkv), block 288. vlbo / vsbo: V descriptor strides. */
-__global__ void __launch_bounds__((MSA_R + 1) * 32, 1)
-    k_msa_wg(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
-             const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
-             const int32_t *blocks, int topk, float c2, int vlbo, int vsbo)
-{
-    constexpr int HD = 128;
-    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
-    const int t0 = blockIdx.x * MSA_R;
-#if !MSA_WG_DEV
-    /* not compiled for sm_90a: NaN results, so a check fails plainly */
-    (void)kc, (void)vc, (void)q, (void)page_table, (void)B, (void)pos0, (void)nkv, (void)blocks;
-    (void)topk, (void)c2, (void)vlbo, (void)vsbo;
-    if (w < MSA_R && t0 + w < T)
-        for (int i = lane; i < nh * HD; i += 32)
-            out[(size_t)(t0 + w) * nh * HD + i] = __int_as_float(0x7fc00000);
-#else
-    constexpr int SLOTB = MSA_KT * 256, QB = 64 * 256;
-    extern __shared__ __align__(16) unsigned char msa_sm[];
-    const uint32_t sm0 = m3t_smem(msa_sm), sbase = (sm0 + 1023u) & ~1023u;
-    unsigned char *base = msa_sm + (sbase - sm0);             /* 1024-byte aligned */
-    unsigned char *qt = base + MSA_WG_NS * SLOTB;             /* [2 warpgroups][64][256 B] */
-    uint64_t *full = (uint64_t *)(qt + 2 * QB);               /* [MSA_WG_NS] */
-    uint64_t *empty = full + MSA_WG_NS;                       /* [MSA_WG_NS] */
-    int *cand = (int *)(empty + MSA_WG_NS);                   /* [R * topk] */
-    int *ulist = cand + MSA_R * MSA_MAXK;
-    int *umask = ulist + MSA_R * MSA_MAXK;
-    int *wcnt = umask + MSA_R * MSA_MAXK;
-
-    const int g = blockIdx.y, hpg = nh / nkv;
-    const int nrows = T - t0 < MSA_R ? T - t0 : MSA_R;
-    const int64_t kmax = pos0 + t0 + nrows - 1;
-    const size_t kvw = (size_t)nkv * HD;
-    if (tid == 0) {
-        for (int i = 0; i < MSA_WG_NS; i++) {
-            msa_bar_init(&full[i], 32);
-            msa_bar_init(&empty[i], MSA_R);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    const int n = MSA_R * topk;
-    if (tid < n) {
-        const int r = tid / topk, tr = t0 + r;
-        int b = -1;
-        if (tr < T) {
-            b = blocks[((size_t)g * T + tr) * topk + tid % topk];
-            if (b > (int)((pos0 + tr) / B))
-                b = -1;
-        }
-        cand[tid] = b < 0 ? -1 : b;
-    }
-    __syncthreads();
-    int dup = 0, mask = 0;
-    const int b_me = tid < n ? cand[tid] : -1;
-    if (b_me >= 0)
-        for (int j = 0; j < n; j++)
-            if (cand[j] == b_me) {
-                dup |= j < tid;
-                mask |= 1 << (j / topk);
-            }
-    const int first = b_me >= 0 && !dup;
-    const unsigned bal = __ballot_sync(0xffffffffu, first);
-    if (lane == 0 && w < MSA_R)
-        wcnt[w] = __popc(bal);
-    __syncthreads();
-    int off = 0, nU = 0;
-    for (int i = 0; i < MSA_R; i++) {
-        off += i < w ? wcnt[i] : 0;
-        nU += wcnt[i];
-    }
-    if (first) {
-        const int k = off + __popc(bal & ((1u << lane) - 1u));
-        ulist[k] = b_me;
-        umask[k] = mask;
-    }
-    __syncthreads();
-    const int nsteps = 2 * nU;
-
-    if (w == MSA_R) { /* producer warp: K (pass 1), K then V (pass 2) */
-        const int c16 = lane & 15, j0 = lane >> 4;
-        int c = 0;
-        for (int s = 0; s < nsteps; s++) {
-            const int u = s < nU ? s : s - nU, b = ulist[u];
-            const int64_t rowbase = (int64_t)page_table[b] * B, k0 = (int64_t)b * B;
-            const int jlim = (int)(kmax - k0 + 1 < (int64_t)B ? kmax - k0 + 1 : (int64_t)B);
-            for (int part = 0; part < 1 + (s >= nU); part++, c++) {
-                const int sl = c % MSA_WG_NS;
-                if (c >= MSA_WG_NS)
-                    msa_bar_wait(&empty[sl], (uint32_t)((c / MSA_WG_NS - 1) & 1));
-                const uint16_t *s0 = (part ? vc : kc) + (size_t)rowbase * kvw + (size_t)g * HD +
-                                     8 * c16;
-                unsigned char *dst = base + sl * SLOTB;
-#pragma unroll 8
-                for (int j = j0; j < MSA_KT; j += 2)
-                    m3t_cp16(dst + msa_swz(MSA_KT, j, c16), j < jlim ? s0 + (size_t)j * kvw : s0,
-                             j < jlim ? 16 : 0);
-                msa_bar_cp_arrive(&full[sl]);
-            }
-        }
-        asm volatile("cp.async.wait_all;\n" ::: "memory");
-        return;
-    }
-
-    /* consumer warp w (warpgroup wg = w / 4): query row t */
-    const int wg = w >> 2, t = t0 + w;
-    const int64_t pos = pos0 + t;
-    const int h0 = lane >> 2;
-    unsigned char *qw = qt + wg * QB; /* rows 16 (w & 3) .. +15 are this warp's heads */
-    for (int e = lane; e < 16 * HD / 8; e += 32) {
-        const int hh = e >> 4, c16 = e & 15;
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f), y = x;
-        if (t < T && hh < hpg) {
-            const float4 *src =
-                (const float4 *)(q + ((size_t)t * nh + (size_t)g * hpg + hh) * HD + 8 * c16);
-            x = src[0];
-            y = src[1];
-        }
-        *(uint4 *)(qw + msa_swz(64, 16 * (w & 3) + hh, c16)) =
-            make_uint4(m3t_pack_bf16(x.x, x.y), m3t_pack_bf16(x.z, x.w), m3t_pack_bf16(y.x, y.y),
-                       m3t_pack_bf16(y.z, y.w));
-    }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    if (wg == 0) /* the warpgroup's Q tile is complete */
-        asm volatile("bar.sync 1, 128;\n" ::: "memory");
-    else
-        asm volatile("bar.sync 2, 128;\n" ::: "memory");
-    const uint32_t qaddr = m3t_smem(qw);
-
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, il0 = 0.0f, il1 = 0.0f;
-    float o[64];
-#pragma unroll
-    for (int i = 0; i < 64; i++)
-        o[i] = 0.0f;
-    int c = 0;
-    for (int s = 0; s < nsteps; s++) {
-        const int u = s < nU ? s : s - nU, pass2 = s >= nU;
-        const int um = umask[u];
-        const int wgsel = (um >> (4 * wg)) & 15;        /* warpgroup-uniform */
-        const int sel = t < T && ((um >> w) & 1);       /* warp-uniform */
-        if (s == nU) {
-            for (int x = 1; x < 4; x <<= 1) {
-                l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-                l1 += __shfl_xor_sync(0xffffffffu, l1, x);
-            }
-            il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
-            il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-            if (m0 == -INFINITY)
-                m0 = 0.0f;
-            if (m1 == -INFINITY)
-                m1 = 0.0f;
-        }
-        const int ks = c % MSA_WG_NS, vs = (c + 1) % MSA_WG_NS;
-        const uint32_t ka = sbase + ks * SLOTB, va = sbase + vs * SLOTB;
-        const int64_t k0 = (int64_t)ulist[u] * B;
-        const int lim = (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B); /* visible keys */
-        msa_bar_wait(&full[ks], (uint32_t)((c / MSA_WG_NS) & 1));
-        if (pass2)
-            msa_bar_wait(&full[vs], (uint32_t)(((c + 1) / MSA_WG_NS) & 1));
-        /* the block in two halves of 64 keys: S_h = Q K_h^T (m64n64), then
-         * the statistics (pass 1) or O += P_h V_h (pass 2, 4 k-steps) */
-#pragma unroll 1
-        for (int hf = 0; hf < 2; hf++) {
-            float S[32];
-            if (wgsel) {
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                msa_wg_s(S, qaddr, ka, hf);
-                msa_wg_commit_wait();
-                msa_wg_pin<32>(S);
-            }
-            if (sel && lim < MSA_KT)
-                msa_wg_mask(S, hf, lim, lane);
-            if (!pass2) {
-                if (sel)
-                    msa_wg_stats(S, c2, m0, l0, m1, l1);
-            } else if (wgsel) {
-                uint32_t pa[4][4];
-                msa_wg_p(pa, S, sel, c2, m0, il0, m1, il1);
-                msa_wg_pv(o, pa, va, hf, vlbo, vsbo);
-                msa_wg_commit_wait();
-                msa_wg_pin<64>(o);
-            }
-        }
-        __syncwarp(); /* every wgmma of this warp on the slots is complete */
-        if (lane == 0) {
-            msa_bar_arrive(&empty[ks]);
-            if (pass2)
-                msa_bar_arrive(&empty[vs]);
-        }
-        c += 1 + pass2;
-    }
-    if (t >= T)
-        return;
-#pragma unroll
-    for (int j = 0; j < 16; j++) {
-        const int d = 8 * j + 2 * (lane & 3);
-        if (h0 < hpg)
-            *(float2 *)(out + ((size_t)t * nh + (size_t)g * hpg + h0) * HD + d) =
-                make_float2(m3d_round_bf16(o[4 * j]), m3d_round_bf16(o[4 * j + 1]));
-        if (h0 + 8 < hpg)
-            *(float2 *)(out + ((size_t)t * nh + (size_t)g * hpg + h0 + 8) * HD + d) =
-                make_float2(m3d_round_bf16(o[4 * j + 2]), m3d_round_bf16(o[4 * j + 3]));
-    }
-#endif
-}
-
-static hipError_t msa_wg_launch(float *out, const float *q, const void *kc, const void *vc,
-                                const int32_t *page_table, int B, int64_t pos0, int T, int nh,
-                                int nkv, const int32_t *blocks, int topk, float c2, hipStream_t st)
-{
-    const size_t shm = 1024 + (size_t)MSA_WG_NS * MSA_KT * 256 + 2 * 64 * 256 +
-                       sizeof(uint64_t) * 2 * MSA_WG_NS + sizeof(int) * (3 * MSA_R * MSA_MAXK + MSA_R);
-    hipError_t e =
-        cudaFuncSetAttribute(k_msa_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
-    if (e != hipSuccess)
-        return e;
-    /* V (MN-major, 128-byte swizzle): LBO = 16384 bytes between the two
-     * 64-column halves, SBO = 1024 bytes between groups of 8 keys (the
-     * opposite order was tried on the H200 and gives wrong results) */
-    k_msa_wg<<<dim3((T + MSA_R - 1) / MSA_R, nkv), dim3((MSA_R + 1) * 32), shm, st>>>(
-        out, q, (const uint16_t *)kc, (const uint16_t *)vc, page_table, B, pos0, T, nh, nkv,
-        blocks, topk, c2, 16384, 1024);
-    return hipGetLastError();
-}
-#endif /* M3_MSA_WG */
-
 #endif /* M3_MSA_TC */
 
 int m3g_msa_attention_tc(int nh, int nkv, int hd, int B, int topk, int kv_dtype, int mode)
@@ -1266,12 +877,10 @@ hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const voi
                                            int nh, int nkv, int hd, const int32_t *blocks,
                                            int topk, int mode, int variant, hipStream_t st)
 {
-    if (variant == 3 && !M3_MSA_WG)
-        return hipErrorInvalidValue; /* the wgmma kernel is not in this build */
     if (T <= 0)
         return hipSuccess;
     if (hd <= 0 || hd > 128 || nkv <= 0 || nh % nkv != 0 || B <= 0 || !blocks || topk <= 0 ||
-        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || variant < 0 || variant > 3)
+        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || variant < 0 || variant > 2)
         return hipErrorInvalidValue;
     const float scale = (float)(1.0 / sqrt((double)hd)); /* as ref/attention.c */
 #if M3_MSA_TC
@@ -1279,12 +888,7 @@ hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const voi
         const float c2 = scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
         const int bf = kv_dtype == M3G_BF16;
         const int v = variant ? variant : MSA_DEFAULT_VARIANT;
-#if M3_MSA_WG
-        if (v == 3 && hd == 128 && bf)
-            return msa_wg_launch(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, c2,
-                                 st);
-#endif
-        const int ws = v >= 2;
+        const int ws = v == 2;
 #define MSA_TC_CASE(HD_)                                                                      \
     if (hd == HD_) {                                                                          \
         if (ws)                                                                               \
