@@ -298,6 +298,25 @@ __device__ __forceinline__ int msa_forced(int b, int qb, int local_blocks, int i
     return b < init_blocks || (b <= qb && b > qb - local_blocks);
 }
 
+/* The forced blocks of a query in block qb among blocks 0..nb-1, ascending
+ * and at most topk (the init blocks, then the local ones; the unforced
+ * middle is jumped): written to o when o != NULL; returns their count. */
+__device__ __forceinline__ int msa_forced_list(int32_t *o, int nb, int qb, int topk,
+                                               int local_blocks, int init_blocks)
+{
+    int n = 0;
+    for (int b = 0; b < nb && n < topk; b++) {
+        if (b >= init_blocks && b <= qb - local_blocks) {
+            b = qb - local_blocks;
+            continue;
+        }
+        if (o)
+            o[n] = b;
+        n++;
+    }
+    return n;
+}
+
 /* Up to `need` picks in golden order among the unforced, finite blocks b in
  * [lo, hi) (scores s[b]), by repeated warp argmax "strictly after the
  * previous pick"; pick r goes to cs[r] / cb[r] (cb = -1 past the last). */
@@ -364,19 +383,8 @@ __global__ void k_msa_select(int32_t *out, const float *bs, int64_t pos0, int T,
     float *ss = smem;
     float *cs = smem + (stage ? nbmax : 0);
     int *cb = (int *)(cs + nw * topk);
-    int n = 0;
-    /* forced blocks in ascending id (at most topk) */
-    for (int b = 0; b < nb && n < topk; b++) {
-        if (b >= init_blocks && b <= qb - local_blocks) { /* jump over the unforced middle */
-            b = qb - local_blocks;
-            continue;
-        }
-        if (msa_forced(b, qb, local_blocks, init_blocks)) {
-            if (threadIdx.x == 0)
-                o[n] = b;
-            n++;
-        }
-    }
+    const int n = msa_forced_list(threadIdx.x == 0 ? o : NULL, nb, qb, topk, local_blocks,
+                                  init_blocks);
     const int need = topk - n;
     if (stage) {
         for (int b = threadIdx.x; b < nb; b += blockDim.x)
@@ -808,14 +816,7 @@ static __device__ void mix_select(int32_t *out, size_t ostride, const float *bsr
     unsigned *ordc = cnt + NG;                   /* [NG][nb] cache when it fits */
     const int cached = (size_t)((char *)(ordc + (size_t)NG * nb) - scratch) <= scratch_bytes;
 
-    int nf = 0; /* forced blocks (same for every head) */
-    for (int b = 0; b < nb && nf < topk; b++) {
-        if (b >= init_blocks && b <= qb - local_blocks) { /* jump over the unforced middle */
-            b = qb - local_blocks;
-            continue;
-        }
-        nf++;
-    }
+    const int nf = msa_forced_list(NULL, nb, qb, topk, local_blocks, init_blocks); /* every head */
     const int need = topk - nf;
     if (tid < NG) {
         thr[tid] = 0;
@@ -928,16 +929,8 @@ MSA_UNROLL
     if (w < NG) {
         const int g = w;
         int32_t *o = out + (size_t)g * ostride;
-        if (lane == 0) { /* forced blocks, ascending */
-            int n = 0;
-            for (int b = 0; b < nb && n < topk; b++) {
-                if (b >= init_blocks && b <= qb - local_blocks) {
-                    b = qb - local_blocks;
-                    continue;
-                }
-                o[n++] = b;
-            }
-        }
+        if (lane == 0)
+            msa_forced_list(o, nb, qb, topk, local_blocks, init_blocks);
         int n = need > 0 ? (int)cnt[g] : 0;
         n = n < need ? n : (need > 0 ? need : 0);
         if (lane < n) {
@@ -975,14 +968,7 @@ static __device__ void mix_select_fast(int32_t *out, size_t ostride, const float
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     mix_u64 *surv = (mix_u64 *)scratch;                   /* [NG][MIX_SCAP] */
     unsigned *scnt = (unsigned *)(surv + NG * MIX_SCAP); /* [NG] */
-    int nf = 0;
-    for (int b = 0; b < nb && nf < topk; b++) {
-        if (b >= init_blocks && b <= qb - local_blocks) {
-            b = qb - local_blocks;
-            continue;
-        }
-        nf++;
-    }
+    const int nf = msa_forced_list(NULL, nb, qb, topk, local_blocks, init_blocks);
     const int need = topk - nf;
     if (tid < NG)
         scnt[tid] = 0;
@@ -1043,16 +1029,8 @@ MSA_UNROLL
     if (w < NG) {
         const int g = w;
         int32_t *o = out + (size_t)g * ostride;
-        if (lane == 0) { /* forced blocks, ascending */
-            int n = 0;
-            for (int b = 0; b < nb && n < topk; b++) {
-                if (b >= init_blocks && b <= qb - local_blocks) {
-                    b = qb - local_blocks;
-                    continue;
-                }
-                o[n++] = b;
-            }
-        }
+        if (lane == 0)
+            msa_forced_list(o, nb, qb, topk, local_blocks, init_blocks);
         const int S = need > 0 ? (int)scnt[g] : 0;
         const int n = S < need ? S : (need > 0 ? need : 0);
         for (int i = lane; i < S; i += 32) {
@@ -1502,17 +1480,8 @@ static __device__ void idx_merge(int32_t *out, size_t ostride, const mix_u64 *li
         return;
     const int g = w;
     int32_t *o = out + (size_t)g * ostride;
-    if (lane == 0) { /* forced blocks, ascending */
-        int n = 0;
-IDX_NOUNROLL
-        for (int b = 0; b < nb && n < topk; b++) {
-            if (b >= init_blocks && b <= qb - local_blocks) {
-                b = qb - local_blocks;
-                continue;
-            }
-            o[n++] = b;
-        }
-    }
+    if (lane == 0)
+        msa_forced_list(o, nb, qb, topk, local_blocks, init_blocks);
     int n = 0;
     if (need > 0) {
         mix_u64 lm = 0;
@@ -1704,14 +1673,7 @@ MSA_UNROLL
     __syncthreads();
     const int use_fma = FMA && (flags & 1) && misc[1] == 0;
 
-    int nf = 0; /* forced blocks (same for every head) */
-    for (int b = 0; b < nb && nf < topk; b++) {
-        if (b >= init_blocks && b <= qb - local_blocks) {
-            b = qb - local_blocks;
-            continue;
-        }
-        nf++;
-    }
+    const int nf = msa_forced_list(NULL, nb, qb, topk, local_blocks, init_blocks); /* every head */
     const int need = topk - nf;
 
     for (int r0 = 0; r0 < ntile; r0 += rtiles) {
