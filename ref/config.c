@@ -339,6 +339,30 @@ static int merge_int(ctx *x, int *dst, int ra, int a, const char *na, int rb, in
     return 0;
 }
 
+/* Merge two optional spellings of a per-layer pattern: a (na entries, named
+ * name_a) and b (nb entries, name_b), present when ra / rb is 1. Each present
+ * one must have nl entries and the two must agree (note is appended to that
+ * error); the present one is copied to dst. Returns 1 if either was present,
+ * 0 if neither (dst untouched), -1 on error. */
+static int merge_layers(ctx *x, uint8_t *dst, int nl, int ra, const uint8_t *a, int na,
+                        const char *name_a, int rb, const uint8_t *b, int nb,
+                        const char *name_b, const char *note)
+{
+    if (ra == 1 && na != nl)
+        return m3_fail(x->e, "%s: %s has %d entries (vs num_hidden_layers %d)", x->name, name_a,
+                       na, nl);
+    if (rb == 1 && nb != nl)
+        return m3_fail(x->e, "%s: %s has %d entries (vs num_hidden_layers %d)", x->name, name_b,
+                       nb, nl);
+    if (ra == 1 && rb == 1 && memcmp(a, b, (size_t)nl) != 0)
+        return m3_fail(x->e, "%s: %s disagrees with %s%s", x->name, name_a, name_b, note);
+    if (ra == 1)
+        memcpy(dst, a, (size_t)nl);
+    else if (rb == 1)
+        memcpy(dst, b, (size_t)nl);
+    return ra == 1 || rb == 1;
+}
+
 /* ------------------------------------------------------------------ text */
 
 static int parse_text(ctx *x, const cJSON *o, const char *path)
@@ -588,19 +612,9 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
             memset(b, 0, sizeof b); /* M3-CFG-3: false => every layer dense */
         join_path(nm_a, sizeof nm_a, path, "layer_types");
         snprintf(nm_b, sizeof nm_b, "%s.sparse_attention_freq", pa);
-        if (ra == 1 && na != t->num_layers)
-            return m3_fail(x->e, "%s: %s has %d entries (vs num_hidden_layers %d)", x->name,
-                           nm_a, na, t->num_layers);
-        if (rb == 1 && nb != t->num_layers)
-            return m3_fail(x->e, "%s: %s has %d entries (vs num_hidden_layers %d)", x->name,
-                           nm_b, nb, t->num_layers);
-        if (ra == 1 && rb == 1 && memcmp(a, b, (size_t)na) != 0)
-            return m3_fail(x->e, "%s: %s disagrees with %s%s", x->name, nm_a, nm_b,
-                           use ? "" : " (use_sparse_attention is false)");
-        if (ra == 1)
-            memcpy(t->layer_sparse, a, (size_t)na);
-        else if (rb == 1)
-            memcpy(t->layer_sparse, b, (size_t)nb);
+        if (merge_layers(x, t->layer_sparse, t->num_layers, ra, a, na, nm_a, rb, b, nb, nm_b,
+                         use ? "" : " (use_sparse_attention is false)") < 0)
+            return -1;
         int nd = 0;
         int rdv = rd_flags(x, sp, pa, "sparse_disable_index_value", b, &nd);
         if (rdv < 0)
@@ -627,19 +641,11 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
             return -1;
         join_path(nm_a, sizeof nm_a, path, "mlp_layer_types");
         join_path(nm_b, sizeof nm_b, path, "moe_layer_freq");
-        if (ra == 1 && na != t->num_layers)
-            return m3_fail(x->e, "%s: %s has %d entries (vs num_hidden_layers %d)", x->name,
-                           nm_a, na, t->num_layers);
-        if (rb == 1 && nb != t->num_layers)
-            return m3_fail(x->e, "%s: %s has %d entries (vs num_hidden_layers %d)", x->name,
-                           nm_b, nb, t->num_layers);
-        if (ra == 1 && rb == 1 && memcmp(a, b, (size_t)na) != 0)
-            return m3_fail(x->e, "%s: %s disagrees with %s", x->name, nm_a, nm_b);
-        if (ra == 1)
-            memcpy(t->layer_moe, a, (size_t)na);
-        else if (rb == 1)
-            memcpy(t->layer_moe, b, (size_t)nb);
-        else
+        int got = merge_layers(x, t->layer_moe, t->num_layers, ra, a, na, nm_a, rb, b, nb, nm_b,
+                               "");
+        if (got < 0)
+            return -1;
+        if (got == 0)
             memset(t->layer_moe, 1, (size_t)t->num_layers); /* HF default: all MoE */
     }
     /* index_topk_freq: cross-layer top-k reuse is a serving approximation
