@@ -29,7 +29,6 @@ Steps:
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -45,6 +44,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "adapters"))
 from hf_tokenizers_vectors import RE_MINIMAX, MINIMAX_SPECIALS  # noqa: E402
 import hf_dump  # noqa: E402
+from demo_train_common import (read_verses, encode_corpus, split_val, cosine_lr,  # noqa: E402
+                               fit_steps)
 
 N_BPE = 2048            # trained tokens (256 byte symbols included)
 VOCAB = 2112            # embedding rows: 2048 + 61 specials, padded to a multiple of 64
@@ -114,16 +115,6 @@ def train_tokenizer(lines):
     return tok
 
 
-def encode_corpus(tok, lines):
-    """Whole text as one stream, each verse ending in '\\n'; encoded in chunks
-    that end at a newline (a pre-token boundary), so equal to one encode."""
-    ids = []
-    for i in range(0, len(lines), 500):
-        chunk = "".join(l + "\n" for l in lines[i:i + 500])
-        ids.extend(tok.encode(chunk).ids)
-    return np.array(ids, dtype=np.int64)
-
-
 def to_public(sd, cfg):
     """HF v5 state dict -> public checkpoint layout (notes A.2/A.4)."""
     tc = cfg.text_config
@@ -190,13 +181,13 @@ def main():
     np.random.seed(a.seed)
     dev = "cuda"
 
-    with open(a.data, encoding="utf-8") as f:
-        lines = [l.rstrip("\n") for l in f if l.strip()]
+    lines = read_verses(a.data)
     tok = train_tokenizer(lines)
     ids = encode_corpus(tok, lines)
-    n_val = len(ids) // 100
-    train_ids = torch.from_numpy(ids[:-n_val]).to(dev)
-    val_ids = torch.from_numpy(ids[-n_val:]).to(dev)
+    tr, va = split_val(ids)
+    n_val = len(va)
+    train_ids = torch.from_numpy(tr).to(dev)
+    val_ids = torch.from_numpy(va).to(dev)
     print("tokens: %d train, %d val (%.2f bytes/token)" %
           (len(train_ids), n_val, sum(len(l) + 1 for l in lines) / len(ids)), flush=True)
 
@@ -253,8 +244,7 @@ def main():
     t0 = time.time()
     step = 0
     while step < steps:
-        lr = a.lr * (step + 1) / warm if step < warm else \
-            a.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm))))
+        lr = cosine_lr(step, steps, warm, a.lr, 0.1)
         for gi in opt.param_groups:
             gi["lr"] = lr
         x, y = batch(train_ids, gen)
@@ -271,9 +261,7 @@ def main():
         if step == 20 and a.max_seconds > 0:
             torch.cuda.synchronize()
             per = (time.time() - t0) / 20
-            fit = int(a.max_seconds / per)
-            if fit < steps:
-                steps = max(fit, 200)
+            steps = fit_steps(per, a.max_seconds, steps, 200)
             print("%.3f s/step -> %d steps" % (per, steps), flush=True)
         if step % 100 == 0 or step == steps:
             log.append({"step": step, "loss": float(loss), "lr": lr, "s": time.time() - t0})

@@ -36,7 +36,6 @@ What it does:
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -51,6 +50,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "adapters"))
 import hf_dump  # noqa: E402
+from demo_train_common import read_verses, encode_corpus, split_val, cosine_lr, fit_steps  # noqa: E402
 
 
 def default_taps(L):
@@ -194,15 +194,10 @@ def main():
 
     # ---- data: as tools/train_demo.py (chunks of 500 verses ending in '\n')
     tok = Tokenizer.from_file(os.path.join(a.model, "tokenizer.json"))
-    with open(a.data, encoding="utf-8") as f:
-        lines = [l.rstrip("\n") for l in f if l.strip()]
-    ids = []
-    for i in range(0, len(lines), 500):
-        ids.extend(tok.encode("".join(l + "\n" for l in lines[i:i + 500])).ids)
-    ids = np.array(ids, dtype=np.int64)
-    n_val = len(ids) // 100
-    train_ids = torch.from_numpy(ids[:-n_val]).to(dev)
-    val_ids = torch.from_numpy(ids[-n_val:]).to(dev)
+    tr, va = split_val(encode_corpus(tok, read_verses(a.data)))
+    n_val = len(va)
+    train_ids = torch.from_numpy(tr).to(dev)
+    val_ids = torch.from_numpy(va).to(dev)
     print("tokens: %d train, %d val" % (len(train_ids), n_val), flush=True)
 
     # ---- target (fp32, eager) with tap hooks
@@ -292,8 +287,7 @@ def main():
     t0 = time.time()
     step = 0
     while step < steps:
-        lr = a.lr * (step + 1) / warm if step < warm else \
-            a.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm))))
+        lr = cosine_lr(step, steps, warm, a.lr, 0.05)
         for gi in opt.param_groups:
             gi["lr"] = lr
         losses, accs = step_losses(batch(train_ids, gen))
@@ -306,9 +300,7 @@ def main():
         if step == 20 and a.max_seconds > 0:
             torch.cuda.synchronize()
             per = (time.time() - t0) / 20
-            fit = int(a.max_seconds / per)
-            if fit < steps:
-                steps = max(fit, 100)
+            steps = fit_steps(per, a.max_seconds, steps, 100)
             print("%.3f s/step -> %d steps" % (per, steps), flush=True)
         if step % 100 == 0 or step == steps:
             log.append({"step": step, "loss": [float(l) for l in losses], "acc": accs, "lr": lr,
