@@ -8,22 +8,29 @@
  * M3-VIS-MLP-1, M3-VIS-ROPE-1..3, M3-VIS-SEG-1, M3-VIS-PROJ-1,
  * M3-VIS-MERGE-1/2, M3-VIS-PLACE-1/2, M3-EMB-3, M3-NUM-BF16-2.
  *
- * Summation orders are ref's everywhere: every GEMM is m3g_linear in mode 0
- * (the reference's 8-partial order, bitwise), followed by the bias / GELU /
- * residual epilogue with ref's rounding points; LayerNorm statistics and the
- * attention sums keep ref's serial orders (kernels/vision.cu); RoPE tables
- * are the host m3_vision_rope_table. The only remaining differences are the
- * device expf (attention) and erf (GELU), a few ulp at most, in both modes.
- * (Under the CPU emulation, whose expf/erf are the host libm, the tower is
- * bitwise equal to bin/m3-ref in fp32 and bf16.)
+ * fp32 mode keeps ref's summation orders everywhere: every GEMM is
+ * m3g_linear in mode 0 (the reference's 8-partial order, bitwise), followed
+ * by the bias / GELU / residual epilogue with ref's rounding points;
+ * LayerNorm statistics and the attention sums keep ref's serial orders
+ * (kernels/vision.cu); RoPE tables are the host m3_vision_rope_table. The
+ * only remaining differences are the device expf (attention) and erf
+ * (GELU), a few ulp at most. (Under the CPU emulation, whose expf/erf are
+ * the host libm, the tower is bitwise equal to bin/m3-ref in fp32, and in
+ * bf16 too, since the emulation has neither BLAS nor tensor cores.)
+ *
+ * bf16 mode (NVIDIA build) is the fast path, with the same rounding points
+ * but other summation orders, inside the bf16 profile: the linears'
+ * products come from the vendor GEMM in fp32 (m3g_linear_product; bf16
+ * weights and bf16-valued inputs, so the products are exact and only the
+ * sums are ordered differently), the bias is added to that unrounded
+ * product as ref does, and attention runs on tensor cores
+ * (kernels/vision.cu k_vis_attn_tc). The patch embedding stays exact (its
+ * pixel inputs are not bf16 values).
  *
  * Structure: weights are uploaded per call (fp32 and bf16 as stored, other
  * dtypes widened on the host) and freed at the end; activations live in
- * device buffers of npatch rows; the only host round trips are the dumps.
- * Not fast: mode-0 m3g_linear is the exact 8-lanes-per-row kernel, also in
- * bf16 mode, because the vision linears add their bias to the unrounded
- * product (ref linear_bias), which the rounded bf16 BLAS path does not give.
- * Tuning next: a bf16 GEMM with a bias(+GELU) epilogue before the rounding.
+ * device buffers of npatch rows; the only host round trips are the dumps;
+ * one encoder layer is kernels.h m3g_vision_layer (also timed by bench-gpu).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,12 +126,7 @@ static int up_mat(dallocs *a, m3g_mat *out, const m3_mat *m)
     return out->data ? 0 : -1;
 }
 
-typedef struct dvec {
-    const void *p;
-    int dt;
-} dvec;
-
-static int up_vec(dallocs *a, dvec *out, const m3_vec *v)
+static int up_vec(dallocs *a, m3g_vec *out, const m3_vec *v)
 {
     out->p = NULL;
     out->dt = M3G_F32;
@@ -134,21 +136,16 @@ static int up_vec(dallocs *a, dvec *out, const m3_vec *v)
     return out->p ? 0 : -1;
 }
 
-typedef struct dvis_layer {
-    dvec ln1_w, ln1_b, ln2_w, ln2_b, q_b, k_b, v_b, o_b, fc1_b, fc2_b;
-    m3g_mat q, k, v, o, fc1, fc2;
-} dvis_layer;
-
 typedef struct dvis {
     m3g_mat patch, proj1, proj2, merge1, merge2;
-    dvec pre_w, pre_b, proj1_b, proj2_b, merge1_b, merge2_b;
-    dvis_layer *layers;
+    m3g_vec pre_w, pre_b, proj1_b, proj2_b, merge1_b, merge2_b;
+    m3g_vis_layer *layers;
 } dvis;
 
 static int dvis_upload(dallocs *a, dvis *d, const m3_vision_weights *w, int L, int tower)
 {
     memset(d, 0, sizeof *d);
-    d->layers = (dvis_layer *)calloc((size_t)(L > 0 ? L : 1), sizeof *d->layers);
+    d->layers = (m3g_vis_layer *)calloc((size_t)(L > 0 ? L : 1), sizeof *d->layers);
     if (!d->layers)
         return -1;
     if (up_mat(a, &d->proj1, &w->proj1) || up_vec(a, &d->proj1_b, &w->proj1_b) ||
@@ -163,7 +160,7 @@ static int dvis_upload(dallocs *a, dvis *d, const m3_vision_weights *w, int L, i
         return -1;
     for (int l = 0; l < L; l++) {
         const m3_vision_layer_weights *s = &w->layers[l];
-        dvis_layer *t = &d->layers[l];
+        m3g_vis_layer *t = &d->layers[l];
         if (up_vec(a, &t->ln1_w, &s->ln1_w) || up_vec(a, &t->ln1_b, &s->ln1_b) ||
             up_vec(a, &t->ln2_w, &s->ln2_w) || up_vec(a, &t->ln2_b, &s->ln2_b) ||
             up_vec(a, &t->q_b, &s->q_b) || up_vec(a, &t->k_b, &s->k_b) ||
@@ -204,17 +201,6 @@ static int dump_dev(m3_st_writer *dump, const char *name, int64_t rows, int64_t 
 
 /* ---- the tower ---------------------------------------------------------------- */
 
-/* Y [T, W.rows] = X W^T + b (unrounded product, then ref linear_bias's one
- * rounding), optionally GELU'd, optionally added into resid. */
-static hipError_t linear_bias(float *Y, const float *X, const m3g_mat &W, const dvec &b, int64_t T,
-                              int gelu, float *resid, int mode, hipStream_t st)
-{
-    hipError_t r = m3g_linear(Y, W.rows, X, W, (int)T, 0, NULL, st);
-    if (r != hipSuccess)
-        return r;
-    return m3g_bias_act(Y, b.p, b.dt, T, W.rows, gelu, resid, mode, st);
-}
-
 static int check_mat(const m3g_mat &W, int rows, int cols, const char *name, m3_err *e)
 {
     if (W.rows != rows || W.cols != cols)
@@ -223,14 +209,28 @@ static int check_mat(const m3g_mat &W, int rows, int cols, const char *name, m3_
     return 0;
 }
 
+/* The BLAS context of a bf16-mode tower or projector call over npatch rows
+ * whose linears read at most maxcols inputs per row: the vision linears'
+ * products then come from the vendor GEMM (m3g_linear_product). NULL in
+ * fp32 mode, without BLAS, or on failure (the exact kernels serve). */
+static m3g_blas *vis_blas(int mode, int64_t npatch, int maxcols, hipStream_t st)
+{
+    return mode == 1 ? m3g_blas_new(st, (size_t)npatch * (size_t)maxcols) : NULL;
+}
+
+static int imax(int a, int b)
+{
+    return a > b ? a : b;
+}
+
 /* Projector per patch, then the merge of each run of `group` consecutive
  * rows (contiguous in the projected buffer: rows [group*t, group*t + group)
  * are one [group*H] row), ref M3-VIS-PROJ-1 / M3-VIS-MERGE-1. h [npatch, Hv]
  * on the device; scratch from a. Dumps vision.projected and
  * vision.image_features. */
 static int vis_project(dallocs *a, const dvis *d, const float *h, int64_t npatch, int Hv,
-                       int group, int H, int mode, hipStream_t st, float *features_dev,
-                       m3_st_writer *dump, m3_err *e)
+                       int group, int H, int mode, m3g_blas *blas, hipStream_t st,
+                       float *features_dev, m3_st_writer *dump, m3_err *e)
 {
     const int P = d->proj1.rows, Pm = d->merge1.rows;
     float *t1 = NULL, *proj = NULL, *t2 = NULL;
@@ -249,12 +249,14 @@ static int vis_project(dallocs *a, const dvis *d, const float *h, int64_t npatch
     if (!t1 || !proj || !t2)
         return m3_fail(e, "vision (gpu): device allocation failed for the projector of %lld rows",
                        (long long)npatch);
-    VCK(linear_bias(t1, h, d->proj1, d->proj1_b, npatch, 1, NULL, mode, st));
-    VCK(linear_bias(proj, t1, d->proj2, d->proj2_b, npatch, 0, NULL, mode, st));
+    VCK(m3g_linear_bias(t1, h, d->proj1, d->proj1_b, npatch, 1, NULL, mode, blas, st));
+    VCK(m3g_linear_bias(proj, t1, d->proj2, d->proj2_b, npatch, 0, NULL, mode, blas, st));
     if (dump_dev(dump, "vision.projected", npatch, H, proj, st, e))
         goto done;
-    VCK(linear_bias(t2, proj, d->merge1, d->merge1_b, npatch / group, 1, NULL, mode, st));
-    VCK(linear_bias(features_dev, t2, d->merge2, d->merge2_b, npatch / group, 0, NULL, mode, st));
+    VCK(m3g_linear_bias(t2, proj, d->merge1, d->merge1_b, npatch / group, 1, NULL, mode, blas,
+                        st));
+    VCK(m3g_linear_bias(features_dev, t2, d->merge2, d->merge2_b, npatch / group, 0, NULL,
+                        mode, blas, st));
     if (dump_dev(dump, "vision.image_features", npatch / group, H, features_dev, st, e))
         goto done;
     rc = 0;
@@ -300,6 +302,7 @@ int m3g_vision_forward(const m3_model *m, const float *pixels, int64_t npatch,
     float *px = NULL, *h = NULL, *x = NULL, *q = NULL, *k = NULL, *v = NULL, *att = NULL;
     float *tmp = NULL, *mlp = NULL, *dcos = NULL, *dsin = NULL;
     char name[64];
+    m3g_blas *blas = NULL;
 
     if (dvis_upload(&a, &d, vw, L, 1) != 0) {
         m3_fail(e, "vision (gpu): uploading the vision weights of %s failed (device memory?)",
@@ -370,6 +373,8 @@ int m3g_vision_forward(const m3_model *m, const float *pixels, int64_t npatch,
         goto done;
     }
 #undef VA
+    blas = vis_blas(mode, npatch,
+                    imax(imax(Hv, Iv), imax(d.proj1.rows, H)), st);
     VCK(hipMemcpy(px, pixels, N * in_dim * sizeof(float), hipMemcpyHostToDevice));
     VCK(hipMemcpy(dcos, ct, N * half * sizeof(float), hipMemcpyHostToDevice));
     VCK(hipMemcpy(dsin, stb, N * half * sizeof(float), hipMemcpyHostToDevice));
@@ -391,37 +396,22 @@ int m3g_vision_forward(const m3_model *m, const float *pixels, int64_t npatch,
                       vc->layer_norm_eps, mode, st));
 
     for (int l = 0; l < L; l++) {
-        const dvis_layer *lw = &d.layers[l];
-        VCK(m3g_layernorm(x, h, lw->ln1_w.p, lw->ln1_w.dt, lw->ln1_b.p, lw->ln1_b.dt,
-                          (int)npatch, Hv, vc->layer_norm_eps, mode, st));
-        VCK(linear_bias(q, x, lw->q, lw->q_b, npatch, 0, NULL, mode, st));
-        VCK(linear_bias(k, x, lw->k, lw->k_b, npatch, 0, NULL, mode, st));
-        VCK(linear_bias(v, x, lw->v, lw->v_b, npatch, 0, NULL, mode, st));
-        VCK(m3g_vision_rope(q, (int)npatch, nh, hd, rd, dcos, dsin, mode, st));
-        VCK(m3g_vision_rope(k, (int)npatch, nh, hd, rd, dcos, dsin, mode, st));
-        for (int s = 0; s < nseg; s++) {
-            const size_t o = (size_t)seg_start[s] * Hv;
-            VCK(m3g_vision_attention(att + o, q + o, k + o, v + o, (int)seg_len[s], nh, hd, mode,
-                                     st));
-        }
-        /* h += round(o_proj(att) + b); then the MLP residual */
-        VCK(linear_bias(tmp, att, lw->o, lw->o_b, npatch, 0, h, mode, st));
-        VCK(m3g_layernorm(x, h, lw->ln2_w.p, lw->ln2_w.dt, lw->ln2_b.p, lw->ln2_b.dt,
-                          (int)npatch, Hv, vc->layer_norm_eps, mode, st));
-        VCK(linear_bias(mlp, x, lw->fc1, lw->fc1_b, npatch, 1, NULL, mode, st));
-        VCK(linear_bias(tmp, mlp, lw->fc2, lw->fc2_b, npatch, 0, h, mode, st));
+        const m3g_vis_scratch sc = {x, q, k, v, att, tmp, mlp};
+        VCK(m3g_vision_layer(h, &d.layers[l], &sc, npatch, nh, hd, rd, dcos, dsin, seg_start,
+                             seg_len, nseg, vc->layer_norm_eps, mode, blas, st));
         snprintf(name, sizeof name, "vision.layers.%d.output", l);
         if (dump_dev(dump, name, npatch, Hv, h, st, e))
             goto done;
     }
     if (dump_dev(dump, "vision.tower_output", npatch, Hv, h, st, e))
         goto done;
-    if (vis_project(&a, &d, h, npatch, Hv, group, H, mode, st, features_dev, dump, e))
+    if (vis_project(&a, &d, h, npatch, Hv, group, H, mode, blas, st, features_dev, dump, e))
         goto done;
     VCK(hipStreamSynchronize(st));
     rc = 0;
 done:
     (void)hipStreamSynchronize(st);
+    m3g_blas_free(blas);
     dallocs_free(&a);
     free(d.layers);
     free(ct);
@@ -776,7 +766,11 @@ int m3g_vision_run_case(const char *dir, hipStream_t st, m3_st_writer *dump, int
             goto done;
         }
         VCK(hipMemcpy(dh, host, (size_t)hd[0] * Hv * sizeof(float), hipMemcpyHostToDevice));
-        if (vis_project(&a, &d, dh, hd[0], Hv, 4, H, mode, st, feats, dump, e))
+        m3g_blas *pb = vis_blas(mode, hd[0], imax(imax(Hv, d.proj1.rows), H), st);
+        const int pr = vis_project(&a, &d, dh, hd[0], Hv, 4, H, mode, pb, st, feats, dump, e);
+        (void)hipStreamSynchronize(st);
+        m3g_blas_free(pb);
+        if (pr)
             goto done;
     } else {
         m3_fail(e, "%s/case.json: component \"%s\" is not one of vision_patch_embed, "

@@ -121,6 +121,31 @@ def main():
     bench(torch, "sdpa decode 2048 keys 64q/4kv", make_dec, 2 * keys * NKV * HD * 2,
           4.0 * NH * keys * HD, a.reps, l2, nrot=8)
 
+    # dense decode at long context (bench-gpu "dense decode attention 32K / 128K")
+    for dk in (32768, 131072):
+        name = f"sdpa decode dense {dk // 1024}K 64q/4kv"
+        if a.only.startswith("sdpa decode dense") and not name.startswith(a.only):
+            continue
+        def make_dd(r, dk=dk):
+            q = torch.randn(1, NH, 1, HD, device=dev, dtype=bf)
+            k = torch.randn(1, NKV, dk, HD, device=dev, dtype=bf)
+            v = torch.randn(1, NKV, dk, HD, device=dev, dtype=bf)
+            return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        bench(torch, name, make_dd, 2 * dk * NKV * HD * 2, 4.0 * NH * dk * HD, a.reps, l2)
+    if a.only.startswith("sdpa decode dense"):
+        return
+
+    # the vision tower's attention (bench-gpu "vision attention 5184x16x80"):
+    # one 1008 x 1008 image = 5,184 patches, 16 heads of 80, bidirectional
+    for vl in (5184, 1024):
+        def make_va(r, vl=vl):
+            q = torch.randn(1, 16, vl, 80, device=dev, dtype=bf)
+            k = torch.randn(1, 16, vl, 80, device=dev, dtype=bf)
+            v = torch.randn(1, 16, vl, 80, device=dev, dtype=bf)
+            return lambda: F.scaled_dot_product_attention(q, k, v)
+        bench(torch, f"sdpa vision {vl}x16x80", make_va, 4 * vl * 16 * 80 * 2,
+              4.0 * vl * vl * 80 * 16, a.reps, l2)
+
     # Dense causal prefill at N: time the last C query rows against all N keys
     # (non-causal over N, the same work as those rows under the causal mask up
     # to the last C keys) and extrapolate the full causal cost as

@@ -40,6 +40,10 @@
  * eligible warp, 0.24 waves): launch, the block list -> page table -> K/V
  * round trips, two cluster barriers. The 4.2 MB need < 1 us of HBM time.
  *
+ * Dense layers (blocks == NULL), bf16 mode, bf16 caches, >= 512 keys: the
+ * split-key tensor-core launches (k_ad_*, "dense decode" section below):
+ * 104.4 us at 131,072 keys (the two-launch path: 833.6 us).
+ *
  * Tuning next (prefill): Q tiles of 64 rows with mma.sync / wgmma instead of
  * per-row blocks (msa_attention.cu has the MSA prefill kernel).
  */
@@ -1453,6 +1457,639 @@ static hipError_t at_tc_run(float *out, const float *q, const void *kc, const vo
 #define AK_CLUSTER 0
 #endif
 
+/* ---- dense decode, tensor cores, keys split over many CTAs (NVIDIA sm_80+;
+ * m3g_attention_sk's default for dense (blocks == NULL) attention in bf16
+ * mode over bf16 caches when nh / nkv <= 16, hd is 16, 32, 64 or 128 and
+ * the last row sees >= AD_MIN_KEYS keys; M3's layers 0-2, decode rows and
+ * long prefill rows alike).
+ * A CTA of NW warps serves GW KV groups; default NW 4, GW 1: warp w takes
+ * keys 16w .. 16w + 15 of each tile of 64 keys (16 KB of K or V at hd 128).
+ * In general warp w takes group w % GW and keys 16 (w / GW) .. + 15 of a
+ * tile of 16 NW / GW keys whose rows hold the GW groups side by side (one
+ * contiguous run per key; measured slower, kept as variants). The keys
+ * 0 .. pos of each row are cut into tiles and the tiles into nsplit
+ * contiguous splits of tps tiles, nsplit chosen so that one wave of CTAs
+ * fills the GPU (SMs x CTAs per SM); the 16 query heads of a group are the
+ * M = 16 rows of mma.sync m16n8k16 (heads >= nh / nkv: zero rows, never
+ * stored). Three launches keep the reference's rounding point of p exact:
+ *   1 k_ad_scores, grid (nkv / GW, nsplit, rows): K tiles stream through
+ *     an S1-stage cp.async pipeline (L2 evict-first); S = Q K^T on the
+ *     tensor cores (q -> bf16 exact in bf16 mode, bf16 x bf16 products
+ *     exact, fp32 sums); s = acc * scale -> workspace (fp32, -inf past
+ *     pos); per lane an online max / sum of exp per head, combined over the
+ *     quad, then over the warps of the group in order -> the split's
+ *     (m, l) per head.
+ *   2 k_ad_pv, same grid: every CTA merges the (m, l) of all splits of its
+ *     heads in a fixed order (a strided share per lane, then a butterfly)
+ *     into the global M, L (identical in every CTA); streams its split's V
+ *     tiles and stored scores (S2 stages); p = bf16(exp(s - M) / L), the
+ *     reference's rounding point (fp32 exp and division from the exact
+ *     stored s); O = P V on the tensor cores; the warps of a group summed in
+ *     order -> the split's partial output [heads][hd] fp32.
+ *   3 k_ad_merge, grid (nh, rows): out = bf16(sum of the partials over the
+ *     splits: 4 chunks in ascending order, then the chunks in order).
+ * PDL (default): launch 1 releases launch 2 at its start; launch 2 issues
+ * its first V tiles (the cache, written before launch 1 began) before it
+ * waits for launch 1 (griddepcontrol.wait) and reads scores and stats;
+ * launch 3 waits before reading the partials.
+ * HBM traffic per row: K and V once (2 x keys x nkv x hd x 2 bytes) plus
+ * the fp32 scores written and read back (nh x keys x 4 bytes each way:
+ * +25% at M3's shape, the price of the exact p; a one-pass flash decode
+ * cannot round p = exp(s - M) / L before it knows M and L).
+ * Differences from ref (fp32 rounding before the bf16 rounding of p, not
+ * bitwise): summation order of q.k (tensor-core k-steps), of L (per lane
+ * online, quad, warps, splits), of P.V (tensor-core k-steps, warps,
+ * splits); expf is CUDA's (<= 2 ulp). Deterministic (fixed orders, no
+ * atomics). Needs 16-byte aligned caches, 8-byte aligned q.
+ * H200, bench-gpu "dense decode attention" (64 q / 4 kv heads, hd 128, one
+ * row, bf16 caches behind a permuted page table, median of 20 graph
+ * replays, cold-cache rotations; session of 2026-11-29 ~21:45 UTC, second
+ * device call), default (4-warp CTAs of one group) vs the two-launch path:
+ *   131,072 keys 104.43 us vs 833.62 (268 MB of K/V: 2.57 TB/s, 53.6% of
+ *           4.8 TB/s counting K/V only; 335 MB with the scores: 3.2 TB/s);
+ *           8-warp CTAs of 4 groups 132.25, 4-warp CTAs of 4 groups 153.18;
+ *           torch SDPA (one-pass flash decode, p not rounded as ref) 72.21;
+ *           first call (this kernel before the parallel stats merge and
+ *           the 4-chunk final merge): 108.79, no L2 hints 107.95, no PDL
+ *           112.17 (32K: 38.97, 40.19, 42.27)
+ *    32,768 keys  36.77 us vs 149.50 (torch SDPA 26.99)
+ *     8,192 keys  18.46 us vs 39.35;  2,048 keys 11.10 vs 17.93
+ *       512 keys  10.21 vs 14.45 (first call); 64 / 16 keys: the 8-warp
+ *           shape lost (12.19 / 11.89 vs 11.25 / 9.84), hence AD_MIN_KEYS.
+ * Host golden (ref/attention.c order, bf16 mode): nmse 3.76e-7 (128K, all
+ * heads), 2.26e-7 (32K), 3.47e-7 (1M keys, 3 heads), <= 7.9e-7 on eleven
+ * edge shapes (hd 16-128, 1-16 heads per group, B 4-128, 1 key, tile
+ * boundaries, T 1-5, one-row workspace); the two-launch path: 3.91e-7 at
+ * 128K. Next: the score round trip (a cluster-wide exchange of (m, l)
+ * could keep S on chip up to ~64K keys), launch overheads (~10 us at 512
+ * keys: three launches). */
+#if M3_TC
+/* Two CTA sizes (NW warps): NW 4: 3 CTAs per SM, 4 / 3 pipeline stages
+ * (launch 1 K tiles / launch 2 V + score tiles) of 16 KB of K or V at hd
+ * 128; NW 8: 1 CTA per SM, 6 / 4 stages of 32 KB. */
+template <int NW> struct ad_cfg {
+    static constexpr int S1 = NW == 4 ? 4 : 6, S2 = NW == 4 ? 3 : 4, CPS = NW == 4 ? 3 : 1;
+};
+#define AD_MAXSPLIT 512 /* bound on the splits per row */
+#define AD_MAXSLOTS 2048 /* bound on the CTAs of one wave */
+#define AD_MIN_KEYS 512 /* below: the two-launch path (see m3g_attention_sk_tuned) */
+
+/* 16-byte cp.async global -> shared with an optional L2 cache-policy hint. */
+__device__ __forceinline__ void ad_cp16(void *dst, const void *src, int src_bytes, uint64_t pol,
+                                        int hint)
+{
+    if (hint)
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(
+                         m3t_smem(dst)),
+                     "l"(src), "r"(src_bytes), "l"(pol)
+                     : "memory");
+    else
+        m3t_cp16(dst, src, src_bytes);
+}
+__device__ __forceinline__ uint64_t ad_evict_first(void)
+{
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+
+/* combine two (max, sum of exp relative to max) pairs */
+__device__ __forceinline__ float2 ad_ml(float2 a, float2 b)
+{
+    const float m = fmaxf(a.x, b.x);
+    float l = 0.0f;
+    if (a.y > 0.0f)
+        l += a.y * expf(a.x - m);
+    if (b.y > 0.0f)
+        l += b.y * expf(b.x - m);
+    return make_float2(m, l);
+}
+
+/* Copy tile it (keys it * TK .. + TK - 1, TK = 16 NW / GW) of groups g0 .. g0 + GW - 1 from
+ * the paged cache into dst [TK][GW * HD + 8] bf16; keys >= nkeys zero-filled. */
+template <int HD, int GW, int NW>
+__device__ __forceinline__ void ad_tile(uint16_t *dst, const uint16_t *cache,
+                                        const int32_t *page_table, int B, int nkeys, int it,
+                                        int g0, size_t kvw, uint64_t pol, int hint)
+{
+    constexpr int TK = 16 * NW / GW, LD = GW * HD + 8, CH = GW * HD / 8, RP = NW * 32 / CH;
+    static_assert(RP >= 1 && TK % RP == 0, "copy shape");
+    const int cc = (int)threadIdx.x % CH, j0 = (int)threadIdx.x / CH;
+    const int k0 = it * TK;
+    const uint16_t *src = cache + (size_t)g0 * HD + 8 * cc;
+    if (B % TK == 0) { /* the tile lies in one page */
+        const int64_t s0 = (int64_t)page_table[k0 / B] * B + k0 % B;
+#pragma unroll
+        for (int j = j0; j < TK; j += RP) {
+            const bool ok = k0 + j < nkeys;
+            ad_cp16(dst + j * LD + 8 * cc, src + (size_t)(ok ? s0 + j : 0) * kvw, ok ? 16 : 0, pol,
+                    hint);
+        }
+    } else {
+#pragma unroll
+        for (int j = j0; j < TK; j += RP) {
+            const int k = k0 + j;
+            const bool ok = k < nkeys;
+            const int64_t s = ok ? (int64_t)page_table[k / B] * B + k % B : 0;
+            ad_cp16(dst + j * LD + 8 * cc, src + (size_t)s * kvw, ok ? 16 : 0, pol, hint);
+        }
+    }
+}
+
+/* grid (nkv / GW, nsplit, rows), NW * 32 threads; shared K [S1][TK][GW * HD + 8]
+ * bf16. ws_s [rows][nkv][hpg][kstr] f32; ws_st [rows][nkv][hpg][nsplit] (m, l). */
+template <int HD, int GW, int NW>
+__global__ void __launch_bounds__(NW * 32, ad_cfg<NW>::CPS)
+k_ad_scores(float *ws_s, float2 *ws_st, const float *q, const uint16_t *kc,
+            const int32_t *page_table, int B, int64_t pos0, int nh, int nkv, int tps, int nsplit,
+            size_t kstr, float scale, int hint)
+{
+    constexpr int KB = NW / GW, TK = 16 * KB, LD = GW * HD + 8, KS = HD / 16;
+    constexpr int AD_S1 = ad_cfg<NW>::S1;
+    static_assert(NW % GW == 0 && HD % 16 == 0 && HD <= 128, "tile shape");
+    extern __shared__ __align__(16) unsigned char ad_sm[];
+    uint16_t *Ks = (uint16_t *)ad_sm;
+    __shared__ float2 wst[NW][16];
+    m3t_pdl_trigger(); /* launch 2 may start now; it waits for this grid before reading */
+    const int gs = blockIdx.x, sp = blockIdx.y, t = blockIdx.z;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int gl = w % GW, kb = w / GW, g0 = gs * GW, g = g0 + gl;
+    const int qr = lane >> 2, qc = lane & 3, mi = lane >> 3, r8 = lane & 7;
+    const int hpg = nh / nkv;
+    const int nkeys = (int)(pos0 + t + 1);
+    const int ntile = (nkeys + TK - 1) / TK;
+    const int tb = sp * tps;
+    if (tb >= ntile)
+        return; /* block-uniform: launches 2 and 3 skip this split */
+    const int nt = (tb + tps < ntile ? tb + tps : ntile) - tb;
+    const size_t kvw = (size_t)nkv * HD;
+    const uint64_t pol = hint ? ad_evict_first() : 0;
+#pragma unroll
+    for (int s = 0; s < AD_S1 - 1; s++) {
+        if (s < nt)
+            ad_tile<HD, GW, NW>(Ks + s * TK * LD, kc, page_table, B, nkeys, tb + s, g0, kvw, pol,
+                                hint);
+        m3t_cp_commit();
+    }
+    uint32_t qa[KS][4]; /* Q of group g (16 heads x HD) as A fragments, bf16 (exact in bf16 mode) */
+    {
+        const float *qg = q + ((size_t)t * nh + (size_t)g * hpg) * HD;
+        const bool h0 = qr < hpg, h1 = qr + 8 < hpg;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            const int c0 = 16 * kk + 2 * qc;
+            const float2 z = make_float2(0.0f, 0.0f);
+            const float2 x0 = h0 ? *(const float2 *)(qg + qr * HD + c0) : z;
+            const float2 x1 = h1 ? *(const float2 *)(qg + (qr + 8) * HD + c0) : z;
+            const float2 x2 = h0 ? *(const float2 *)(qg + qr * HD + c0 + 8) : z;
+            const float2 x3 = h1 ? *(const float2 *)(qg + (qr + 8) * HD + c0 + 8) : z;
+            qa[kk][0] = m3t_pack_bf16(x0.x, x0.y);
+            qa[kk][1] = m3t_pack_bf16(x1.x, x1.y);
+            qa[kk][2] = m3t_pack_bf16(x2.x, x2.y);
+            qa[kk][3] = m3t_pack_bf16(x3.x, x3.y);
+        }
+    }
+    float *sr0 = ws_s + (((size_t)t * nkv + g) * hpg + qr) * kstr; /* head qr's scores */
+    float *sr1 = sr0 + 8 * kstr;                                    /* head qr + 8 */
+    float2 ml0 = make_float2(-INFINITY, 0.0f), ml1 = make_float2(-INFINITY, 0.0f);
+    for (int i = 0; i < nt; i++) {
+        m3t_cp_wait<AD_S1 - 2>(); /* this thread's copies of tile i landed */
+        __syncthreads();          /* everyone's; and the slot of tile i - 1 is free */
+        if (i + AD_S1 - 1 < nt)
+            ad_tile<HD, GW, NW>(Ks + ((i + AD_S1 - 1) % AD_S1) * TK * LD, kc, page_table, B,
+                                nkeys, tb + i + AD_S1 - 1, g0, kvw, pol, hint);
+        m3t_cp_commit();
+        const uint16_t *kt = Ks + (i % AD_S1) * TK * LD + gl * HD;
+        float s[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t bk[4];
+            m3t_ldsm4(bk, kt + (16 * kb + 8 * (mi >> 1) + r8) * LD + kk * 16 + 8 * (mi & 1));
+            m3t_mma(s[0], qa[kk], bk[0], bk[1]);
+            m3t_mma(s[1], qa[kk], bk[2], bk[3]);
+        }
+        /* s[n][e]: head qr + 8 (e >> 1), key k1 + 8n + 2qc + (e & 1) */
+        const int k1 = (tb + i) * TK + 16 * kb;
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[n][e] = k1 + 8 * n + 2 * qc + (e & 1) < nkeys ? s[n][e] * scale : -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+            if (qr < hpg)
+                *(float2 *)(sr0 + k1 + 8 * n + 2 * qc) = make_float2(s[n][0], s[n][1]);
+            if (qr + 8 < hpg)
+                *(float2 *)(sr1 + k1 + 8 * n + 2 * qc) = make_float2(s[n][2], s[n][3]);
+        }
+        /* running (max, sum of exp) of this lane's keys, heads qr and qr + 8 */
+        const float t0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+        const float t1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+        if (t0 > -INFINITY) {
+            const float m = fmaxf(ml0.x, t0);
+            const float e = (expf(s[0][0] - m) + expf(s[0][1] - m)) +
+                            (expf(s[1][0] - m) + expf(s[1][1] - m));
+            ml0.y = (ml0.y > 0.0f ? ml0.y * expf(ml0.x - m) : 0.0f) + e;
+            ml0.x = m;
+        }
+        if (t1 > -INFINITY) {
+            const float m = fmaxf(ml1.x, t1);
+            const float e = (expf(s[0][2] - m) + expf(s[0][3] - m)) +
+                            (expf(s[1][2] - m) + expf(s[1][3] - m));
+            ml1.y = (ml1.y > 0.0f ? ml1.y * expf(ml1.x - m) : 0.0f) + e;
+            ml1.x = m;
+        }
+    }
+    m3t_cp_wait<0>();
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) { /* the quad (lanes with the same heads) */
+        float2 x;
+        x.x = __shfl_xor_sync(0xffffffffu, ml0.x, o);
+        x.y = __shfl_xor_sync(0xffffffffu, ml0.y, o);
+        ml0 = ad_ml(ml0, x);
+        x.x = __shfl_xor_sync(0xffffffffu, ml1.x, o);
+        x.y = __shfl_xor_sync(0xffffffffu, ml1.y, o);
+        ml1 = ad_ml(ml1, x);
+    }
+    if (qc == 0) {
+        wst[w][qr] = ml0;
+        wst[w][qr + 8] = ml1;
+    }
+    __syncthreads();
+    if (tid < GW * 16) { /* (group, head); the group's warps in key order */
+        const int gq = tid >> 4, h = tid & 15;
+        if (h < hpg) {
+            float2 a = wst[gq][h];
+#pragma unroll
+            for (int v = 1; v < KB; v++)
+                a = ad_ml(a, wst[gq + GW * v][h]);
+            ws_st[(((size_t)t * nkv + g0 + gq) * hpg + h) * nsplit + sp] = a;
+        }
+    }
+}
+
+/* Copy the score tile it of the heads of groups g0 .. g0 + GW - 1 into dst
+ * [GW * 16][TK + 8] f32 (rows of heads >= hpg zero-filled). */
+template <int GW, int NW>
+__device__ __forceinline__ void ad_stile(float *dst, const float *src, size_t kstr, int hpg,
+                                         int it, uint64_t pol, int hint)
+{
+    constexpr int TK = 16 * NW / GW, SLD = TK + 8, C4 = TK / 4;
+    for (int i = threadIdx.x; i < GW * 16 * C4; i += NW * 32) {
+        const int r = i / C4, c = i - r * C4, gq = r >> 4, h = r & 15;
+        const bool ok = h < hpg;
+        ad_cp16(dst + r * SLD + 4 * c,
+                src + (ok ? ((size_t)gq * hpg + h) * kstr + (size_t)it * TK + 4 * c : 0),
+                ok ? 16 : 0, pol, hint);
+    }
+}
+
+/* grid (nkv / GW, nsplit, rows), NW * 32 threads; shared per stage V
+ * [TK][GW * HD + 8] bf16 + scores [GW * 16][TK + 8] f32. ws_o [rows][nkv][nsplit][hpg][HD] f32. */
+template <int HD, int GW, int NW>
+__global__ void __launch_bounds__(NW * 32, ad_cfg<NW>::CPS)
+k_ad_pv(float *ws_o, const float *ws_s, const float2 *ws_st, const uint16_t *vc,
+        const int32_t *page_table, int B, int64_t pos0, int nh, int nkv, int tps, int nsplit,
+        size_t kstr, int hint)
+{
+    constexpr int KB = NW / GW, TK = 16 * KB, LD = GW * HD + 8, NJ = HD / 16, RLD = HD + 8;
+    constexpr int SLD = TK + 8, SV = TK * LD * 2, SS = GW * 16 * SLD * 4; /* bytes per stage */
+    constexpr int AD_S2 = ad_cfg<NW>::S2, TPR = NW * 32 / (GW * 16); /* threads per (group, head) */
+    static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0, "stats threads");
+    extern __shared__ __align__(16) unsigned char ad_sm[];
+    __shared__ float2 ML[GW * 16];
+    const int gs = blockIdx.x, sp = blockIdx.y, t = blockIdx.z;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int gl = w % GW, kb = w / GW, g0 = gs * GW;
+    const int qr = lane >> 2, qc = lane & 3, mi = lane >> 3, r8 = lane & 7;
+    const int hpg = nh / nkv;
+    const int nkeys = (int)(pos0 + t + 1);
+    const int ntile = (nkeys + TK - 1) / TK;
+    const int nsp = (ntile + tps - 1) / tps; /* splits of this row */
+    const int tb = sp * tps;
+    if (tb >= ntile)
+        return;
+    const int nt = (tb + tps < ntile ? tb + tps : ntile) - tb;
+    const size_t kvw = (size_t)nkv * HD;
+    const uint64_t pol = hint ? ad_evict_first() : 0;
+#define AD_VS(i) ((uint16_t *)(ad_sm + (size_t)((i) % AD_S2) * (SV + SS)))
+#define AD_SS(i) ((float *)(ad_sm + (size_t)((i) % AD_S2) * (SV + SS) + SV))
+    /* V rows do not depend on launch 1: in flight before waiting for it */
+#pragma unroll
+    for (int s = 0; s < AD_S2 - 1; s++)
+        if (s < nt)
+            ad_tile<HD, GW, NW>(AD_VS(s), vc, page_table, B, nkeys, tb + s, g0, kvw, pol, hint);
+    m3t_pdl_wait(); /* launch 1's scores and stats are complete and visible */
+    const float *srow = ws_s + ((size_t)t * nkv + g0) * hpg * kstr;
+    /* commit groups: {V 0 .. S2-2, S 0}, then {S 1}, ..., {S S2-2} */
+#pragma unroll
+    for (int s = 0; s < AD_S2 - 1; s++) {
+        if (s < nt)
+            ad_stile<GW, NW>(AD_SS(s), srow, kstr, hpg, tb + s, pol, hint);
+        m3t_cp_commit();
+    }
+    { /* global M, L of each (group, head) over the row's splits: TPR adjacent
+         lanes per (group, head), each a strided share of the splits, then a
+         butterfly over the TPR lanes (fixed order, the same in every CTA) */
+        const int r = tid / TPR, sub = tid - r * TPR, gq = r >> 4, h = r & 15;
+        const float2 *st = ws_st + (((size_t)t * nkv + g0 + gq) * hpg + (h < hpg ? h : 0)) * nsplit;
+        float m = -INFINITY, l = 0.0f;
+        if (h < hpg) {
+#pragma unroll 4
+            for (int i = sub; i < nsp; i += TPR)
+                m = fmaxf(m, st[i].x);
+        }
+#pragma unroll
+        for (int o = 1; o < TPR; o <<= 1)
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (h < hpg) {
+#pragma unroll 4
+            for (int i = sub; i < nsp; i += TPR) {
+                const float2 x = st[i];
+                if (x.y > 0.0f)
+                    l += x.y * expf(x.x - m);
+            }
+        }
+#pragma unroll
+        for (int o = 1; o < TPR; o <<= 1)
+            l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (sub == 0)
+            ML[r] = h < hpg ? make_float2(m, l) : make_float2(-INFINITY, 0.0f);
+    }
+    __syncthreads();
+    const float2 ML0 = ML[gl * 16 + qr], ML1 = ML[gl * 16 + qr + 8];
+    const bool h0 = qr < hpg, h1 = qr + 8 < hpg;
+    float o[2 * NJ][4];
+#pragma unroll
+    for (int n = 0; n < 2 * NJ; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int i = 0; i < nt; i++) {
+        m3t_cp_wait<AD_S2 - 2>();
+        __syncthreads();
+        if (i + AD_S2 - 1 < nt) {
+            ad_tile<HD, GW, NW>(AD_VS(i + AD_S2 - 1), vc, page_table, B, nkeys,
+                                tb + i + AD_S2 - 1, g0, kvw, pol, hint);
+            ad_stile<GW, NW>(AD_SS(i + AD_S2 - 1), srow, kstr, hpg, tb + i + AD_S2 - 1, pol, hint);
+        }
+        m3t_cp_commit();
+        const uint16_t *vt = AD_VS(i) + gl * HD;
+        const float *sr = AD_SS(i) + (gl * 16 + qr) * SLD + 16 * kb + 2 * qc;
+        /* P (16 heads x this warp's 16 keys of the tile) as an A fragment */
+        const float2 x00 = *(const float2 *)sr, x01 = *(const float2 *)(sr + 8);
+        const float2 x10 = *(const float2 *)(sr + 8 * SLD), x11 = *(const float2 *)(sr + 8 * SLD + 8);
+#define AD_P(s_, ml_, ok_) ((ok_) && (s_) > -INFINITY ? expf((s_) - (ml_).x) / (ml_).y : 0.0f)
+        uint32_t a[4];
+        a[0] = m3t_pack_bf16(AD_P(x00.x, ML0, h0), AD_P(x00.y, ML0, h0));
+        a[1] = m3t_pack_bf16(AD_P(x10.x, ML1, h1), AD_P(x10.y, ML1, h1));
+        a[2] = m3t_pack_bf16(AD_P(x01.x, ML0, h0), AD_P(x01.y, ML0, h0));
+        a[3] = m3t_pack_bf16(AD_P(x11.x, ML1, h1), AD_P(x11.y, ML1, h1));
+#undef AD_P
+#pragma unroll
+        for (int j = 0; j < NJ; j++) { /* dims 16j .. 16j + 15; V rows past pos are zeros */
+            uint32_t vb[4];
+            m3t_ldsm4t(vb, vt + (16 * kb + 8 * (mi & 1) + r8) * LD + 16 * j + 8 * (mi >> 1));
+            m3t_mma(o[2 * j], a, vb[0], vb[1]);
+            m3t_mma(o[2 * j + 1], a, vb[2], vb[3]);
+        }
+    }
+#undef AD_VS
+#undef AD_SS
+    m3t_cp_wait<0>();
+    __syncthreads(); /* the pipeline buffers become the per-warp partials */
+    float *red = (float *)ad_sm; /* [NW][16][RLD] */
+#pragma unroll
+    for (int n = 0; n < 2 * NJ; n++) {
+        float *r = red + ((size_t)w * 16 + qr) * RLD + 8 * n + 2 * qc;
+        *(float2 *)r = make_float2(o[n][0], o[n][1]);
+        *(float2 *)(r + 8 * RLD) = make_float2(o[n][2], o[n][3]);
+    }
+    __syncthreads();
+    for (int e = tid; e < GW * hpg * HD; e += NW * 32) { /* the group's warps in key order */
+        const int gq = e / (hpg * HD), hd_ = e - gq * hpg * HD, h = hd_ / HD, d = hd_ - h * HD;
+        float x = red[((size_t)gq * 16 + h) * RLD + d];
+#pragma unroll
+        for (int v = 1; v < KB; v++)
+            x += red[((size_t)(gq + GW * v) * 16 + h) * RLD + d];
+        ws_o[((((size_t)t * nkv + g0 + gq) * nsplit + sp) * hpg) * HD + hd_] = x;
+    }
+}
+
+/* grid (nh, rows), block (HD rounded up to 32, AD_MQ); tk: keys per tile.
+ * Thread (d, c) sums chunk c of the splits (ascending), then the AD_MQ
+ * chunk sums are added in chunk order. */
+#define AD_MQ 4
+template <int HD>
+__global__ void k_ad_merge(float *out, const float *ws_o, int64_t pos0, int nh, int nkv, int tk,
+                           int tps, int nsplit)
+{
+    constexpr int HP = (HD + 31) / 32 * 32;
+    __shared__ float part[AD_MQ][HP];
+    m3t_pdl_wait(); /* launch 2's partials */
+    const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x, c = threadIdx.y;
+    const int hpg = nh / nkv, g = h / hpg, hl = h - g * hpg;
+    const int nkeys = (int)(pos0 + t + 1);
+    const int nsp = ((nkeys + tk - 1) / tk + tps - 1) / tps;
+    const int per = (nsp + AD_MQ - 1) / AD_MQ, s0 = c * per, s1 = s0 + per < nsp ? s0 + per : nsp;
+    float a = 0.0f;
+    if (d < HD) {
+        const float *p = ws_o + (((size_t)t * nkv + g) * nsplit * hpg + hl) * HD + d;
+        const size_t stp = (size_t)hpg * HD;
+#pragma unroll 8
+        for (int s = s0; s < s1; s++) /* ascending split order */
+            a += p[(size_t)s * stp];
+    }
+    part[c][d] = a;
+    __syncthreads();
+    if (c == 0 && d < HD) {
+        float x = part[0][d];
+#pragma unroll
+        for (int i = 1; i < AD_MQ; i++)
+            x += part[i][d];
+        out[((size_t)t * nh + h) * HD + d] = m3d_round_bf16(x);
+    }
+}
+
+typedef struct ad_geom {
+    int tiles, nsplit, tps;
+    size_t kstr, s_off, st_off, o_off, total;
+} ad_geom;
+
+/* Geometry for `rows` rows at positions pos0 .. pos0 + rows - 1 of a call of
+ * T rows, tiles of tk keys, ngs CTAs per (row, split); slots: CTAs of one
+ * wave (<= AD_MAXSLOTS). */
+static void ad_geometry(ad_geom *gm, int64_t pos0, int rows, int T, int nh, int hd, int tk,
+                        int ngs, int slots)
+{
+    const int64_t tiles = (pos0 + rows + tk - 1) / tk;
+    int ns = (int)(slots / ((int64_t)ngs * T));
+    ns = ns < 1 ? 1 : ns > AD_MAXSPLIT ? AD_MAXSPLIT : ns;
+    if (ns > tiles)
+        ns = (int)tiles;
+    gm->tiles = (int)tiles;
+    gm->tps = (int)((tiles + ns - 1) / ns);
+    gm->nsplit = (int)((tiles + gm->tps - 1) / gm->tps);
+    gm->kstr = (size_t)tiles * tk;
+    const size_t r = (size_t)rows;
+    gm->s_off = 0;
+    gm->st_off = ak_al(r * nh * gm->kstr * 4);
+    gm->o_off = gm->st_off + ak_al(r * nh * (size_t)gm->nsplit * 8);
+    gm->total = gm->o_off + ak_al(r * nh * (size_t)gm->nsplit * hd * 4);
+}
+
+/* Workspace bytes that any geometry of T rows at pos0 fits in (tiles of
+ * >= 16 keys, kstr <= keys rounded up to 64, at most AD_MAXSLOTS CTAs). */
+static size_t ad_ws_bound(int64_t pos0, int T, int nh, int hd)
+{
+    const int64_t keys = pos0 + T;
+    int64_t ns = AD_MAXSLOTS / T, t16 = (keys + 15) / 16;
+    ns = ns < 1 ? 1 : ns > AD_MAXSPLIT ? AD_MAXSPLIT : ns;
+    ns = ns > t16 ? t16 : ns;
+    const size_t r = (size_t)T, kstr = (size_t)((keys + 63) / 64) * 64;
+    return ak_al(r * nh * kstr * 4) + ak_al(r * nh * (size_t)ns * 8) +
+           ak_al(r * nh * (size_t)ns * hd * 4);
+}
+
+static int ad_ok(int nh, int nkv, int hd, int kv_dtype, int mode)
+{
+    return mode == 1 && kv_dtype == M3G_BF16 && nkv > 0 && nh % nkv == 0 && nh / nkv <= 16 &&
+           (hd == 16 || hd == 32 || hd == 64 || hd == 128);
+}
+
+template <int HD, int GW, int NW>
+static hipError_t ad_launch(float *out, const float *q, const void *kc, const void *vc,
+                            const int32_t *page_table, int B, int64_t pos0, int T, int nh,
+                            int nkv, char *ws, size_t ws_bytes, int pdl, int hint,
+                            hipStream_t st)
+{
+    constexpr int TK = 16 * NW / GW, LD = GW * HD + 8;
+    const size_t shm1 = (size_t)ad_cfg<NW>::S1 * TK * LD * 2;
+    const size_t shm2 = (size_t)ad_cfg<NW>::S2 * (TK * LD * 2 + GW * 16 * (TK + 8) * 4);
+    const int ngs = nkv / GW;
+    int dev = 0, nsm = 0, occ = 0;
+    /* host-side queries, allowed while a graph is being captured (relaxed) */
+    cudaStreamCaptureMode cm = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&cm);
+    const int ok =
+        cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+        cudaFuncSetAttribute(k_ad_scores<HD, GW, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)shm1) == cudaSuccess &&
+        cudaFuncSetAttribute(k_ad_pv<HD, GW, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)shm2) == cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_ad_scores<HD, GW, NW>, NW * 32,
+                                                      shm1) == cudaSuccess &&
+        occ >= 1 && nsm >= 1;
+    (void)cudaThreadExchangeStreamCaptureMode(&cm);
+    if (!ok) {
+        (void)cudaGetLastError();
+        return hipErrorInvalidValue;
+    }
+    const int slots = nsm * occ < AD_MAXSLOTS ? nsm * occ : AD_MAXSLOTS;
+    /* rows per pass: as many as the workspace holds (at least one, else refuse) */
+    int tc = T;
+    ad_geom gm;
+    for (;;) {
+        ad_geometry(&gm, pos0 + T - tc, tc, T, nh, HD, TK, ngs, slots); /* the last is the largest */
+        if (gm.total <= ws_bytes)
+            break;
+        if (tc == 1)
+            return hipErrorInvalidValue;
+        const int nt = (int)((double)tc * (double)ws_bytes / (double)gm.total);
+        tc = nt < tc ? (nt > 0 ? nt : 1) : tc - 1;
+    }
+    const float scale = (float)(1.0 / sqrt((double)HD)); /* as ref/attention.c */
+    for (int t0 = 0; t0 < T; t0 += tc) {
+        const int n = T - t0 < tc ? T - t0 : tc;
+        ad_geometry(&gm, pos0 + t0, n, T, nh, HD, TK, ngs, slots);
+        float *ws_s = (float *)(ws + gm.s_off), *ws_o = (float *)(ws + gm.o_off);
+        float2 *ws_st = (float2 *)(ws + gm.st_off);
+        const dim3 grid(ngs, gm.nsplit, n);
+        hipLaunchKernelGGL((k_ad_scores<HD, GW, NW>), grid, dim3(NW * 32), shm1, st, ws_s, ws_st,
+                           q + (size_t)t0 * nh * HD, (const uint16_t *)kc, page_table, B,
+                           pos0 + t0, nh, nkv, gm.tps, gm.nsplit, gm.kstr, scale, hint);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return e;
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1] = {};
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = pdl ? 1 : 0;
+        cfg.stream = st;
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(NW * 32);
+        cfg.dynamicSmemBytes = shm2;
+        e = cudaLaunchKernelEx(&cfg, k_ad_pv<HD, GW, NW>, ws_o, (const float *)ws_s,
+                               (const float2 *)ws_st, (const uint16_t *)vc, page_table, B,
+                               pos0 + t0, nh, nkv, gm.tps, gm.nsplit, gm.kstr, hint);
+        if (e != cudaSuccess)
+            return e;
+        cfg.gridDim = dim3(nh, n);
+        cfg.blockDim = dim3((HD + 31) / 32 * 32, AD_MQ);
+        cfg.dynamicSmemBytes = 0;
+        e = cudaLaunchKernelEx(&cfg, k_ad_merge<HD>, out + (size_t)t0 * nh * HD,
+                               (const float *)ws_o, pos0 + t0, nh, nkv, TK, gm.tps, gm.nsplit);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return hipSuccess;
+}
+
+/* shape: 0 NW 4, GW 1 (one KV group per CTA; default); 1 NW 8, GW the
+ * largest of 4, 2, 1 dividing nkv; 2 NW 4, GW as shape 1 */
+template <int HD>
+static hipError_t ad_launch_gw(float *out, const float *q, const void *kc, const void *vc,
+                               const int32_t *page_table, int B, int64_t pos0, int T, int nh,
+                               int nkv, char *ws, size_t ws_bytes, int pdl, int hint, int shape,
+                               hipStream_t st)
+{
+    const int gw = shape == 0 ? 1 : nkv % 4 == 0 ? 4 : nkv % 2 == 0 ? 2 : 1;
+#define AD_L(gw_, nw_)                                                                         \
+    return ad_launch<HD, gw_, nw_>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, ws,         \
+                                   ws_bytes, pdl, hint, st)
+    if (shape == 1) {
+        if (gw == 4)
+            AD_L(4, 8);
+        if (gw == 2)
+            AD_L(2, 8);
+        AD_L(1, 8);
+    }
+    if (gw == 4)
+        AD_L(4, 4);
+    if (gw == 2)
+        AD_L(2, 4);
+    AD_L(1, 4);
+#undef AD_L
+}
+
+/* hipErrorInvalidValue (nothing enqueued) when the device or the workspace
+ * refuses; the caller falls back to the two launches. gw: the CTA shape of
+ * ad_launch_gw (benchmark knob; 0 default). */
+static hipError_t ad_run(float *out, const float *q, const void *kc, const void *vc,
+                         const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
+                         int hd, void *ws, size_t ws_bytes, int pdl, int hint, int gw,
+                         hipStream_t st)
+{
+    if (!ws)
+        return hipErrorInvalidValue;
+    char *w = (char *)ws;
+    switch (hd) {
+    case 128:
+        return ad_launch_gw<128>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, pdl, hint, gw, st);
+    case 64:
+        return ad_launch_gw<64>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, pdl, hint, gw, st);
+    case 32:
+        return ad_launch_gw<32>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, pdl, hint, gw, st);
+    default:
+        return ad_launch_gw<16>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, pdl, hint, gw, st);
+    }
+}
+#endif
+
 size_t m3g_attention_sk_ws(int B, int64_t pos0, int T, int nh, int nkv, int hd,
                            const int32_t *blocks, int topk, int kv_dtype)
 {
@@ -1460,6 +2097,13 @@ size_t m3g_attention_sk_ws(int B, int64_t pos0, int T, int nh, int nkv, int hd,
     if (T <= 0 || B <= 0 || nkv <= 0 || nh % nkv != 0 || (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16))
         return 0;
     ak_geometry(&gm, B, pos0, T, T, nh, nkv, hd, blocks, topk, kv_dtype == M3G_BF16);
+#if M3_TC
+    if (!blocks && ad_ok(nh, nkv, hd, kv_dtype, 1)) { /* the dense tensor-core path */
+        const size_t ad = ad_ws_bound(pos0, T, nh, hd);
+        if (ad > gm.total)
+            return ad;
+    }
+#endif
     return gm.total;
 }
 
@@ -1515,6 +2159,16 @@ int m3g_attention_sk_tc(int B, int nh, int nkv, int hd, const int32_t *blocks, i
 #endif
 }
 
+int m3g_attention_sk_dense_tc(int64_t keys, int nh, int nkv, int hd, int kv_dtype, int mode)
+{
+#if M3_TC
+    return keys >= AD_MIN_KEYS && ad_ok(nh, nkv, hd, kv_dtype, mode);
+#else
+    (void)keys, (void)nh, (void)nkv, (void)hd, (void)kv_dtype, (void)mode;
+    return 0;
+#endif
+}
+
 int m3g_attention_sk_cluster(int B, int nh, int nkv, int hd, const int32_t *blocks, int topk,
                              int kv_dtype, int mode)
 {
@@ -1543,6 +2197,20 @@ hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, co
     if (hd <= 0 || hd > 128 || hd % 8 != 0 || nkv <= 0 || nh % nkv != 0 || B <= 0 ||
         (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || (blocks && topk <= 0))
         return hipErrorInvalidValue;
+#if M3_TC
+    /* dense with >= AD_MIN_KEYS keys in the last row: the split-key
+     * tensor-core launches (bit 5: never; bit 6: at any key count; bit 7:
+     * without L2 cache hints; bit 8: without PDL; bit 9: 8-warp CTAs of up
+     * to 4 KV groups; bit 10: 4-warp CTAs of up to 4 groups) */
+    if (!blocks && !(variant & 32) && ad_ok(nh, nkv, hd, kv_dtype, mode) &&
+        ((variant & 64) || pos0 + T >= AD_MIN_KEYS)) {
+        const hipError_t e = ad_run(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd, ws,
+                                    ws_bytes, !(variant & 256), !(variant & 128),
+                                    variant & 512 ? 1 : variant & 1024 ? 2 : 0, st);
+        if (e != hipErrorInvalidValue)
+            return e; /* else: the two launches */
+    }
+#endif
 #if AK_CLUSTER
     if (!(variant & 1) && m3g_attention_sk_cluster(B, nh, nkv, hd, blocks, topk, kv_dtype, mode)) {
         if (!(variant & 2) && at_tc_ok(nh, nkv, hd)) { /* tensor cores (default) */

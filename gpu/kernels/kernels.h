@@ -80,7 +80,9 @@ size_t m3g_attention_split_ws(int B, int64_t pos0, int T, int nh, int hd, const 
  * hd % 8 == 0, hd <= 128, 16-byte aligned q and caches. ws: device scratch
  * of ws_bytes, caller-owned, no initialisation needed; rows are processed
  * in chunks when ws is smaller than m3g_attention_sk_ws(..., T, ...)
- * (error if it cannot hold one row). The decode fast path. */
+ * (error if it cannot hold one row). The decode fast path; dense rows with
+ * >= 512 keys take three split-key tensor-core launches on NVIDIA (same
+ * exact rounding of p; m3g_attention_sk_dense_tc). */
 hipError_t m3g_attention_sk(float *out, const float *q, const void *kc, const void *vc,
                             int kv_dtype, const int32_t *page_table, int B, int64_t pos0, int T,
                             int nh, int nkv, int hd, const int32_t *blocks, int topk, int mode,
@@ -104,12 +106,22 @@ int m3g_attention_sk_cluster(int B, int nh, int nkv, int hd, const int32_t *bloc
 int m3g_attention_sk_tc(int B, int nh, int nkv, int hd, const int32_t *blocks, int topk,
                         int kv_dtype, int mode);
 
+/* 1 iff m3g_attention_sk takes its dense split-key tensor-core path for
+ * blocks == NULL and `keys` keys in the last row (NVIDIA build, mode 1, bf16
+ * caches, nh / nkv <= 16, hd in {16, 32, 64, 128}, keys >= 512).
+ * Host only; the device or a short workspace may still refuse it. */
+int m3g_attention_sk_dense_tc(int64_t keys, int nh, int nkv, int hd, int kv_dtype, int mode);
+
 /* m3g_attention_sk with a benchmark knob: variant bit 0 forces the two-launch
  * path where the cluster path would be taken, bit 1 the scalar cluster kernel
  * instead of the tensor-core one; the tensor-core kernel (default: PDL
  * launch, the next kernel released before its last cluster barrier) with
  * bit 2: released at its start instead; bit 3: launched without PDL; bit 4:
- * one block per SM (0 = m3g_attention_sk). */
+ * one block per SM; dense (blocks NULL): bit 5 never the dense tensor-core
+ * path, bit 6 that path at any key count, bit 7 without its L2 cache hints,
+ * bit 8 without its PDL launches, bit 9 its 8-warp CTAs of up to 4 KV
+ * groups, bit 10 its 4-warp CTAs of up to 4 groups (default: 4-warp CTAs of
+ * one group) (0 = m3g_attention_sk). */
 hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, const void *vc,
                                   int kv_dtype, const int32_t *page_table, int B, int64_t pos0,
                                   int T, int nh, int nkv, int hd, const int32_t *blocks, int topk,
@@ -120,19 +132,21 @@ hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, co
 /* MSA block-sparse attention for prefill: the result of m3g_attention with
  * blocks [nkv, T, topk] != NULL (a set per row; -1 = empty), but the caches
  * kc/vc [slots, nkv, hd] are of kv_dtype: M3G_F32, or M3G_BF16 (raw bf16
- * bits). Tensor cores (mma.sync bf16, fp32 accumulate, two passes, p rounded
- * with the global row max and sum) when m3g_msa_attention_tc says so, else
- * a portable scalar kernel. Needs hd <= 128. */
+ * bits). Tensor cores (mma.sync bf16, fp32 accumulate, one pass with online
+ * softmax: p rounded to bf16 before normalisation, not as ref's bf16(exp(s -
+ * M) / L); msa_attention.cu's header documents it and its error) when
+ * m3g_msa_attention_tc says so, else a portable scalar kernel (exact p).
+ * Needs hd <= 128. */
 hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc, const void *vc,
                                      int kv_dtype, const int32_t *page_table, int B, int64_t pos0,
                                      int T, int nh, int nkv, int hd, const int32_t *blocks,
                                      int topk, int mode, hipStream_t st);
 
 /* m3g_msa_attention_prefill with a benchmark knob for the tensor-core path:
- * variant 0 = the default (k_msa_ws), 1 = k_msa_tc (the previous kernel: one
- * CTA barrier per step), 2 = k_msa_ws (warp-specialized producer, mbarrier
- * ring); no effect where the scalar path is taken. Results within the bf16
- * profile for every variant. */
+ * variant 0 = the default (6), 1 = k_msa_tc (two passes, CTA barriers), 2 /
+ * 5 = two passes with exact p (ref's rounding), 8 / 11 rows per CTA, 3 / 4 =
+ * one pass, 8 / 11 rows, 6 = one pass pipelined, 11 rows; no effect where the
+ * scalar path is taken. Results within the bf16 profile for every variant. */
 hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
                                            const void *vc, int kv_dtype,
                                            const int32_t *page_table, int B, int64_t pos0, int T,
@@ -194,7 +208,8 @@ size_t m3g_msa_indexer_ws(int T, int G, int nbmax);
  * default path); 5, 6, 7 k_idx with 1, 2 (the default), 4 keys per lane.
  * k_idx only: bit 4 (16) block scores only, no selection (timing; out,
  * ctr, ws untouched); bit 5 (32) no programmatic dependent launch; bit 6
- * (64) lists and tickets but no merge (timing; out untouched). */
+ * (64) lists and tickets but no merge (timing; out untouched); bit 9 (512)
+ * copies with the L2::256B fetch hint (timing). */
 hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const void *ikc,
                                  int ik_dtype, const int32_t *page_table, int B, int64_t pos0,
                                  int T, int G, int d, int nbmax, int topk, int local_blocks,
@@ -229,6 +244,13 @@ hipError_t m3g_moe_combine(float *y, const float *ye, const float *w, const floa
  * (>= W.rows). */
 hipError_t m3g_linear(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
                       m3g_blas *blas, hipStream_t st);
+
+/* Y [T, W.rows] = X W^T before any rounding (for layers that add a bias to
+ * the unrounded product, ref vision.c linear_bias): bf16 mode with BLAS
+ * (bf16 weights, T > 8, contiguous Y): the vendor GEMM's fp32 output, its
+ * own summation order; otherwise m3g_linear's mode-0 kernel (ref's order). */
+hipError_t m3g_linear_product(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
+                              m3g_blas *blas, hipStream_t st);
 
 /* One output of a fused projection: the next `rows` rows of the
  * concatenated weight go to y [T, ld] (see m3g_linear_multi). */
@@ -312,6 +334,50 @@ hipError_t m3g_vision_rope(float *x, int T, int nh, int hd, int rd, const float 
  * Probabilities and outputs rounded per mode. hd <= 1024. */
 hipError_t m3g_vision_attention(float *out, const float *q, const float *k, const float *v,
                                 int len, int nh, int hd, int mode, hipStream_t st);
+
+/* m3g_vision_attention in a chosen kernel (gpu/bench.cu): variant 0 the
+ * default (bf16 mode, hd <= 128, NVIDIA: the tensor-core kernel, whose dot,
+ * sum and P.V orders differ from ref's; otherwise the exact one), 1 the
+ * exact kernel, 2 the tensor-core kernel (hipErrorInvalidValue where it
+ * does not apply). Names: m3g_vision_attention_variant_name (NULL past the last). */
+hipError_t m3g_vision_attention_variant(int variant, float *out, const float *q, const float *k,
+                                        const float *v, int len, int nh, int hd, int mode,
+                                        hipStream_t st);
+const char *m3g_vision_attention_variant_name(int variant);
+
+/* A device vector: data and its M3G_ dtype. */
+typedef struct m3g_vec {
+    const void *p;
+    int dt;
+} m3g_vec;
+
+/* Y [T, W.rows] = round(X W^T + b) (ref vision.c linear_bias: the bias added
+ * to the unrounded product, one rounding; b.p NULL: no bias), then
+ * round(GELU_erf) when gelu, then resid = round(resid + Y) when resid.
+ * The product is m3g_linear_product (BLAS in bf16 mode when blas is set). */
+hipError_t m3g_linear_bias(float *Y, const float *X, m3g_mat W, m3g_vec b, int64_t T, int gelu,
+                           float *resid, int mode, m3g_blas *blas, hipStream_t st);
+
+/* One vision encoder layer's device weights (ref m3_vision_layer_weights). */
+typedef struct m3g_vis_layer {
+    m3g_vec ln1_w, ln1_b, ln2_w, ln2_b, q_b, k_b, v_b, o_b, fc1_b, fc2_b;
+    m3g_mat q, k, v, o, fc1, fc2;
+} m3g_vis_layer;
+
+/* Device scratch of m3g_vision_layer: x, q, k, v, att, tmp [T, Hv], mlp [T, Iv]. */
+typedef struct m3g_vis_scratch {
+    float *x, *q, *k, *v, *att, *tmp, *mlp;
+} m3g_vis_scratch;
+
+/* h [T, Hv] through one encoder layer, in ref m3_vision_forward's order
+ * (M3-VIS-LAYER-1): LayerNorm, q/k/v + bias, 3D RoPE on q and k with the
+ * device tables cos_t/sin_t [T, rd/2], attention within each of the nseg
+ * segments (host arrays seg_start/seg_len, rows), o_proj + residual,
+ * LayerNorm, fc1 + GELU, fc2 + residual. nh heads of hd = Hv / nh. */
+hipError_t m3g_vision_layer(float *h, const m3g_vis_layer *w, const m3g_vis_scratch *s, int64_t T,
+                            int nh, int hd, int rd, const float *cos_t, const float *sin_t,
+                            const int64_t *seg_start, const int64_t *seg_len, int nseg, float eps,
+                            int mode, m3g_blas *blas, hipStream_t st);
 
 /* dst row rows[f] (row stride ld) = src row f [H] for f < n (the placement
  * of vision features into placeholder rows, ref m3_mm_embed; M3-EMB-3). */

@@ -26,11 +26,15 @@
  *    reduction), fmaf accumulation (within the bf16 profile, not bitwise to
  *    ref), weights read once per <= 8 tokens, programmatic dependent launch
  *    on NVIDIA (the first weight chunk is in flight before the previous
- *    kernel has finished). Two shape classes run otherwise at T = 1
- *    (gemv_pick): a split-K grid under one wave gets twice the K slices,
- *    and a grid of one to two waves runs k_gemv_bal, the balanced one-wave
+ *    kernel has finished). At T = 1 (gemv_pick) three shape classes run
+ *    otherwise: a split-K grid under one wave gets twice the K slices; a
+ *    grid of one to two waves runs k_gemv_bal, the balanced one-wave
  *    kernel (every block and warp the same bytes; fixed-order combination
- *    of rows cut between warps).
+ *    of rows cut between warps); a grid of two or more waves below the LM
+ *    head class runs k_gemv_pers, the same tiles and sums as k_gemv_bf16
+ *    (bitwise the same outputs) on persistent blocks, 4 per SM, each
+ *    running an equal number of tiles and requesting the next tile's
+ *    first window before finishing the current one.
  *  - bf16 mode, T > 8: BLAS (cuBLASLt with a 32 MiB workspace and the
  *    heuristic's best algorithm on NVIDIA; hipBLAS on ROCm / cublasGemmEx
  *    when Lt is unavailable), bf16 in, fp32 accumulate and output, then the
@@ -41,23 +45,30 @@
  *
  * Status (2026-11-29): checked on the H200 by bench-gpu's host goldens
  * (fp32 bitwise, bf16 within tolerance, Lt vs fallback; every GEMV variant
- * at the M3 decode shapes). Decode GEMV tuning of that day (two bench-gpu
- * --case gemv runs, T = 1): balanced one-wave grids (k_gemv_bal, 1-5
- * blocks per SM, one or two register windows) and a cp.async shared-memory
- * ring (removed: 37-57% of HBM) were faster only on the short grids and
- * slower than k_gemv_bf16 on the 75-150 MB matrices, so those keep it
- * (q_proj 73%, o_proj 75%, dense gate/down 79%, fused q/k/v/index 77%,
- * gate+up+SwiGLU 66%); the 80% target is not met there. PDL made no
- * difference to k_gemv_bf16 in the graph of back-to-back launches (q_proj
- * 28.60 us with, 28.44 without); for k_gemv_bal it changed the time by
- * -0.5 to +3.4 us depending on the shape.
- * Next for the decode GEMVs: a profile of k_gemv_bal against k_gemv_bf16
- * at q_proj (why the balanced grid streams slower; suspects: fewer warps
- * and bytes in flight per SM, X re-read over whole rows per warp).
- * Tuning next: grouped GEMV on the same streaming scheme (MoE), dense MLP
- * gate+up through m3g_linear_swiglu, bf16 GEMM output (avoid the fp32
- * write + rounding pass), PDL on the other decode kernels (today a GEMV
- * only overlaps its own predecessor's tail when that one is a GEMV).
+ * at the M3 decode shapes, repeats bitwise). Decode GEMV tuning, first
+ * session (two bench-gpu --case gemv runs, T = 1): balanced one-wave grids
+ * (k_gemv_bal) and a cp.async shared-memory ring (removed: 37-57% of HBM)
+ * were faster only on the short grids. Second session (a globaltimer trace
+ * of every block of k_gemv_bf16, then bench-gpu --case gemv): per launch
+ * of q_proj (28.5 us) ~1.0-1.3 us pass between the previous kernel's last
+ * block and this one's first; the first wave of blocks (all resident
+ * blocks start together, 16 KB in flight per block) streams at only
+ * ~3.1-3.4 TB/s over its ~8 us, the later, staggered waves at 4.3-5.0;
+ * the last ~5% of the bytes take ~2-2.5 us (a 0.1-wave tail); the split-K
+ * sums are in shared memory, no second pass. A rolling refill (each
+ * register reloaded as soon as used) did not help that first wave
+ * (q_proj 29.9 us); k_gemv_pers (equal tiles per persistent block, next
+ * tile prefetched, no second wave of block launches) gives q_proj 26.99
+ * us (77.8% of 4.8 TB/s; 27.39 without PDL), o_proj 26.53 (79.1%), dense
+ * gate 38.66 (81.4%), down 38.50 (81.8%), q/k/v 30.57 (77.2%),
+ * q/k/v/index 31.48 (80.2%; 32.02 without PDL), gate+up+SwiGLU 21.54
+ * (73.1%); on the LM head it is slower (542.6 vs 531.6 us), which keeps
+ * k_gemv_bf16. With 5 blocks per SM it spills and is slower everywhere.
+ * Next: the first-wave streaming rate (why synchronised blocks stream at
+ * ~2/3 of the rate of staggered ones), the shared gate (12.5 us, 63%:
+ * ~1 us launch gap + ramp on 38 MB), PDL release by the norm / SwiGLU
+ * kernels before the GEMVs (today a GEMV overlaps its predecessor only
+ * when that one is a GEMV or the tensor-core attention).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +76,13 @@
 #include "kernels.h"
 
 #define GEMV_ROWS 8 /* warps per 256-thread block */
+
+/* Register cap for t threads and m resident blocks per SM (NVIDIA). */
+#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+#define M3_BOUNDS(t, m) __launch_bounds__(t, m)
+#else
+#define M3_BOUNDS(t, m)
+#endif
 
 #if defined(M3_EMU)
 #define M3_UNROLL
@@ -189,24 +207,13 @@ __device__ __forceinline__ void pdl_trigger() {}
 __device__ __forceinline__ void pdl_wait() {}
 #endif
 
-/* grid ceil(slots / (8 / ks_n)), block 256. A slot is one weight row (in
- * SwiGLU mode slot 2j = gate row j, 2j+1 = up row j, both in one block);
- * warp w streams K slice w % ks_n of slot w / ks_n with U independent
- * 16-byte loads per lane in flight; slices and gate/up meet in shared
- * memory (fixed order: slices ascending). X is read with coherent loads
- * (not the read-only path): under PDL its producer may still be running
- * when this kernel starts. */
-template <int NT, int U>
-__global__ void k_gemv_bf16(gemv_out o, const float *X, const uint16_t *__restrict__ W, int rows,
-                            int cols, int ks_n, int mode)
+/* Slot gslot of a streaming GEMV: its weight row r (clamped to a valid row
+ * when the slot is past the end), its SwiGLU pair j, and whether it exists.
+ * In SwiGLU mode slot 2j is gate row j and slot 2j+1 up row j. */
+__device__ __forceinline__ void slot_row(const gemv_out &o, int gslot, int rows, int &r, int &j,
+                                         bool &ok)
 {
-    __shared__ float red[GEMV_ROWS][NT];
-    pdl_trigger();
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int slot = w / ks_n, ks = w % ks_n;
-    const int gslot = blockIdx.x * (GEMV_ROWS / ks_n) + slot;
-    int r, j = 0;
-    bool ok;
+    j = 0;
     if (o.half > 0) {
         j = gslot >> 1;
         ok = j < o.half;
@@ -217,48 +224,18 @@ __global__ void k_gemv_bf16(gemv_out o, const float *X, const uint16_t *__restri
         if (!ok)
             r = rows - 1;
     }
-    const int c8n = cols >> 3;
-    const int per = (c8n + ks_n - 1) / ks_n;
-    const int beg = ks * per, end = beg + per < c8n ? beg + per : c8n;
-    const uint4 *wr = (const uint4 *)(W + (size_t)r * (size_t)cols);
-    float acc[NT];
-    for (int n = 0; n < NT; n++)
-        acc[n] = 0.0f;
-    int c = beg + lane;
-    uint4 wv[U];
-    M3_UNROLL
-    for (int u = 0; u < U; u++) {
-        if (c + 32 * u < end) {
-            wv[u] = wr[c + 32 * u];
-        } else {
-            wv[u].x = wv[u].y = wv[u].z = wv[u].w = 0u;
-        }
-    }
-    pdl_wait(); /* X is the previous kernel's output */
-    while (c < end) {
-        M3_UNROLL
-        for (int u = 0; u < U; u++) {
-            const int cc = c + 32 * u;
-            if (cc < end) {
-                M3_UNROLL
-                for (int n = 0; n < NT; n++) {
-                    const float4 *xr = (const float4 *)(X + (size_t)n * cols) + 2 * cc;
-                    acc[n] = dot8(wv[u], xr[0], xr[1], acc[n]);
-                }
-            }
-        }
-        c += 32 * U;
-        M3_UNROLL
-        for (int u = 0; u < U; u++) {
-            if (c + 32 * u < end) {
-                wv[u] = wr[c + 32 * u];
-            } else {
-                wv[u].x = wv[u].y = wv[u].z = wv[u].w = 0u;
-            }
-        }
-    }
-    for (int n = 0; n < NT; n++)
-        acc[n] = m3d_warp_sum(acc[n]);
+}
+
+/* The end of one block's slots (acc: this warp's sums, already reduced over
+ * the warp): K slices meet in red in ascending order, gate meets up, then
+ * the rounding and the store. Every thread of the block calls it (one
+ * __syncthreads, none when ks_n == 1 without SwiGLU). */
+template <int NT>
+__device__ __forceinline__ void gemv_finish(const gemv_out &o, float (*red)[NT],
+                                            const float (&acc)[NT], int w, int lane, int slot,
+                                            int ks, int ks_n, int gslot, int r, int j, bool ok,
+                                            int mode)
+{
     if (ks_n == 1 && o.half == 0) { /* block-uniform */
         if (lane == 0 && ok)
             for (int n = 0; n < NT; n++)
@@ -290,6 +267,147 @@ __global__ void k_gemv_bf16(gemv_out o, const float *X, const uint16_t *__restri
                 s += red[w + k][n];
             out_store(o, r, n, m3d_round(s, mode));
         }
+    }
+}
+
+/* grid ceil(slots / (8 / ks_n)), block 256. A slot is one weight row (in
+ * SwiGLU mode slot 2j = gate row j, 2j+1 = up row j, both in one block);
+ * warp w streams K slice w % ks_n of slot w / ks_n, lane l the 16-byte
+ * chunks beg + l + 32 m (m ascending, one fmaf chain per token), with U
+ * loads per lane in flight; slices and gate/up meet in shared memory
+ * (fixed order: slices ascending). X is read with coherent loads (not the
+ * read-only path): under PDL its producer may still be running when this
+ * kernel starts.
+ * ROLL = 0: a window of U loads is issued, consumed, then the next window
+ * is issued (the lane's loads in flight fall from U to 0 every window).
+ * ROLL = 1: each register is reloaded with the chunk 32 U further on as
+ * soon as it has been consumed, so U loads stay in flight until the slice
+ * ends. The same chunks in the same order: bitwise the same results
+ * (measured slower on the H200 in this hardware-scheduled grid: 1-2 us on
+ * the 100-150 MB matrices; the persistent kernel below uses it). */
+template <int NT, int U, int ROLL>
+__global__ void k_gemv_bf16(gemv_out o, const float *X, const uint16_t *__restrict__ W, int rows,
+                            int cols, int ks_n, int mode)
+{
+    __shared__ float red[GEMV_ROWS][NT];
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int slot = w / ks_n, ks = w % ks_n;
+    const int gslot = blockIdx.x * (GEMV_ROWS / ks_n) + slot;
+    int r, j;
+    bool ok;
+    slot_row(o, gslot, rows, r, j, ok);
+    const int c8n = cols >> 3;
+    const int per = (c8n + ks_n - 1) / ks_n;
+    const int beg = ks * per, end = beg + per < c8n ? beg + per : c8n;
+    const uint4 *wr = (const uint4 *)(W + (size_t)r * (size_t)cols);
+    float acc[NT];
+    for (int n = 0; n < NT; n++)
+        acc[n] = 0.0f;
+    uint4 wv[U];
+    int c = beg + lane;
+    M3_UNROLL
+    for (int u = 0; u < U; u++) {
+        if (c + 32 * u < end) {
+            wv[u] = wr[c + 32 * u];
+        } else {
+            wv[u].x = wv[u].y = wv[u].z = wv[u].w = 0u;
+        }
+    }
+    pdl_wait(); /* X is the previous kernel's output */
+    while (c < end) {
+        M3_UNROLL
+        for (int u = 0; u < U; u++) {
+            const int cc = c + 32 * u;
+            if (cc < end) {
+                M3_UNROLL
+                for (int n = 0; n < NT; n++) {
+                    const float4 *xr = (const float4 *)(X + (size_t)n * cols) + 2 * cc;
+                    acc[n] = dot8(wv[u], xr[0], xr[1], acc[n]);
+                }
+            }
+            if constexpr (ROLL) {
+                if (cc + 32 * U < end)
+                    wv[u] = wr[cc + 32 * U];
+            }
+        }
+        c += 32 * U;
+        if constexpr (!ROLL) {
+            M3_UNROLL
+            for (int u = 0; u < U; u++) {
+                if (c + 32 * u < end) {
+                    wv[u] = wr[c + 32 * u];
+                } else {
+                    wv[u].x = wv[u].y = wv[u].z = wv[u].w = 0u;
+                }
+            }
+        }
+    }
+    for (int n = 0; n < NT; n++)
+        acc[n] = m3d_warp_sum(acc[n]);
+    gemv_finish<NT>(o, red, acc, w, lane, slot, ks, ks_n, gslot, r, j, ok, mode);
+}
+
+/* Persistent form of k_gemv_bf16 (ROLL = 1) for one token: grid nb <=
+ * ntiles, block 256; block b runs tiles b, b + nb, b + 2 nb, ...; tile t
+ * is k_gemv_bf16's block t (8 / ks_n slots, the same slices, every sum in
+ * the same order: bitwise the same outputs). While a tile's last window is
+ * consumed, the registers are refilled from the next tile's first window,
+ * so a block's loads never drain between tiles and no block is launched
+ * after the first wave. Needs cols / 8 = ks_n * per with per a multiple of
+ * 32 U (every lane the same number of windows; launch_fast checks). The
+ * partial sums alternate between two shared buffers (one barrier a tile). */
+template <int NT, int U>
+__global__ void M3_BOUNDS(32 * GEMV_ROWS, 4)
+    k_gemv_pers(gemv_out o, const float *X, const uint16_t *__restrict__ W, int rows, int cols,
+                int ks_n, int ntiles, int mode)
+{
+    __shared__ float red[2][GEMV_ROWS][NT];
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int spb = GEMV_ROWS / ks_n, slot = w / ks_n, ks = w % ks_n;
+    const int per = (cols >> 3) / ks_n, beg = ks * per + lane, nw = per / (32 * U);
+    int t = blockIdx.x, gslot = t * spb + slot, r, j;
+    bool ok;
+    slot_row(o, gslot, rows, r, j, ok);
+    const uint4 *wr = (const uint4 *)(W + (size_t)r * (size_t)cols) + beg;
+    uint4 wv[U];
+    M3_UNROLL
+    for (int u = 0; u < U; u++)
+        wv[u] = wr[32 * u];
+    pdl_wait(); /* X is the previous kernel's output */
+    for (int par = 0;; par ^= 1) {
+        const int tn = t + (int)gridDim.x, gsn = tn * spb + slot;
+        const bool hn = tn < ntiles; /* block-uniform */
+        int rn, jn;
+        bool okn;
+        slot_row(o, hn ? gsn : gslot, rows, rn, jn, okn);
+        const uint4 *wn = (const uint4 *)(W + (size_t)rn * (size_t)cols) + beg;
+        float acc[NT];
+        for (int n = 0; n < NT; n++)
+            acc[n] = 0.0f;
+        for (int i = 0; i < nw; i++) {
+            const bool last = i + 1 == nw;
+            M3_UNROLL
+            for (int u = 0; u < U; u++) {
+                const int cc = beg + 32 * (U * i + u);
+                M3_UNROLL
+                for (int n = 0; n < NT; n++) {
+                    const float4 *xr = (const float4 *)(X + (size_t)n * cols) + 2 * cc;
+                    acc[n] = dot8(wv[u], xr[0], xr[1], acc[n]);
+                }
+                if (!last)
+                    wv[u] = wr[32 * (U * (i + 1) + u)];
+                else if (hn)
+                    wv[u] = wn[32 * u];
+            }
+        }
+        for (int n = 0; n < NT; n++)
+            acc[n] = m3d_warp_sum(acc[n]);
+        gemv_finish<NT>(o, red[par], acc, w, lane, slot, ks, ks_n, gslot, r, j, ok, mode);
+        if (!hn)
+            break;
+        t = tn, gslot = gsn, r = rn, j = jn, ok = okn, wr = wn;
     }
 }
 
@@ -353,11 +471,6 @@ static int gemv_ks(int slots, int cols, int swiglu)
 #define BAL_SMS 132 /* H100 / H200 SXM streaming multiprocessors */
 #define BAL_RB 128  /* most logical rows (gate and up counted apart) per block */
 
-#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
-#define M3_BOUNDS(t, m) __launch_bounds__(t, m)
-#else
-#define M3_BOUNDS(t, m)
-#endif
 
 /* Start of warp w's chunk range in a block of n chunks (a multiple of 32). */
 __device__ __forceinline__ int bal_q(int w, int n)
@@ -462,11 +575,14 @@ __device__ __forceinline__ void bal_emit(bal_warp<NT> &s, float (*res)[NT], floa
 
 /* Consume the window at base (wv: its chunks for this lane; chunks past qb
  * are skipped), then emit the rows that have no chunk left in the range:
- * R if the window reached its end, and R + 1 if the range ends here. */
-template <int NT, int U>
-__device__ __forceinline__ void bal_step(bal_warp<NT> &s, const uint4 (&wv)[U], const float *X,
-                                         int cols, int c8n, int base, float (*res)[NT],
-                                         float (*hp)[NT], float (*tp)[NT], int lane, int w)
+ * R if the window reached its end, and R + 1 if the range ends here.
+ * ROLL = 1: each register is refilled with the chunk of the next window as
+ * soon as it has been consumed (the same chunks in the same order). */
+template <int NT, int U, int ROLL>
+__device__ __forceinline__ void bal_step(bal_warp<NT> &s, uint4 (&wv)[U], const bal_block &k,
+                                         const float *X, int cols, int c8n, int base,
+                                         float (*res)[NT], float (*hp)[NT], float (*tp)[NT],
+                                         int lane, int w)
 {
     M3_UNROLL
     for (int u = 0; u < U; u++) {
@@ -483,6 +599,11 @@ __device__ __forceinline__ void bal_step(bal_warp<NT> &s, const uint4 (&wv)[U], 
                 else
                     s.ac[n] = a;
             }
+        }
+        if constexpr (ROLL) {
+            const int cn = c + 32 * U;
+            if (cn < s.qb)
+                wv[u] = cn < k.split ? k.A[cn] : k.B[cn - k.split];
         }
     }
     const int end = base + 32 * U;
@@ -538,8 +659,9 @@ __device__ __forceinline__ void bal_finish(const gemv_out &o, const bal_block &k
 /* grid nb (<= units), block 256. units = rows, or o.half pairs (SwiGLU).
  * DB = 1: two windows in registers (the next window's loads are issued
  * before the current one is used); DB = 0: one window (load, use, load the
- * next), fewer registers, so more blocks per SM. */
-template <int NT, int U, int MINB, int DB>
+ * next; with ROLL = 1 each register reloaded as soon as it is used), fewer
+ * registers, so more blocks per SM. */
+template <int NT, int U, int MINB, int DB, int ROLL>
 __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
     k_gemv_bal(gemv_out o, const float *X, const uint16_t *__restrict__ W, int rows, int cols,
                int mode)
@@ -560,12 +682,12 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
             bal_load<U>(wb, k, base + 32 * U, s.qb, lane);
             pdl_wait(); /* X is the previous kernel's output */
             for (;;) {
-                bal_step<NT, U>(s, wa, X, cols, k.c8n, base, res, hp, tp, lane, w);
+                bal_step<NT, U, 0>(s, wa, k, X, cols, k.c8n, base, res, hp, tp, lane, w);
                 base += 32 * U;
                 if (base >= s.qb)
                     break;
                 bal_load<U>(wa, k, base + 32 * U, s.qb, lane);
-                bal_step<NT, U>(s, wb, X, cols, k.c8n, base, res, hp, tp, lane, w);
+                bal_step<NT, U, 0>(s, wb, k, X, cols, k.c8n, base, res, hp, tp, lane, w);
                 base += 32 * U;
                 if (base >= s.qb)
                     break;
@@ -574,11 +696,12 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
         } else {
             pdl_wait(); /* X is the previous kernel's output */
             for (;;) {
-                bal_step<NT, U>(s, wa, X, cols, k.c8n, base, res, hp, tp, lane, w);
+                bal_step<NT, U, ROLL>(s, wa, k, X, cols, k.c8n, base, res, hp, tp, lane, w);
                 base += 32 * U;
                 if (base >= s.qb)
                     break;
-                bal_load<U>(wa, k, base, s.qb, lane);
+                if constexpr (!ROLL)
+                    bal_load<U>(wa, k, base, s.qb, lane);
             }
         }
     } else {
@@ -593,24 +716,29 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
 /* One way to run the bf16 streaming GEMV. kind 0: k_gemv_bf16 (split-K,
  * many short blocks; gemv_ks slices); 1: the same with twice the slices
  * (shorter blocks); 2: k_gemv_bal, two windows in registers (<= 128
- * registers); 3: k_gemv_bal, one window (<= 48 registers for one token).
- * bps: blocks per SM of the balanced kernels (grid BAL_SMS x bps). */
+ * registers); 3: k_gemv_bal, one window (<= 48 registers for one token);
+ * 4: k_gemv_pers (one token; gemv_ks slices, 4 blocks per SM).
+ * bps: blocks per SM of the balanced kernels (grid BAL_SMS x bps). roll:
+ * the rolling refill (ROLL = 1) of k_gemv_bf16 / k_gemv_bal. */
 typedef struct gemv_cfg {
     const char *name;
-    int kind, bps, pdl;
+    int kind, bps, pdl, roll;
 } gemv_cfg;
 
 /* Index 0 is the default (chosen per shape by gemv_pick); the others are
- * benchmark variants (m3g_gemv_variant; bench-gpu --case gemv times each). */
+ * benchmark variants (m3g_gemv_variant; bench-gpu --case gemv times each).
+ * "old": the kernels as they were before the persistent kernel. */
 static const gemv_cfg gemv_cfgs[] = {
-    {"default", -1, 0, 1},
-    {"old split-K", 0, 0, 1},
-    {"old split-K no PDL", 0, 0, 0},
-    {"old split-K ks x2", 1, 0, 1},
-    {"bal u4 5/SM", 3, 5, 1},
-    {"bal u4 4/SM", 3, 4, 1},
-    {"bal u4 5/SM no PDL", 3, 5, 0},
-    {"bal dbuf u4 2/SM", 2, 2, 1},
+    {"default", -1, 0, 1, 0},
+    {"old split-K", 0, 0, 1, 0},
+    {"old split-K no PDL", 0, 0, 0, 0},
+    {"old split-K ks x2", 1, 0, 1, 0},
+    {"old bal u4 5/SM", 3, 5, 1, 0},
+    {"rolling split-K", 0, 0, 1, 1},
+    {"rolling bal u4 5/SM", 3, 5, 1, 1},
+    {"rolling bal u4 5/SM no PDL", 3, 5, 0, 1},
+    {"persistent 4/SM", 4, 4, 1, 1},
+    {"persistent 4/SM no PDL", 4, 4, 0, 1},
 };
 #define GEMV_NCFG ((int)(sizeof gemv_cfgs / sizeof gemv_cfgs[0]))
 #define BAL_U 4        /* chunks per lane per window of k_gemv_bal */
@@ -626,18 +754,32 @@ static int bal_fits(const gemv_out &o, int rows, int cols, int nb)
     return (o.half > 0 ? 2 * per : per) <= BAL_RB;
 }
 
-/* The default configuration for T tokens (H200 sweep of 2026-11-29,
- * bench-gpu --case gemv, T = 1; every balanced variant streamed slower than
- * k_gemv_bf16 once its grid is two or more waves, so those shapes keep it):
+/* Whether k_gemv_pers runs this shape at gemv_ks slices ks: every lane
+ * the same number of whole windows (cols / 8 = ks * per, per % 32 U == 0). */
+static int pers_fits(int cols, int ks)
+{
+    const int c8n = cols >> 3;
+    return (cols & 7) == 0 && c8n % ks == 0 && (c8n / ks) % (32 * FAST_U) == 0;
+}
+
+/* The default configuration for T tokens (H200 sweeps of 2026-11-29,
+ * bench-gpu --case gemv, T = 1):
  *  - only at T = 1 and for >= 4096 columns (what was measured; e.g. the
  *    shared expert down 6144x3072 is also a 1.16-wave grid but was not
  *    timed);
  *  - split-K grid under one wave: twice the K slices (k_proj 512x6144:
  *    4.76 -> 4.01 us);
  *  - one to two waves (a long, mostly idle last wave): the balanced
- *    kernel, 5 blocks per SM (shared gate 3072x6144: 16.14 -> 12.71 us);
- *  - otherwise k_gemv_bf16 as before (q/o_proj, dense gate/down, fused
- *    q/k/v(+index), gate+up+SwiGLU, LM head). */
+ *    kernel, 5 blocks per SM, rolling refill (shared gate 3072x6144:
+ *    16.14 -> 12.71 us, rolling 12.49 us);
+ *  - two or more waves, below the LM-head class (< 4096 blocks of whole
+ *    rows): the persistent kernel, 4 blocks per SM, bitwise the same
+ *    outputs as k_gemv_bf16 (second session: q_proj 28.53 -> 26.99 us,
+ *    o_proj 27.71 -> 26.53, dense gate 39.83 -> 38.66, down 39.85 ->
+ *    38.50, fused q/k/v/index 32.75 -> 31.48, gate+up+SwiGLU 23.80 ->
+ *    21.54);
+ *  - otherwise (LM head, 4096+ blocks) k_gemv_bf16 as before (531.6 us;
+ *    the persistent kernel 542.6 us there). */
 static gemv_cfg gemv_pick(const gemv_out &o, int rows, int cols, int T)
 {
     const int slots = o.half > 0 ? 2 * o.half : rows;
@@ -647,8 +789,10 @@ static gemv_cfg gemv_pick(const gemv_out &o, int rows, int cols, int T)
         return gemv_cfgs[1];
     if (nb < GEMV_WAVE && ks < (o.half > 0 ? GEMV_ROWS / 2 : GEMV_ROWS))
         return gemv_cfgs[3];
-    if (nb < 2 * GEMV_WAVE && bal_fits(o, rows, cols, gemv_cfgs[4].bps * BAL_SMS))
-        return gemv_cfgs[4];
+    if (nb < 2 * GEMV_WAVE && bal_fits(o, rows, cols, gemv_cfgs[6].bps * BAL_SMS))
+        return gemv_cfgs[6];
+    if ((slots + GEMV_ROWS - 1) / GEMV_ROWS < 4096 && pers_fits(cols, ks))
+        return gemv_cfgs[8];
     return gemv_cfgs[1];
 }
 
@@ -690,14 +834,36 @@ template <int NT>
 static hipError_t launch_fast(const gemv_cfg &c, const gemv_out &o, const float *X,
                               const uint16_t *W, int rows, int cols, int mode, hipStream_t st)
 {
+    const int slots = o.half > 0 ? 2 * o.half : rows;
+    const int kmax = o.half > 0 ? GEMV_ROWS / 2 : GEMV_ROWS;
     if (c.kind <= 1) {
-        const int slots = o.half > 0 ? 2 * o.half : rows;
         int ks = gemv_ks(slots, cols, o.half > 0);
-        if (c.kind == 1 && ks < (o.half > 0 ? GEMV_ROWS / 2 : GEMV_ROWS))
+        if (c.kind == 1 && ks < kmax)
             ks *= 2;
         const int spb = GEMV_ROWS / ks; /* slots per block */
         const int nb = (slots + spb - 1) / spb;
-        GEMV_LAUNCH((k_gemv_bf16<NT, FAST_U>), nb, 0, c.pdl, st, o, X, W, rows, cols, ks, mode);
+        if (c.roll)
+            GEMV_LAUNCH((k_gemv_bf16<NT, FAST_U, 1>), nb, 0, c.pdl, st, o, X, W, rows, cols, ks,
+                        mode);
+        GEMV_LAUNCH((k_gemv_bf16<NT, FAST_U, 0>), nb, 0, c.pdl, st, o, X, W, rows, cols, ks,
+                    mode);
+    }
+    if (c.kind == 4) {
+        if constexpr (NT == 1) {
+            const int ks = gemv_ks(slots, cols, o.half > 0), spb = GEMV_ROWS / ks;
+            const int ntiles = (slots + spb - 1) / spb;
+            if (!pers_fits(cols, ks))
+                return hipErrorInvalidValue;
+            /* the fewest tiles per block that fit one wave of 4 blocks per
+             * SM, then the fewest blocks with that many (block b runs tiles
+             * b, b + nb, ...: the counts differ by at most one) */
+            const int tpb = (ntiles + BAL_SMS * c.bps - 1) / (BAL_SMS * c.bps);
+            const int nb = (ntiles + tpb - 1) / tpb;
+            GEMV_LAUNCH((k_gemv_pers<1, FAST_U>), nb, 0, c.pdl, st, o, X, W, rows, cols, ks,
+                        ntiles, mode);
+        } else {
+            return hipErrorInvalidValue;
+        }
     }
     const int units = o.half > 0 ? o.half : rows;
     const int nb = BAL_SMS * c.bps < units ? BAL_SMS * c.bps : units;
@@ -705,8 +871,12 @@ static hipError_t launch_fast(const gemv_cfg &c, const gemv_out &o, const float 
         return hipErrorInvalidValue;
     constexpr int M5 = NT == 1 ? 5 : 2; /* register cap: 5 blocks per SM for one token */
     if (c.kind == 2)
-        GEMV_LAUNCH((k_gemv_bal<NT, BAL_U, 2, 1>), nb, 0, c.pdl, st, o, X, W, rows, cols, mode);
-    GEMV_LAUNCH((k_gemv_bal<NT, BAL_U, M5, 0>), nb, 0, c.pdl, st, o, X, W, rows, cols, mode);
+        GEMV_LAUNCH((k_gemv_bal<NT, BAL_U, 2, 1, 0>), nb, 0, c.pdl, st, o, X, W, rows, cols,
+                    mode);
+    if (c.roll)
+        GEMV_LAUNCH((k_gemv_bal<NT, BAL_U, M5, 0, 1>), nb, 0, c.pdl, st, o, X, W, rows, cols,
+                    mode);
+    GEMV_LAUNCH((k_gemv_bal<NT, BAL_U, M5, 0, 0>), nb, 0, c.pdl, st, o, X, W, rows, cols, mode);
 }
 
 /* The GEMV paths for T tokens (see the file header); cfg: NULL = default. */
@@ -1128,15 +1298,29 @@ int m3g_blas_use_lt(m3g_blas *b, int on)
     return 0;
 }
 
-/* GEMM path for T > 8 tokens (bf16 mode BLAS, else the tiled fallback). */
-static hipError_t gemm_run(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
-                           m3g_blas *blas, hipStream_t st)
+/* Whether gemm_run takes the vendor BLAS for this call: only where it is
+ * exact to the contract: bf16 weights, bf16 mode (X values are already
+ * bf16), and a contiguous output. */
+static int gemm_blas_ok(m3g_mat W, int ldy, int T, int mode, const m3g_blas *blas)
 {
 #ifdef M3_HAVE_BLAS
-    /* BLAS only where it is exact to the contract: bf16 weights, bf16 mode
-     * (X values are already bf16), and a contiguous output. */
-    if (blas && mode == 1 && W.dtype == M3G_BF16 && ldy == W.rows &&
-        (size_t)T * W.cols <= blas->max_x) {
+    return blas && mode == 1 && W.dtype == M3G_BF16 && ldy == W.rows &&
+           (size_t)T * W.cols <= blas->max_x;
+#else
+    (void)W, (void)ldy, (void)T, (void)mode, (void)blas;
+    return 0;
+#endif
+}
+
+/* GEMM path for T > 8 tokens (bf16 mode BLAS, else the tiled fallback).
+ * raw: leave the BLAS product in fp32, unrounded (m3g_linear_product). */
+static hipError_t gemm_run_r(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
+                             int raw, m3g_blas *blas, hipStream_t st)
+{
+#ifdef M3_HAVE_BLAS
+    if (gemm_blas_ok(W, ldy, T, mode, blas)) {
+        if (raw)
+            mode = 0; /* m3g_round below: a no-op */
         const int64_t n = (int64_t)T * W.cols;
         hipError_t e = stage_bf16(blas->xb, X, n, st);
         if (e != hipSuccess)
@@ -1162,11 +1346,25 @@ static hipError_t gemm_run(float *Y, int ldy, const float *X, m3g_mat W, int T, 
         return m3g_round(Y, (int64_t)T * W.rows, mode, st);
     }
 #else
-    (void)blas;
+    (void)blas, (void)raw;
 #endif
     hipLaunchKernelGGL(k_gemm, dim3((W.rows + GT - 1) / GT, (T + GT - 1) / GT), dim3(256), 0, st,
                        Y, ldy, X, W.data, W.dtype, T, W.rows, W.cols, mode);
     return hipGetLastError();
+}
+
+static hipError_t gemm_run(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
+                           m3g_blas *blas, hipStream_t st)
+{
+    return gemm_run_r(Y, ldy, X, W, T, mode, 0, blas, st);
+}
+
+hipError_t m3g_linear_product(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
+                              m3g_blas *blas, hipStream_t st)
+{
+    if (T > 8 && gemm_blas_ok(W, ldy, T, mode, blas))
+        return gemm_run_r(Y, ldy, X, W, T, mode, 1, blas, st);
+    return m3g_linear(Y, ldy, X, W, T, 0, NULL, st); /* exact order, not rounded */
 }
 
 /* Rows [r0, r0 + n) of W as their own matrix. */

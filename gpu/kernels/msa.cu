@@ -33,19 +33,19 @@
  *
  * Measured on the H200 (bench-gpu, median of 20 graph replays, cold cache,
  * bf16 cache, 4 heads x 128, B 128, top 16; logical bytes = the 256 B/token
- * index-K stream), one run (the lead's final device check): default 25.24
- * us at 128K (27.7% of 4.8 TB/s) and 88.81 us at 1M (63.0%); with an
- * earlier, unrolled version of the merge 34.32 / 96.80 us; the earlier fused kernel 56.58 / 195.44 us, the two-launch path
- * 50.63 / 193.07 us. Scores bitwise and top-16 identical to the host golden
- * on the device for every variant. Where the time goes: block scores alone
- * (variant 16) 16.33 / 78.37 us (~7 us fixed, then ~3.9 TB/s), + local
- * top-k, lists and ticket (variant 64) 17.79 / 81.17 us, + the last
- * block's merge: ~7.5 us (~16 us with the unrolled version, see
- * idx_merge). With FMA (bit 0, exact for bf16 q and keys in range, see
- * idx_q_fma_ok): 23.61 / 81.29 us (29.6% / 68.8%). Target (>= 70%: ~10 us
- * / ~80 us) NOT met. Prefill (large T) runs the same kernels with
- * one block per row (correct, not tuned; the scores are a [T x G*d] by
- * [d x keys] GEMM with a block-max epilogue).
+ * index-K stream), helper run of 2026-11-29 (the tree with this merge):
+ * default 22.32 us at 128K (31.3% of 4.8 TB/s) and 86.35 us at 1M (64.8%);
+ * the previous merge (lead's run D) 24.97 / 86.97 us, the earlier fused
+ * kernel 47.36 / 195.21 us, the two-launch path 50.20 / 196.21 us. Scores
+ * bitwise and top-16 identical to the host golden on the device for every
+ * variant. Where the time goes (same run): block scores alone (variant
+ * 16) 16.17 / 79.65 us, + local lists and ticket (variant 64) 18.29 / 82.07
+ * us, + the last block's merge 4.0 / 4.3 us (was ~7.2 / ~5.8 us). With FMA
+ * (bit 0, exact for bf16 q and keys in range, see idx_q_fma_ok): 20.92 /
+ * 77.27 us (33.4% / 72.4%). Target (>= 70%: ~10 us / ~80 us) NOT met by the
+ * default (only by the opt-in FMA at 1M). Prefill (large T) runs the same
+ * kernels with one block per row (correct, not tuned; the scores are a
+ * [T x G*d] by [d x keys] GEMM with a block-max epilogue).
  */
 #include <math.h>
 #include "common.cuh"
@@ -1274,18 +1274,22 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
  * IDX_RT tiles, whole MSA blocks; decode at 1M is one round).
  *
  * Selection: each block keeps its local golden-order top `need` per head
- * (need = topk - forced blocks; rank of each golden key among the block's
- * candidates), publishes the sorted list (IDX_LCAP slots of ws), takes a
- * ticket; the last block of the row merges, one warp per head: m = the
- * need-th largest of the 32 lane maxima of the lists' heads is a lower
- * bound of the global need-th key, so the answer is the top `need` of the
- * keys >= m, which lie in the lists whose head is >= m (a prefix of each);
- * those survivors are ranked against each other. More than IDX_SCAP
- * survivors (only with adversarial data) or P > 32 * IDX_PCMAX: an exact
- * repeated-argmax over all lists. Forced blocks first ascending, -1 padding.
- * The ticket: one thread per block releases its block's list stores with
- * fence.acq_rel.gpu before the atomic (the last block acquires after it),
- * instead of every thread running __threadfence (fence.sc) first.
+ * (need = topk - forced blocks) with idx_wsel (one warp per head: m = the
+ * need-th largest of the 32 lane maxima is a lower bound of the need-th
+ * key; the keys >= m are ranked by counting; more than IDX_SCAP of them,
+ * adversarial data only: exact repeated argmax), publishes the sorted list
+ * (row layout [NG][P][np], np = need rounded up to even, 0-padded) and
+ * takes a ticket; the last block of the row stages every list in its ring
+ * with 16-byte cp.async (all in flight at once: one L2 round trip) and
+ * selects with the same idx_wsel (not inlined, so its code is warm in the
+ * instruction caches; its lane maxima are the heads of whole lists: a first
+ * version that strided single keys over the lanes gave each lane the same
+ * rank of many lists, a weak bound, hundreds of survivors and a ~21 us
+ * merge). Forced blocks first ascending, -1 padding. The previous merge
+ * walked the lists with chains of dependent L2 loads (~7.2 us at 128K;
+ * this one ~4.0 us). The ticket: one thread per block releases its block's
+ * list stores with fence.acq_rel.gpu before the atomic (the last block
+ * acquires after it).
  *
  * Programmatic dependent launch (NVIDIA): the kernel lets the next kernel
  * launch at once and, before waiting for the previous kernel, starts the
@@ -1293,6 +1297,14 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
  * (written by earlier forward steps, never by the kernel just before this
  * one) and reads the page table (not written by the previous kernel
  * either). iq, bs, out, ctr and ws are touched only after the wait.
+ *
+ * Tried and measured slower on the H200 (helper runs of 2026-11-29, not in
+ * the tree): L2 prefetch (cp.async.bulk.prefetch.L2) of the first 256 KB of
+ * each block's range before the dependency wait (+1.1 / +0.8 us at 128K /
+ * 1M), and of whole warp tiles 0 / 1 / 2 tiles ahead of the ring while
+ * streaming (1M: +4.3 / +14.5 / +21.9 us against without); the L2::256B fetch
+ * hint on the copies (variant bit 9: 21.85 / 88.63 us against 22.32 /
+ * 86.35); 8 warps x 3 stages or 6 warps x 4 stages (see idx_dispatch).
  * ========================================================================== */
 
 #if MIX_CPASYNC || defined(M3_EMU)
@@ -1306,12 +1318,13 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
 #define IDX_TILEB (32 * IDX_ROWB)  /* one warp tile: 32 rows, 8 KB */
 #define IDX_RT 256                 /* tiles per round (tile maxima in shared memory) */
 #define IDX_LCAP 32                /* list slots per (block, head) in ws (>= topk) */
-#define IDX_PCMAX 8                /* lists per lane in the merge: P <= 256 */
+#define IDX_PMAX 192               /* blocks per row (the merge stages NG * P * 32 keys) */
 #ifndef IDX_SCAP                   /* (tests may lower it to exercise the fallback) */
 #define IDX_SCAP 256               /* merge survivors per head */
 #endif
 #define IDX_F_SCORES_ONLY 2        /* kernel flag: block scores only (timing) */
 #define IDX_F_NO_MERGE 4           /* kernel flag: no merge in the last block (timing) */
+#define IDX_F_L2W 8                /* kernel flag: cp.async with the L2::256B fetch hint */
 
 #if IDX_ON
 
@@ -1346,13 +1359,6 @@ static __device__ __forceinline__ void idx_pdl_wait()
 #endif
 }
 
-static __device__ __forceinline__ int idx_warp_sum_i(int v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += m3_shfl_xor_i(v, o);
-    return v;
-}
-
 /* FMA exactness guard on q (FMA is used, where allowed, only when this
  * holds for all of iq[t]): q is bf16 (low 16 bits zero) and 0 or 2^-60 <=
  * |q| < 2^61. Then for a bf16 key value k the product q * k has at most 16
@@ -1373,15 +1379,17 @@ static __device__ __forceinline__ int idx_q_fma_ok(float v)
 
 /* Shared-memory layout (bytes): q [NG][128] f32 | ring [NW][ST][8 KB] |
  * tile maxima [NG][IDX_RT] f32 | candidates [NG][IDX_LCAP + IDX_RT] u64 |
- * list scratch [NG][IDX_LCAP] u64 | misc [16] u32 | pages of the round
- * [IDX_RT] i32. */
+ * list scratch [NG][IDX_LCAP] u64 | selection survivors [NG][IDX_SCAP] u64 |
+ * misc [16] u32 | pages of the round [IDX_RT] i32. The last block stages
+ * every block's lists in the ring (idx_merge). */
 template <int NG, int NW, int ST> struct idx_lay {
     static constexpr size_t q = 0;
     static constexpr size_t ring = (size_t)NG * IDX_D * 4;
     static constexpr size_t tmx = ring + (size_t)NW * ST * IDX_TILEB;
     static constexpr size_t cand = tmx + (size_t)NG * IDX_RT * 4;
     static constexpr size_t tmpl = cand + (size_t)NG * (IDX_LCAP + IDX_RT) * 8;
-    static constexpr size_t misc = tmpl + (size_t)NG * IDX_LCAP * 8;
+    static constexpr size_t surv = tmpl + (size_t)NG * IDX_LCAP * 8;
+    static constexpr size_t misc = surv + (size_t)NG * IDX_SCAP * 8;
     static constexpr size_t pg = misc + 16 * 4;
     static constexpr size_t total = pg + IDX_RT * 4;
 };
@@ -1446,6 +1454,19 @@ MSA_UNROLL
     }
 }
 
+/* mix_cp16 with the L2::256B hint: L2 fetches the whole 256-byte key row
+ * from DRAM when a unit copies one half of it. */
+static __device__ __forceinline__ void idx_cp16_l2w(void *s, const void *g)
+{
+#if MIX_CPASYNC && defined(__CUDA_ARCH__)
+    const unsigned a = (unsigned)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(a), "l"(g)
+                 : "memory");
+#else
+    mix_cp16(s, g);
+#endif
+}
+
 /* GPU-scope acquire-release fence (one thread; cheaper than __threadfence's
  * sequentially consistent fence, which every thread of every block used to
  * run before the ticket). */
@@ -1458,23 +1479,114 @@ static __device__ __forceinline__ void idx_fence()
 #endif
 }
 
-/* Merge of one row by the last block (one warp per head; see the section
- * comment). lists: [P][NG][IDX_LCAP] golden keys, each list sorted
- * descending, 0-padded. out + g * ostride: the topk entries of head g.
- * Rolled loops, each list read up to its first key below the running
- * threshold: an earlier unrolled version of the same algorithm cost ~16 us
- * in the last block although it does little work (its code, cold in the
- * instruction caches after the stream has flushed L2); this one ~7.5 us. */
+#if defined(M3_EMU)
+#define IDX_NOINLINE __attribute__((noinline))
+#else
+#define IDX_NOINLINE __noinline__
+#endif
+
+/* The top `need` (>= 1) of the golden keys in a: nl lists of len keys each
+ * (list c at a + c * len, sorted descending, 0 = empty, zeros last; len = 1
+ * for unsorted keys), sorted descending into o[0..r); returns r = min(need,
+ * nonzero keys). One warp; a, o, surv (IDX_SCAP keys) and *scnt in shared
+ * memory. m = the need-th largest of the 32 lane maxima of the list heads
+ * (lane l: lists l, l + 32, ...) is a lower bound of the need-th key (need
+ * distinct keys reach it), so the answer is the top `need` of the survivors
+ * >= m (a prefix of each list), each ranked by counting (its rank among the
+ * survivors is its rank among all keys). More than IDX_SCAP survivors
+ * (adversarial data only): repeated warp argmax strictly below the previous
+ * pick. Not inlined: the same code selects every block's local list and
+ * does the last block's merge, so the merge runs warm in the instruction
+ * caches (an earlier merge with its own, larger code cost ~16 us in the last
+ * block, fetching cold code after the stream had flushed L2). */
+static __device__ IDX_NOINLINE int idx_wsel(const mix_u64 *a, int nl, int len, int need,
+                                            mix_u64 *o, mix_u64 *surv, unsigned *scnt)
+{
+    const int lane = threadIdx.x & 31;
+    mix_u64 lm = 0;
+    for (int c = lane; c < nl; c += 32) {
+        const mix_u64 K = a[(size_t)c * len];
+        lm = K > lm ? K : lm;
+    }
+    int rank = 0, nzl = lm != 0;
+    for (int s = 1; s < 32; s++) {
+        const mix_u64 x = mix_shfl_xor_u64(lm, s);
+        rank += x > lm;
+        nzl += x != 0;
+    }
+    mix_u64 m = (lm != 0 && rank == need - 1) ? lm : 0;
+    m = mix_warp_max_u64(m);
+    if (nzl < need)
+        m = 1; /* every nonzero key survives */
+    if (lane == 0)
+        *scnt = 0;
+    idx_syncwarp();
+    if (lm >= m) /* only lanes whose maximum reaches m hold survivors */
+        for (int c = lane; c < nl; c += 32)
+            for (int s = 0; s < len; s++) {
+                const mix_u64 K = a[(size_t)c * len + s];
+                if (K < m)
+                    break;
+                const unsigned slot = atomicAdd(scnt, 1u);
+                if (slot < IDX_SCAP)
+                    surv[slot] = K;
+            }
+    idx_syncwarp();
+    const int S = (int)*scnt;
+    int r = 0;
+    if (S <= IDX_SCAP) {
+        for (int i = lane; i < S; i += 32) {
+            const mix_u64 K = surv[i];
+            int q = 0;
+            for (int j = 0; j < S; j++)
+                q += surv[j] > K;
+            if (q < need)
+                o[q] = K;
+        }
+        r = S < need ? S : need;
+    } else {
+        const int n = nl * len;
+        mix_u64 last = ~(mix_u64)0;
+        for (; r < need; r++) {
+            mix_u64 best = 0;
+            for (int i = lane; i < n; i += 32) {
+                const mix_u64 K = a[i];
+                if (K < last && K > best)
+                    best = K;
+            }
+            best = mix_warp_max_u64(best);
+            if (best == 0)
+                break;
+            if (lane == 0)
+                o[r] = best;
+            last = best;
+        }
+    }
+    idx_syncwarp();
+    return r;
+}
+
+/* Merge of row t by the last block: every block's lists, published as
+ * [NG][P][np] golden keys (np = need rounded up to even; each list sorted
+ * descending, 0-padded), staged into shared memory (stg, the free ring) by
+ * 16-byte cp.async all in flight at once (one L2 round trip; the previous
+ * merge walked the lists with chains of dependent loads, ~7.5 us), then one
+ * warp per head takes the top `need` with idx_wsel. Forced blocks first
+ * (ascending), -1 padding. out + g * ostride: the topk entries of head g. */
 template <int NG>
-static __device__ void idx_merge(int32_t *out, size_t ostride, const mix_u64 *lists, int P,
+static __device__ void idx_merge(int32_t *out, size_t ostride, const mix_u64 *lists, int P, int np,
                                  int nf, int need, int nb, int qb, int topk, int local_blocks,
-                                 int init_blocks, char *scratch)
+                                 int init_blocks, mix_u64 *stg, mix_u64 *tmpl, mix_u64 *surv,
+                                 unsigned *scnt)
 {
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    mix_u64 *surv = (mix_u64 *)scratch;                   /* [NG][IDX_SCAP] */
-    unsigned *scnt = (unsigned *)(surv + NG * IDX_SCAP); /* [NG] */
-    if (tid < NG)
-        scnt[tid] = 0;
+    if (need > 0) {
+        const int n16 = NG * P * np / 2;
+        for (int e = tid; e < n16; e += (int)blockDim.x)
+            mix_cp16(stg + 2 * e, lists + 2 * e);
+        mix_cp_commit();
+        mix_cp_wait<0>();
+    }
     __syncthreads();
     if (w >= NG)
         return;
@@ -1484,76 +1596,11 @@ static __device__ void idx_merge(int32_t *out, size_t ostride, const mix_u64 *li
         msa_forced_list(o, nb, qb, topk, local_blocks, init_blocks);
     int n = 0;
     if (need > 0) {
-        mix_u64 lm = 0;
-IDX_NOUNROLL
-        for (int c = lane; c < P; c += 32) {
-            const mix_u64 h = mix_ld_other_u64(lists + ((size_t)c * NG + g) * IDX_LCAP);
-            lm = h > lm ? h : lm;
-        }
-        int rank = 0, nz = lm != 0;
-IDX_NOUNROLL
-        for (int s = 1; s < 32; s++) {
-            const mix_u64 x = mix_shfl_xor_u64(lm, s);
-            rank += x > lm;
-            nz += x != 0;
-        }
-        mix_u64 m = (lm != 0 && rank == need - 1) ? lm : 0;
-        m = mix_warp_max_u64(m);
-        if (nz < need)
-            m = 1;
-        if (lm >= m) /* only lanes whose maximum reaches m hold survivors */
-IDX_NOUNROLL
-            for (int c = lane; c < P; c += 32) {
-                const mix_u64 *l = lists + ((size_t)c * NG + g) * IDX_LCAP;
-IDX_NOUNROLL
-                for (int s = 0; s < need; s++) { /* sorted: stop at the first key < m */
-                    const mix_u64 K = mix_ld_other_u64(l + s);
-                    if (K == 0 || K < m)
-                        break;
-                    const unsigned slot = atomicAdd(&scnt[g], 1u);
-                    if (slot < IDX_SCAP)
-                        surv[g * IDX_SCAP + slot] = K;
-                }
-            }
-        idx_syncwarp();
-        const int S = (int)scnt[g];
-        if (S <= IDX_SCAP) {
-IDX_NOUNROLL
-            for (int i = lane; i < S; i += 32) {
-                const mix_u64 K = surv[g * IDX_SCAP + i];
-                int r = 0;
-IDX_NOUNROLL
-                for (int j = 0; j < S; j++)
-                    r += surv[g * IDX_SCAP + j] > K;
-                if (r < need)
-                    o[nf + r] = (int32_t)~(unsigned)(K & 0xffffffffu);
-            }
-            n = S < need ? S : need;
-        } else { /* exact fallback: repeated argmax strictly below the previous pick */
-            mix_u64 last = ~(mix_u64)0;
-IDX_NOUNROLL
-            for (int r = 0; r < need; r++) {
-                mix_u64 best = 0;
-IDX_NOUNROLL
-                for (int c = lane; c < P; c += 32)
-IDX_NOUNROLL
-                    for (int s = 0; s < need; s++) {
-                        const mix_u64 K =
-                            mix_ld_other_u64(lists + ((size_t)c * NG + g) * IDX_LCAP + s);
-                        if (K < last && K > best)
-                            best = K;
-                    }
-                best = mix_warp_max_u64(best);
-                if (best == 0)
-                    break;
-                if (lane == 0)
-                    o[nf + r] = (int32_t)~(unsigned)(best & 0xffffffffu);
-                last = best;
-                n++;
-            }
-        }
+        mix_u64 *ol = tmpl + g * IDX_LCAP;
+        n = idx_wsel(stg + (size_t)g * P * np, P, np, need, ol, surv + g * IDX_SCAP, scnt + g);
+        for (int i = lane; i < n; i += 32)
+            o[nf + i] = (int32_t)~(unsigned)(ol[i] & 0xffffffffu);
     }
-IDX_NOUNROLL
     for (int i = nf + n + lane; i < topk; i += 32)
         o[i] = -1;
 }
@@ -1562,7 +1609,8 @@ IDX_NOUNROLL
  * builds only; used when idx_q_fma_ok holds for all of iq[t]),
  * IDX_F_SCORES_ONLY = block scores only (timing of the streaming part; out,
  * ctr, ws untouched), IDX_F_NO_MERGE = lists and tickets but the last block
- * does not merge (timing; out untouched). */
+ * does not merge (timing; out untouched), IDX_F_L2W = copies with the
+ * L2::256B hint. */
 template <int NG, int NW, int ST, int KPT, int FMA>
 __global__ void IDX_BOUNDS(NW * 32)
     k_idx(int32_t *out, float *bs, const float *iq, const char *ikc, const int32_t *page_table,
@@ -1578,7 +1626,9 @@ __global__ void IDX_BOUNDS(NW * 32)
     float *tmx = (float *)(sm + L::tmx);
     mix_u64 *cand = (mix_u64 *)(sm + L::cand);
     mix_u64 *tmpl = (mix_u64 *)(sm + L::tmpl);
-    unsigned *misc = (unsigned *)(sm + L::misc); /* [0] ticket [1] q not FMA-safe [4 + g] list length */
+    mix_u64 *surv = (mix_u64 *)(sm + L::surv);
+    unsigned *misc = (unsigned *)(sm + L::misc); /* [0] ticket [1] q not FMA-safe [4 + g] list
+                                                  * length [8 + g] survivor count */
     int32_t *pg = (int32_t *)(sm + L::pg);       /* page of each MSA block of the round */
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int t = blockIdx.y, c = blockIdx.x, P = gridDim.x;
@@ -1593,6 +1643,7 @@ __global__ void IDX_BOUNDS(NW * 32)
     const int rtiles = (IDX_RT / tpb) * tpb; /* tiles per round: whole blocks */
     char *stage = sm + L::ring + (size_t)w * ST * IDX_TILEB;
     const int scores_only = (flags & IDX_F_SCORES_ONLY) != 0;
+    const int l2w = (flags & IDX_F_L2W) != 0;
 
     idx_pdl_trigger();
     if (tid < 16)
@@ -1629,8 +1680,12 @@ MSA_UNROLL
             for (int i = 0; i < 16; i++) { /* 512 bytes per warp instruction */
                 const int r = i * (32 / CPS) + lane / CPS, k = i * KPT / 16, rr = r & 31;
                 const int pos = sw ? (cc ^ ((r >> 1) & 3)) : (cc ^ (r & 7));
-                if (rr < nv[k])
-                    mix_cp16(dst + r * SB + (pos << 4), src[k] + rr * IDX_ROWB + cc * 16);
+                if (rr < nv[k]) {
+                    if (l2w)
+                        idx_cp16_l2w(dst + r * SB + (pos << 4), src[k] + rr * IDX_ROWB + cc * 16);
+                    else
+                        mix_cp16(dst + r * SB + (pos << 4), src[k] + rr * IDX_ROWB + cc * 16);
+                }
             }
         }
         mix_cp_commit();
@@ -1744,21 +1799,8 @@ MSA_UNROLL
         if (!scores_only && need > 0 && w < NG) { /* local top `need` of list + round */
             const int g = w, nc = (int)misc[4 + g] + nbr;
             mix_u64 *ca = cand + g * CS;
-            int cnt = 0;
-            for (int i = lane; i < nc; i += 32) {
-                const mix_u64 K = ca[i];
-                if (K == 0)
-                    continue;
-                cnt++;
-                int r = 0;
-                for (int j = 0; j < nc; j++)
-                    r += ca[j] > K;
-                if (r < need)
-                    tmpl[g * IDX_LCAP + r] = K;
-            }
-            cnt = idx_warp_sum_i(cnt);
-            const int nl = cnt < need ? cnt : need;
-            idx_syncwarp();
+            const int nl = idx_wsel(ca, nc, 1, need, tmpl + g * IDX_LCAP, surv + g * IDX_SCAP,
+                                    &misc[8 + g]);
             for (int i = lane; i < nl; i += 32)
                 ca[i] = tmpl[g * IDX_LCAP + i];
             idx_syncwarp();
@@ -1770,12 +1812,13 @@ MSA_UNROLL
     if (scores_only)
         return;
 
-    /* publish this block's lists, then the last block of the row merges */
+    /* publish this block's lists ([NG][P][np] per row), then the last block
+     * of the row merges */
     mix_u64 *lists = ws + (size_t)t * P * NG * IDX_LCAP;
-    for (int i = tid; i < NG * IDX_LCAP; i += NT) {
-        const int g = i / IDX_LCAP, s = i - g * IDX_LCAP;
-        lists[(size_t)c * NG * IDX_LCAP + i] =
-            (need > 0 && s < (int)misc[4 + g]) ? cand[g * CS + s] : 0;
+    const int np = need > 0 ? (need + 1) & ~1 : 0;
+    for (int i = tid; i < NG * np; i += NT) {
+        const int g = i / np, s = i - g * np;
+        lists[((size_t)g * P + c) * np + s] = s < (int)misc[4 + g] ? cand[g * CS + s] : 0;
     }
     __syncthreads(); /* the block's list stores happen before thread 0's release */
     if (tid == 0) {
@@ -1789,14 +1832,15 @@ MSA_UNROLL
     if (misc[0] != (unsigned)(P - 1))
         return;
     if (!(flags & IDX_F_NO_MERGE))
-        idx_merge<NG>(out + (size_t)t * topk, (size_t)T * topk, lists, P, nf, need, nb, qb, topk,
-                      local_blocks, init_blocks, sm + L::ring);
+        idx_merge<NG>(out + (size_t)t * topk, (size_t)T * topk, lists, P, np, nf, need, nb, qb,
+                      topk, local_blocks, init_blocks, (mix_u64 *)(sm + L::ring), tmpl, surv,
+                      &misc[8]);
     if (tid == 0)
         ctr[t] = 0; /* ready for the next launch */
 }
 
 /* Blocks per row: one per SM, split over the T rows, at most one per MSA
- * block and 32 * IDX_PCMAX. */
+ * block and IDX_PMAX. */
 static int idx_grid_p(int T, int nbmax)
 {
     int nsm = MIX_EMU_NSM;
@@ -1810,7 +1854,7 @@ static int idx_grid_p(int T, int nbmax)
     int P = nsm / (T > 0 ? T : 1);
     P = P < 1 ? 1 : P;
     P = P > nbmax ? nbmax : P;
-    return P > 32 * IDX_PCMAX ? 32 * IDX_PCMAX : P;
+    return P > IDX_PMAX ? IDX_PMAX : P;
 }
 
 template <int NG, int NW, int ST, int KPT, int FMA>
@@ -1858,8 +1902,12 @@ static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const voi
 #define IDX_KPT_DEFAULT 2
 
 /* cfg (m3g_msa_indexer_tuned (variant >> 1) & 7): 0 default; 5, 6, 7: 1, 2,
- * 4 keys per lane (12 warps x 2 stages each). */
-static hipError_t idx_dispatch(int G, int cfg, int fma, int32_t *out, float *bs, const float *iq,
+ * 4 keys per lane (12 warps x 2 stages each). Other shapes of the same
+ * 192 KB ring measured slower (H200, bench-gpu, with this merge): 8 warps x
+ * 3 stages 22.54 / 97.01 us at 128K / 1M, 6 warps x 4 stages 25.51 /
+ * 123.06 us (default 22.32 / 86.35 us in the same run). */
+static hipError_t idx_dispatch(int G, int cfg, int fma, int32_t *out, float *bs,
+                               const float *iq,
                                const void *ikc, const int32_t *page_table, int B, int64_t pos0,
                                int T, int nbmax, int topk, int local_blocks, int init_blocks,
                                unsigned *ctr, void *ws, int flags, int pdl, hipStream_t st)
@@ -1888,7 +1936,8 @@ static int idx_takes(const void *ikc, int ik_dtype, int B, int G, int d, int nbm
 {
     return ctr != NULL && ws != NULL && ik_dtype == M3G_BF16 && d == IDX_D && G >= 1 && G <= 4 &&
            B >= 32 && B % 32 == 0 && B <= 32 * IDX_RT && topk <= IDX_LCAP &&
-           ((uintptr_t)ikc & 15) == 0 && (int64_t)nbmax * B < ((int64_t)1 << 31);
+           ((uintptr_t)ikc & 15) == 0 && ((uintptr_t)ws & 15) == 0 &&
+           (int64_t)nbmax * B < ((int64_t)1 << 31);
 }
 
 #endif /* IDX_ON */
@@ -1927,12 +1976,14 @@ hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const
     const int need_ws_ok = ws_bytes >= m3g_msa_indexer_ws(T, G, nbmax);
 #if IDX_ON
     if ((cfg == 0 || cfg >= 5) && need_ws_ok && T <= 65535 &&
-        idx_takes(ikc, ik_dtype, B, G, d, nbmax, topk, ctr, ws))
+        idx_takes(ikc, ik_dtype, B, G, d, nbmax, topk, ctr, ws)) {
         return idx_dispatch(G, cfg, allow_fma, out, bs, iq, ikc, page_table, B, pos0, T, nbmax,
                             topk, local_blocks, init_blocks, ctr, ws,
                             allow_fma | ((variant & 16) ? IDX_F_SCORES_ONLY : 0) |
-                                ((variant & 64) ? IDX_F_NO_MERGE : 0),
+                                ((variant & 64) ? IDX_F_NO_MERGE : 0) |
+                                ((variant & 512) ? IDX_F_L2W : 0),
                             (variant & 32) == 0, st);
+    }
 #endif
     const int esz = ik_dtype == M3G_BF16 ? 2 : 4;
     const int fused = ctr != NULL && ws != NULL && need_ws_ok && G <= 4 &&

@@ -11,71 +11,104 @@
  *
  * Tensor-core path (NVIDIA, bf16 mode, hd in {16, 32, 64, 128}, nh / nkv
  * <= 16, B <= 128, topk <= 32). Common to its kernels:
- *  - one thread block per (tile of 8 consecutive query rows, KV group g);
- *    consumer warp w owns query row t0 + w, and the 16 query heads of the
- *    group are the M = 16 rows of its mma tile (heads beyond nh / nkv are
- *    zero rows, never written);
- *  - the block lists of the 8 rows are merged into their union (a set: a
+ *  - one thread block per (tile of R consecutive query rows, KV group g; R =
+ *    11 for the default, 8 for the older variants); consumer warp w owns
+ *    query row t0 + w, and the 16 query heads of the group are the M = 16
+ *    rows of its mma tile (heads beyond nh / nkv are zero rows, never
+ *    written);
+ *  - the block lists of the R rows are merged into their union (a set: a
  *    block listed twice counts once, as in the reference) with one bit mask
  *    of the rows that selected each block; each union block's 128 K (and V)
  *    rows are staged once in shared memory and used by every warp whose row
  *    selected it, so neighbouring rows that share blocks share the loads
  *    (exact: a row only ever computes its own blocks);
- *  - pass 1 over the union: S = Q K^T (bf16 x bf16 -> fp32 on the tensor
- *    cores: exact products, fp32 sums), running max and sum of exp per
- *    head; pass 2: S again, p = bf16(exp(s - M) / L) with the global M and
- *    L, then O += P V on the tensor cores (fp32 accumulate), O rounded.
- * Kernels: k_msa_ws (the default): a producer warp streams K / V through a
- * ring of mbarrier-guarded slots, the 8 consumer warps never meet at a CTA
- * barrier; k_msa_tc (variant 1, the previous default): every warp loads,
- * three stages, one CTA barrier per step.
- * Differences from ref (all within fp32 rounding, hence inside the bf16
- * tolerance, not bitwise): summation order of q.k (tensor-core k-steps) and
- * of L and P.V (union order, not ascending keys); exp(s - M) is evaluated
- * as exp2(fma(acc, scale*log2e, -M*scale*log2e)) and the division by L as
- * a multiplication by 1/L (a few fp32 ulp before the bf16 rounding of p).
+ *  - S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 x bf16 -> fp32: exact
+ *    products, fp32 sums).
+ * Kernels (m3g_msa_attention_prefill_tuned variants; MSA_DEFAULT_VARIANT):
+ *  6 (default) k_msa_ws<.., ONLINE 2, 11 rows>: one pass, online softmax,
+ *    producer warp + mbarrier ring, Q K^T of the next 64-key piece
+ *    interleaved with P V of the current one;
+ *  4 / 3: one pass, not pipelined, 11 / 8 rows;
+ *  5 / 2: two passes with exact p (pass 1: S, running max and sum; pass 2:
+ *    S again, p = bf16(exp(s - M) / L), P V), 11 / 8 rows (2 was the default
+ *    before 2026-11-29's fourth session);
+ *  1: k_msa_tc, two passes, every warp loads, one CTA barrier per step.
+ * Rounding of p (M3-NUM-BF16-2 item 5), the one documented difference of
+ * the one-pass kernels: the reference rounds the normalised p = exp(s - M) /
+ * L with the row's global max M and sum L. A one-pass kernel cannot know M
+ * and L when it needs p: for the keys of each piece (64 keys; 128 for 3 / 4)
+ * it takes the running max m' of the keys seen so far (times c2 = scale *
+ * log2 e), computes e = 2^(s c2 - m') in fp32 (ex2.approx), adds e unrounded
+ * to the running sum l, and feeds p~ = bf16(e) to P V; when m' grows, O and l
+ * are multiplied by 2^(m'_old - m'_new) in fp32 (skipped when no lane's max
+ * moved); the output is bf16(O / l). So each p is rounded once to bf16, as
+ * in the reference, but on the scale exp(s - m') instead of exp(s - M) / L:
+ * the two roundings of a key differ by up to one bf16 ulp of p and are
+ * uncorrelated. Measured against the host golden on bench-gpu's 128K data
+ * (nearly uniform attention over 2,048 keys, outputs ~ mean of random v, the
+ * worst case for relative error): nmse 9.1e-6 .. 9.7e-6 on the slabs, 2.9e-6
+ * on the whole-prompt rows, 6.9e-6 .. 8.8e-6 on the six edge shapes (4:
+ * up to 9.0e-6; the two-pass kernels: <= 9.7e-8); the bf16 profile's rule for a component is
+ * 1e-5, for model tensors 2e-4. A numpy model of the same data (reference
+ * vs one-pass rounding) gives 9.9e-6, and even unrounded (exact) p lands at
+ * 6.7e-6 from the reference: the gap is the reference's own p rounding, so
+ * every one-pass (FlashAttention-style) kernel sits near 1e-5 on such data.
+ * Variant 5 keeps the reference's rounding exactly (to fp32 ulps) for
+ * callers that need it, at 1.36-1.46x the time.
+ * Other differences from ref (all within fp32 rounding): summation order of
+ * q.k (tensor-core k-steps), of L and P.V (union order, not ascending keys);
+ * exp(s - M) is evaluated as exp2(fma(acc, scale*log2e, -M*scale*log2e)) and
+ * the division by L as a multiplication by 1/L (a few fp32 ulp). The union
+ * order depends on the tile's rows, so a row's result can differ by such
+ * roundings between tilings (R) and, in the one-pass kernels, by the p
+ * roundings above (the running max follows the union order); never between
+ * runs (deterministic).
  * Needs: K/V slots that the tile cannot see may hold anything (they are
  * zero-filled on load); visible slots must be finite.
  *
  * Portable path (hipcc/AMD, the CPU emulation, fp32 mode, other shapes): a
  * scalar two-pass kernel (one block per (row, group), one warp per head,
- * 32-key tiles), same semantics, fp32 dot products over d ascending.
+ * 32-key tiles), same semantics as the reference (exact p), fp32 dot products
+ * over d ascending.
  *
- * Measured (H200, bench-gpu "msa prefill", 2026-11-29, two device calls;
- * last 2,048 rows of a 131,072-token sequence, bf16 KV cache, 64 q / 4 kv
- * heads, 16 blocks per row and group; logical FLOPs; median of 20):
- *   selection    k_msa_tc (old)    k_msa_ws (default)   wgmma (dropped)
- *   independent  4000.7 us  3.4%   2997.7 us  4.5%      4498.3 us  3.0%
- *   pool of 24   1374.1 us  9.8%   1105.7 us 12.2%      1400.7 us  9.6%
- *   shared        992.4 us 13.6%    948.9 us 14.2%       961.1 us 14.0%
- * (k_msa_ws again in the second call: 2979.3 / 1103.3 / 951.4 us.) The
- * whole 131,072-row prefill (all 1,024 query blocks, 16 blocks per row from
- * a pool of 24 per query block / independent): 67.2 ms (12.7%) / 162.5 ms
- * (5.3%) with k_msa_ws, 86.1 / 246.8 ms with the wgmma one; torch dense causal
- * SDPA over the same 131,072 tokens (tools/bench_torch.py, the second
- * call): 508.4 ms, i.e. 7.6x / 3.1x, not the issue's >= 10x; on the
- * 2,048-row slab (SDPA 14.36 ms) 13.0x pooled, 15.1x shared, 4.8x
- * independent. Targets of issue 8 (>= 40% of peak) not met.
- * What the measurements say: the producer/consumer ring removed the cost of
- * CTA barriers where rows select different blocks (independent -25%,
- * pooled -20%), but on shared selections neither the barrier-free ring
- * (-4%) nor wgmma (4x fewer shared-memory operand reads per FLOP, no gain)
- * moved the time, and earlier two rows per warp (M = 32) did not either:
- * the limiter there is not the tensor-core issue path. Candidates, not yet
- * profiled: L2 -> SM delivery of the same blocks to the 16 CTAs of a query
- * block at once (about 1.7 TB/s of staged bytes at 949 us, computed from
- * the bytes staged, not measured), the per-row softmax
- * (exp2 of every score twice) and the two passes. Next: ncu on this case;
- * thread-block clusters sharing each staged block (16+ rows per staged
- * block via multicast bulk copies); fewer redundant pass-1 products.
- * Tried and dropped: two query rows per warp sharing every K/V fragment
- * (M = 32; 250 registers): equal time on shared selections (1.01 ms), 2.3x
- * slower on independent ones; a wgmma (sm_90a) version of k_msa_ws's
- * pipeline, 4 rows x 16 heads = M 64 per warpgroup sharing each staged
- * block, both products on wgmma.mma_async with 128-byte-swizzled K and V
- * (table above; correct on the H200, slower, removed from the tree after
- * this session's measurements), and the same with the second half-block's
- * S overlapping the first half's softmax: slower (993.8 / 1507.7 / 4739.3 us).
+ * Measured (H200, bench-gpu --case "msa prefill", 2026-11-29; last 2,048
+ * rows of a 131,072-token sequence, bf16 KV cache, 64 q / 4 kv heads, 16
+ * blocks per row and group; logical FLOPs; median of 20, cv <= 0.3%), fourth
+ * session's second device call (all variants in one run):
+ *   selection    2 (old default)   5 (2-pass, R 11)   4 (1-pass, R 11)   6 (default)
+ *   independent  2968.6 us  4.5%   2879.6 us  4.7%    2385.0 us  5.6%    1969.6 us  6.8%
+ *   pool of 24   1098.3 us 12.3%    967.5 us 13.9%     760.9 us 17.7%     706.3 us 19.1%
+ *   shared        944.4 us 14.3%    865.3 us 15.6%     666.2 us 20.2%     629.3 us 21.4%
+ * (first call: 2: 3000.9 / 1109.4 / 955.4 us; 4: 2384.5 / 758.1 / 664.2 us;
+ * 3 (1-pass, R 8): 2544.1 / 877.3 / 726.0 us.) The whole 131,072-row prefill
+ * (all 1,024 query blocks, pool of 24 per query block): 40.38 ms (21.2%)
+ * with 6, 42.61 ms with 4, 54.93 ms with 5, 67.2 ms with 2 (third session);
+ * independent selections: 120.67 ms with 4 (6 not timed on it), 162.5 ms
+ * with 2. Dense causal SDPA over the same 131,072 tokens (torch, third
+ * session's run A, not re-run): 508.7 ms, so 12.6x with 6 (issue 8: >= 10x;
+ * 5, exact p, 9.3x), 4.2x independent with 4. >= 40% of peak: not met.
+ * What the measurements say: the one pass (1.5x fewer mma, half the exp2,
+ * 2 instead of 3 staged blocks per union block) gave 1.2-1.3x; 11 rows per
+ * CTA (3 warps per sub-partition instead of 2, 11/8 the reuse of each staged
+ * block) 1.03-1.16x on every variant; the piece pipeline 1.06-1.21x (most on
+ * independent rows). With shared selections the default runs mma.sync at
+ * ~43% of its limit (mma.sync reportedly peaks near half of wgmma's 989
+ * TFLOP/s on Hopper; not measured here), so 40% of peak needs wgmma (M =
+ * 64 per warpgroup, B from shared memory once per 64 rows) and an FA3-like
+ * schedule; the third
+ * session's wgmma two-pass kernel (below) was not faster, but it also did
+ * twice the exp2 and 1.5x the products. Independent selections are bound by
+ * staging up to 156 union blocks per 11-row tile (each used by ~1 row).
+ * Tried and dropped (third session): two query rows per warp sharing every
+ * K/V fragment (M = 32; 250 registers): equal time on shared selections
+ * (1.01 ms), 2.3x slower on independent ones; a wgmma (sm_90a) two-pass
+ * version, 4 rows x 16 heads = M 64 per warpgroup sharing each staged block,
+ * both products on wgmma.mma_async with 128-byte-swizzled K and V: 961.1 /
+ * 1400.7 / 4498.3 us (shared / pool / independent), whole prompt 86.1 /
+ * 246.8 ms; and the same with the second half-block's S overlapping the
+ * first half's softmax: 993.8 / 1507.7 / 4739.3 us. Q fragments in
+ * registers instead of shared memory (this session): spills at 168
+ * registers (hd 128), not timed.
  */
 #include <math.h>
 #include "common.cuh"
@@ -494,22 +527,35 @@ static hipError_t msa_tc_launch(float *out, const float *q, const void *kc, cons
     return hipGetLastError();
 }
 
-/* ---- warp-specialized tensor-core kernel (NVIDIA; the default) ------------
- * Same tile, same per-row arithmetic as k_msa_tc (so the same results), but
- * no CTA-wide barrier per step: warp MSA_R (the producer) streams the union
- * blocks' K (pass 1) and K then V (pass 2) through a ring of MSA_NS slots of
- * one 128-row K or V block each (cp.async, zero-fill, completion signalled on
- * a per-slot "full" mbarrier with cp.async.mbarrier.arrive.noinc); the 8
- * consumer warps (one query row each) wait on a slot's "full" barrier, use it
- * only if their row selected that block, and release it on the slot's
- * "empty" barrier (8 arrivals: every consumer passes every slot, so the
- * barrier phases stay aligned with the slot-use counter and a warp runs at
- * most MSA_NS slot uses ahead of the slowest). Warps therefore drift out of
- * phase (tensor, MUFU and load work of different warps overlap), the K slot
- * of a pass-2 step is released before its P.V, and up to MSA_NS blocks are
- * in flight (6 K blocks in pass 1). Q fragments come straight from global
- * memory into registers. exp2 is ex2.approx.ftz (an exp(s - M) below 2^-126
- * flushes to 0 instead of a denormal; k_msa_tc's exp2f keeps it). */
+/* ---- warp-specialized tensor-core kernels (NVIDIA; the default) -----------
+ * k_msa_ws<HD, KVBF, ONLINE, RR>: the tile of k_msa_tc with RR query rows,
+ * but no CTA-wide barrier per step: warp RR (the producer) streams the union
+ * blocks' K and V through a ring of MSA_NS slots of one 128-row K or V block
+ * each (cp.async, zero-fill, completion signalled on a per-slot "full"
+ * mbarrier with cp.async.mbarrier.arrive.noinc); the RR consumer warps (one
+ * query row each) wait on a slot's "full" barrier, use it only if their row
+ * selected that block, and release it on the slot's "empty" barrier (RR
+ * arrivals: every consumer passes every slot, so the barrier phases stay
+ * aligned with the slot-use counter and a warp runs at most MSA_NS slot uses
+ * ahead of the slowest). Warps drift out of phase (tensor, MUFU and load work
+ * of different warps overlap). exp2 is ex2.approx.ftz (an exp(s - M) below
+ * 2^-126 flushes to 0 instead of a denormal; k_msa_tc's exp2f keeps it).
+ *  ONLINE 0 (two passes, exact p as k_msa_tc): the producer streams K of
+ *   every union block (pass 1), then K and V (pass 2); the K slot of a
+ *   pass-2 step is released before its P.V.
+ *  ONLINE 1 (one pass): K then V of each union block once; per block S =
+ *   Q K^T, running max / sum update, P V.
+ *  ONLINE 2 (one pass, pipelined; the default): the same stream, but each
+ *   block is handled as two 64-key pieces and the Q K^T of piece i + 1 is
+ *   issued interleaved with the P V of piece i (msa_fused), so a warp's own
+ *   softmax does not leave the tensor pipe idle; a piece's P V is owed until
+ *   the next piece (its V slot released then); before a block the row did
+ *   not select, the owed P V is settled, so a warp never holds a slot across
+ *   a skip (no ring deadlock: at most 2 slots held + 1 awaited < MSA_NS).
+ * RR <= 11: 12 warps = 3 per SM sub-partition, whose 16,384 registers allow
+ * 168 per thread (a 13th warp would cap it at 128 and spill); 11 rows also
+ * fill the shared memory (5 slots + Q of 11 rows + barriers and lists, hd
+ * 128: 226,300 of the 232,448 bytes a block may use). */
 #define MSA_NS 5 /* ring slots (one K or V block of 128 rows each) */
 
 __device__ __forceinline__ void msa_bar_init(uint64_t *b, int count)
@@ -574,6 +620,118 @@ __device__ __forceinline__ void msa_qk_s(float s[16][4], const uint16_t *Qw, con
     }
 }
 
+/* Half-block pieces of the pipelined one-pass kernel (ONLINE 2; 64 keys per
+ * piece). msa_fused: s[16 heads][64 keys] = Q K^T for keys 64 hk .. 64 hk + 63
+ * of the K slot Ks and, when PV, o += P V of the previous piece (pa: its 4
+ * k-steps of bf16 p, A operand; keys 64 hv .. of the V slot Vs), the two
+ * independent mma streams interleaved k-step by k-step so that one warp
+ * keeps the tensor pipe fed across its own softmax dependencies. */
+template <int HD, bool PV>
+__device__ __forceinline__ void msa_fused(float s[8][4], const uint16_t *Qw, const uint16_t *Ks,
+                                          int hk, float o[HD / 8][4], const uint32_t pa[4][4],
+                                          const uint16_t *Vs, int hv, int lane)
+{
+    constexpr int LD = HD + 8, NQ = HD / 16;
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    const int mi = lane >> 3, r8 = lane & 7;
+    const uint16_t *Kh = Ks + 64 * hk * LD, *Vh = Vs + 64 * hv * LD;
+#pragma unroll
+    for (int i = 0; i < NQ; i++) {
+        uint32_t qa[4];
+        m3t_ldsm4(qa, Qw + (r8 + 8 * (mi & 1)) * LD + i * 16 + 8 * (mi >> 1));
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t b[4];
+            m3t_ldsm4(b, Kh + ((2 * np + (mi >> 1)) * 8 + r8) * LD + i * 16 + 8 * (mi & 1));
+            m3t_mma(s[2 * np], qa, b[0], b[1]);
+            m3t_mma(s[2 * np + 1], qa, b[2], b[3]);
+        }
+        if (PV) { /* 4 of the 4 * NQ (k-step, column pair) units of P V */
+#pragma unroll
+            for (int j = 4 * i; j < 4 * i + 4; j++) {
+                const int kv = j / NQ, np = j % NQ;
+                uint32_t vb[4];
+                m3t_ldsm4t(vb, Vh + (kv * 16 + 8 * (mi & 1) + r8) * LD + (2 * np + (mi >> 1)) * 8);
+                m3t_mma(o[2 * np], pa[kv], vb[0], vb[1]);
+                m3t_mma(o[2 * np + 1], pa[kv], vb[2], vb[3]);
+            }
+        }
+    }
+}
+
+/* o += P V of one 64-key piece alone (the pipeline's drain). */
+template <int HD>
+__device__ __forceinline__ void msa_pv_half(float o[HD / 8][4], const uint32_t pa[4][4],
+                                            const uint16_t *Vs, int hv, int lane)
+{
+    constexpr int LD = HD + 8;
+    const int mi = lane >> 3, r8 = lane & 7;
+    const uint16_t *Vh = Vs + 64 * hv * LD;
+#pragma unroll
+    for (int kv = 0; kv < 4; kv++)
+#pragma unroll
+        for (int np = 0; np < HD / 16; np++) {
+            uint32_t vb[4];
+            m3t_ldsm4t(vb, Vh + (kv * 16 + 8 * (mi & 1) + r8) * LD + (2 * np + (mi >> 1)) * 8);
+            m3t_mma(o[2 * np], pa[kv], vb[0], vb[1]);
+            m3t_mma(o[2 * np + 1], pa[kv], vb[2], vb[3]);
+        }
+}
+
+/* Online-softmax step for one 64-key piece s (keys >= lim already -inf):
+ * new running max (x c2), rescale of o and l when it moved, l += sum of
+ * p = 2^(s c2 - m), pa = bf16(p) as the A operand of the next P V. */
+template <int HD>
+__device__ __forceinline__ void msa_soft_half(const float s[8][4], uint32_t pa[4][4], float &m0,
+                                              float &m1, float &l0, float &l1,
+                                              float o[HD / 8][4], float c2)
+{
+    float x0 = -INFINITY, x1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1]));
+        x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3]));
+    }
+    for (int x = 1; x < 4; x <<= 1) {
+        x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, x));
+        x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, x));
+    }
+    const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
+    if (__any_sync(0xffffffffu, n0 != m0 || n1 != m1)) {
+        const float a0 = msa_ex2(m0 - n0), a1 = msa_ex2(m1 - n1); /* m = -inf: 0 */
+        l0 *= a0;
+        l1 *= a1;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            o[i][0] *= a0;
+            o[i][1] *= a0;
+            o[i][2] *= a1;
+            o[i][3] *= a1;
+        }
+    }
+    m0 = n0;
+    m1 = n1;
+#pragma unroll
+    for (int kv = 0; kv < 4; kv++) {
+        const float p00 = msa_ex2(__fmaf_rn(s[2 * kv][0], c2, -m0));
+        const float p01 = msa_ex2(__fmaf_rn(s[2 * kv][1], c2, -m0));
+        const float p10 = msa_ex2(__fmaf_rn(s[2 * kv][2], c2, -m1));
+        const float p11 = msa_ex2(__fmaf_rn(s[2 * kv][3], c2, -m1));
+        const float p20 = msa_ex2(__fmaf_rn(s[2 * kv + 1][0], c2, -m0));
+        const float p21 = msa_ex2(__fmaf_rn(s[2 * kv + 1][1], c2, -m0));
+        const float p30 = msa_ex2(__fmaf_rn(s[2 * kv + 1][2], c2, -m1));
+        const float p31 = msa_ex2(__fmaf_rn(s[2 * kv + 1][3], c2, -m1));
+        l0 += (p00 + p01) + (p20 + p21);
+        l1 += (p10 + p11) + (p30 + p31);
+        pa[kv][0] = m3t_pack_bf16(p00, p01);
+        pa[kv][1] = m3t_pack_bf16(p10, p11);
+        pa[kv][2] = m3t_pack_bf16(p20, p21);
+        pa[kv][3] = m3t_pack_bf16(p30, p31);
+    }
+}
+
 /* One 128-row K or V block of group g into a ring slot by one warp: rows
  * j >= B or past kmax are zero-filled. Lane l copies 16-byte chunk l % CH
  * of rows l / CH, l / CH + 32 / CH, ... (two 256-byte rows per instruction
@@ -607,9 +765,12 @@ __device__ __forceinline__ void msa_stage1(uint16_t *dst, const void *src_c, int
     }
 }
 
-/* grid (ceil(T / R), nkv), block (R + 1) * 32. */
-template <int HD, int KVBF>
-__global__ void __launch_bounds__((MSA_R + 1) * 32, 1)
+/* grid (ceil(T / RR), nkv), block (RR + 1) * 32: RR consumer warps (query
+ * rows) and the producer; RR <= 11 (at most 3 warps per SM sub-partition,
+ * so ptxas may use 168 registers per thread). ONLINE 0: k_msa_ws (two
+ * passes, exact p); ONLINE 1: k_msa_os (one pass, online softmax; below). */
+template <int HD, int KVBF, int ONLINE, int RR>
+__global__ void __launch_bounds__((RR + 1) * 32, 1)
     k_msa_ws(float *out, const float *q, const void *kc, const void *vc,
              const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
              const int32_t *blocks, int topk, float c2)
@@ -618,29 +779,29 @@ __global__ void __launch_bounds__((MSA_R + 1) * 32, 1)
     extern __shared__ __align__(16) unsigned char msa_sm[];
     uint16_t *S0 = (uint16_t *)msa_sm;                      /* [MSA_NS][128][LD] */
     uint16_t *Qs = S0 + MSA_NS * SLOT;                      /* [R * 16][LD] */
-    uint64_t *full = (uint64_t *)(Qs + MSA_R * 16 * LD);    /* [MSA_NS] */
+    uint64_t *full = (uint64_t *)(Qs + RR * 16 * LD);    /* [MSA_NS] */
     uint64_t *empty = full + MSA_NS;                        /* [MSA_NS] */
     int *cand = (int *)(empty + MSA_NS);                    /* [R * topk] */
-    int *ulist = cand + MSA_R * MSA_MAXK;                   /* union block ids */
-    int *umask = ulist + MSA_R * MSA_MAXK;                  /* rows that chose each */
-    int *wcnt = umask + MSA_R * MSA_MAXK;                   /* [R] */
+    int *ulist = cand + RR * MSA_MAXK;                   /* union block ids */
+    int *umask = ulist + RR * MSA_MAXK;                  /* rows that chose each */
+    int *wcnt = umask + RR * MSA_MAXK;                   /* [R] */
 
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int g = blockIdx.y, hpg = nh / nkv;
-    const int t0 = blockIdx.x * MSA_R;
-    const int nrows = T - t0 < MSA_R ? T - t0 : MSA_R;
+    const int t0 = blockIdx.x * RR;
+    const int nrows = T - t0 < RR ? T - t0 : RR;
     const int64_t kmax = pos0 + t0 + nrows - 1; /* last position of the tile */
     const size_t kvw = (size_t)nkv * HD;
 
     if (tid == 0) {
         for (int i = 0; i < MSA_NS; i++) {
             msa_bar_init(&full[i], 32);     /* the producer's 32 lanes */
-            msa_bar_init(&empty[i], MSA_R); /* one arrival per consumer warp */
+            msa_bar_init(&empty[i], RR); /* one arrival per consumer warp */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     /* candidate blocks of the tile's rows; union with row masks (as k_msa_tc) */
-    const int n = MSA_R * topk;
+    const int n = RR * topk;
     if (tid < n) {
         const int r = tid / topk, tr = t0 + r;
         int b = -1;
@@ -662,11 +823,11 @@ __global__ void __launch_bounds__((MSA_R + 1) * 32, 1)
             }
     const int first = b_me >= 0 && !dup;
     const unsigned bal = __ballot_sync(0xffffffffu, first);
-    if (lane == 0 && w < MSA_R)
+    if (lane == 0 && w < RR)
         wcnt[w] = __popc(bal);
     __syncthreads();
     int off = 0, nU = 0;
-    for (int i = 0; i < MSA_R; i++) {
+    for (int i = 0; i < RR; i++) {
         off += i < w ? wcnt[i] : 0;
         nU += wcnt[i];
     }
@@ -676,14 +837,15 @@ __global__ void __launch_bounds__((MSA_R + 1) * 32, 1)
         umask[k] = mask;
     }
     __syncthreads(); /* the last CTA-wide barrier */
-    const int nsteps = 2 * nU; /* pass 1: K of each union block; pass 2: K and V */
+    /* two passes: K of each union block, then K and V; online: K and V once */
+    const int nsteps = ONLINE ? nU : 2 * nU;
 
-    if (w == MSA_R) { /* producer warp */
+    if (w == RR) { /* producer warp */
         int c = 0;    /* slot-use counter */
         for (int s = 0; s < nsteps; s++) {
             const int u = s < nU ? s : s - nU, b = ulist[u];
             const int64_t rowbase = (int64_t)page_table[b] * B, k0 = (int64_t)b * B;
-            for (int part = 0; part < 1 + (s >= nU); part++, c++) {
+            for (int part = 0; part < 1 + (ONLINE || s >= nU); part++, c++) {
                 const int sl = c % MSA_NS;
                 if (c >= MSA_NS)
                     msa_bar_wait(&empty[sl], (uint32_t)((c / MSA_NS - 1) & 1));
@@ -720,8 +882,194 @@ __global__ void __launch_bounds__((MSA_R + 1) * 32, 1)
     for (int i = 0; i < HD / 8; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
+    if (ONLINE == 2) { /* k_msa_os pipelined: 64-key pieces, Q K^T of piece i + 1 on the
+                        * tensor cores interleaved with P V of piece i */
+        int c = 0, pend = 0, pv_slot = 0; /* pend: P V of the last piece (its V slot) owed */
+        uint32_t pa[4][4];
+        for (int u = 0; u < nU; u++) {
+            const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
+            const int ks = c % MSA_NS, vs = (c + 1) % MSA_NS;
+            msa_bar_wait(&full[ks], (uint32_t)((c / MSA_NS) & 1));
+            if (!sel) { /* settle what is owed first, so no slot is held across a skip */
+                if (pend) {
+                    msa_pv_half<HD>(o, pa, S0 + pv_slot * SLOT, 1, lane);
+                    __syncwarp();
+                    if (lane == 0)
+                        msa_bar_arrive(&empty[pv_slot]);
+                    pend = 0;
+                }
+                __syncwarp();
+                if (lane == 0)
+                    msa_bar_arrive(&empty[ks]);
+                msa_bar_wait(&full[vs], (uint32_t)(((c + 1) / MSA_NS) & 1));
+                __syncwarp();
+                if (lane == 0)
+                    msa_bar_arrive(&empty[vs]);
+                c += 2;
+                continue;
+            }
+            const int64_t k0 = (int64_t)ulist[u] * B;
+            const int lim = (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B); /* >= 1 */
+            for (int hk = 0; hk < 2; hk++) {
+                float sc[8][4];
+                if (hk == 1) /* P V of piece 0 of this block needs its V */
+                    msa_bar_wait(&full[vs], (uint32_t)(((c + 1) / MSA_NS) & 1));
+                if (pend) /* hk 0: the previous block's piece 1; hk 1: this block's piece 0 */
+                    msa_fused<HD, true>(sc, Qw, S0 + ks * SLOT, hk, o, pa, S0 + pv_slot * SLOT,
+                                        1 - hk, lane);
+                else
+                    msa_fused<HD, false>(sc, Qw, S0 + ks * SLOT, hk, o, pa, S0 + ks * SLOT, 0,
+                                         lane);
+                if (hk == 0 && pend) { /* the previous block's V slot is done */
+                    __syncwarp();
+                    if (lane == 0)
+                        msa_bar_arrive(&empty[pv_slot]);
+                }
+                if (hk == 1) { /* this block's K slot is done */
+                    __syncwarp();
+                    if (lane == 0)
+                        msa_bar_arrive(&empty[ks]);
+                }
+                if (lim < 64 * (hk + 1)) {
+#pragma unroll
+                    for (int nn = 0; nn < 8; nn++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            if (64 * hk + 8 * nn + 2 * (lane & 3) + (e & 1) >= lim)
+                                sc[nn][e] = -INFINITY;
+                }
+                msa_soft_half<HD>(sc, pa, m0, m1, l0, l1, o, c2);
+                pend = 1;
+                pv_slot = vs;
+            }
+            c += 2;
+        }
+        if (pend) {
+            msa_pv_half<HD>(o, pa, S0 + pv_slot * SLOT, 1, lane);
+            __syncwarp();
+            if (lane == 0)
+                msa_bar_arrive(&empty[pv_slot]);
+        }
+        for (int x = 1; x < 4; x <<= 1) {
+            l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+            l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+        }
+        il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
+        il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            o[i][0] *= il0;
+            o[i][1] *= il0;
+            o[i][2] *= il1;
+            o[i][3] *= il1;
+        }
+    }
+    if (ONLINE == 1) { /* k_msa_os: one pass, running max m and sum l per head */
+        int c = 0;
+        for (int u = 0; u < nU; u++) {
+            const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
+            const int ks = c % MSA_NS;
+            msa_bar_wait(&full[ks], (uint32_t)((c / MSA_NS) & 1));
+            float sc[16][4];
+            if (sel) {
+                const int b = ulist[u];
+                msa_qk_s<HD>(sc, Qw, S0 + ks * SLOT, lane);
+                const int64_t k0 = (int64_t)b * B;
+                const int lim = (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B); /* >= 1 */
+                if (lim < MSA_KT) {
+#pragma unroll
+                    for (int nn = 0; nn < 16; nn++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            if (8 * nn + 2 * (lane & 3) + (e & 1) >= lim)
+                                sc[nn][e] = -INFINITY;
+                }
+            }
+            __syncwarp();
+            if (lane == 0)
+                msa_bar_arrive(&empty[ks]); /* K slot free: S is in registers */
+            c++;
+            if (sel) { /* new running max (finite: key k0 <= pos is visible) */
+                float x0 = -INFINITY, x1 = -INFINITY;
+#pragma unroll
+                for (int nn = 0; nn < 16; nn++) {
+                    x0 = fmaxf(x0, fmaxf(sc[nn][0], sc[nn][1]));
+                    x1 = fmaxf(x1, fmaxf(sc[nn][2], sc[nn][3]));
+                }
+                for (int x = 1; x < 4; x <<= 1) {
+                    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, x));
+                    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, x));
+                }
+                const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
+                if (__any_sync(0xffffffffu, n0 != m0 || n1 != m1)) { /* rescale O and l */
+                    const float a0 = msa_ex2(m0 - n0), a1 = msa_ex2(m1 - n1); /* m = -inf: 0 */
+                    l0 *= a0;
+                    l1 *= a1;
+#pragma unroll
+                    for (int i = 0; i < HD / 8; i++) {
+                        o[i][0] *= a0;
+                        o[i][1] *= a0;
+                        o[i][2] *= a1;
+                        o[i][3] *= a1;
+                    }
+                }
+                m0 = n0;
+                m1 = n1;
+            }
+            const int vs = c % MSA_NS;
+            msa_bar_wait(&full[vs], (uint32_t)((c / MSA_NS) & 1));
+            if (sel) {
+                const uint16_t *Vs = S0 + vs * SLOT;
+                const int mi = lane >> 3, r8 = lane & 7;
+#pragma unroll
+                for (int kk = 0; kk < 8; kk++) { /* 16 keys per k-step */
+                    const float p00 = msa_ex2(__fmaf_rn(sc[2 * kk][0], c2, -m0));
+                    const float p01 = msa_ex2(__fmaf_rn(sc[2 * kk][1], c2, -m0));
+                    const float p10 = msa_ex2(__fmaf_rn(sc[2 * kk][2], c2, -m1));
+                    const float p11 = msa_ex2(__fmaf_rn(sc[2 * kk][3], c2, -m1));
+                    const float p20 = msa_ex2(__fmaf_rn(sc[2 * kk + 1][0], c2, -m0));
+                    const float p21 = msa_ex2(__fmaf_rn(sc[2 * kk + 1][1], c2, -m0));
+                    const float p30 = msa_ex2(__fmaf_rn(sc[2 * kk + 1][2], c2, -m1));
+                    const float p31 = msa_ex2(__fmaf_rn(sc[2 * kk + 1][3], c2, -m1));
+                    l0 += (p00 + p01) + (p20 + p21);
+                    l1 += (p10 + p11) + (p30 + p31);
+                    uint32_t pa[4];
+                    pa[0] = m3t_pack_bf16(p00, p01);
+                    pa[1] = m3t_pack_bf16(p10, p11);
+                    pa[2] = m3t_pack_bf16(p20, p21);
+                    pa[3] = m3t_pack_bf16(p30, p31);
+#pragma unroll
+                    for (int np = 0; np < HD / 16; np++) {
+                        uint32_t vb[4];
+                        m3t_ldsm4t(vb, Vs + (kk * 16 + 8 * (mi & 1) + r8) * LD +
+                                           (2 * np + (mi >> 1)) * 8);
+                        m3t_mma(o[2 * np], pa, vb[0], vb[1]);
+                        m3t_mma(o[2 * np + 1], pa, vb[2], vb[3]);
+                    }
+                }
+            }
+            __syncwarp();
+            if (lane == 0)
+                msa_bar_arrive(&empty[vs]);
+            c++;
+        }
+        for (int x = 1; x < 4; x <<= 1) {
+            l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+            l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+        }
+        il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
+        il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            o[i][0] *= il0;
+            o[i][1] *= il0;
+            o[i][2] *= il1;
+            o[i][3] *= il1;
+        }
+    }
+
     int c = 0;
-    for (int s = 0; s < nsteps; s++) {
+    for (int s = 0; s < (ONLINE ? 0 : nsteps); s++) {
         const int u = s < nU ? s : s - nU, pass2 = s >= nU;
         const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
         if (s == nU) { /* pass 1 done: this row's max and sum of the two heads */
@@ -835,20 +1183,20 @@ __global__ void __launch_bounds__((MSA_R + 1) * 32, 1)
     }
 }
 
-template <int HD, int KVBF>
+template <int HD, int KVBF, int ONLINE, int RR>
 static hipError_t msa_ws_launch(float *out, const float *q, const void *kc, const void *vc,
                                 const int32_t *page_table, int B, int64_t pos0, int T, int nh,
                                 int nkv, const int32_t *blocks, int topk, float c2,
                                 hipStream_t st)
 {
     constexpr int LD = HD + 8;
-    const size_t shm = sizeof(uint16_t) * ((MSA_NS * (size_t)MSA_KT + MSA_R * 16) * LD) +
-                       sizeof(uint64_t) * 2 * MSA_NS + sizeof(int) * (3 * MSA_R * MSA_MAXK + MSA_R);
-    hipError_t e = cudaFuncSetAttribute(k_msa_ws<HD, KVBF>,
+    const size_t shm = sizeof(uint16_t) * ((MSA_NS * (size_t)MSA_KT + RR * 16) * LD) +
+                       sizeof(uint64_t) * 2 * MSA_NS + sizeof(int) * (3 * RR * MSA_MAXK + RR);
+    hipError_t e = cudaFuncSetAttribute(k_msa_ws<HD, KVBF, ONLINE, RR>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
     if (e != hipSuccess)
         return e;
-    k_msa_ws<HD, KVBF><<<dim3((T + MSA_R - 1) / MSA_R, nkv), dim3((MSA_R + 1) * 32), shm, st>>>(
+    k_msa_ws<HD, KVBF, ONLINE, RR><<<dim3((T + RR - 1) / RR, nkv), dim3((RR + 1) * 32), shm, st>>>(
         out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, c2);
     return hipGetLastError();
 }
@@ -868,8 +1216,12 @@ int m3g_msa_attention_tc(int nh, int nkv, int hd, int B, int topk, int kv_dtype,
 #endif
 }
 
-/* Which tensor-core kernel variant 0 selects: 1 = k_msa_tc, 2 = k_msa_ws. */
-#define MSA_DEFAULT_VARIANT 2
+/* Which tensor-core kernel variant 0 selects: 1 = k_msa_tc; k_msa_ws<HD,
+ * KVBF, ONLINE, RR>: 2 = two passes, 8 rows per CTA (the previous default), 3
+ * = one pass, 8 rows, 4 = one pass, 11 rows, 5 = two passes, 11 rows (the
+ * fastest exact-p kernel), 6 = one pass pipelined over 64-key pieces, 11
+ * rows (the default; see the header for its rounding of p). */
+#define MSA_DEFAULT_VARIANT 6
 
 hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
                                            const void *vc, int kv_dtype,
@@ -880,7 +1232,7 @@ hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const voi
     if (T <= 0)
         return hipSuccess;
     if (hd <= 0 || hd > 128 || nkv <= 0 || nh % nkv != 0 || B <= 0 || !blocks || topk <= 0 ||
-        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || variant < 0 || variant > 2)
+        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || variant < 0 || variant > 6)
         return hipErrorInvalidValue;
     const float scale = (float)(1.0 / sqrt((double)hd)); /* as ref/attention.c */
 #if M3_MSA_TC
@@ -888,14 +1240,23 @@ hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const voi
         const float c2 = scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
         const int bf = kv_dtype == M3G_BF16;
         const int v = variant ? variant : MSA_DEFAULT_VARIANT;
-        const int ws = v == 2;
+#define MSA_WS_CASE(HD_, ON_, RR_)                                                            \
+    return bf ? msa_ws_launch<HD_, 1, ON_, RR_>(out, q, kc, vc, page_table, B, pos0, T, nh,    \
+                                                nkv, blocks, topk, c2, st)                    \
+              : msa_ws_launch<HD_, 0, ON_, RR_>(out, q, kc, vc, page_table, B, pos0, T, nh,    \
+                                                nkv, blocks, topk, c2, st);
 #define MSA_TC_CASE(HD_)                                                                      \
     if (hd == HD_) {                                                                          \
-        if (ws)                                                                               \
-            return bf ? msa_ws_launch<HD_, 1>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, \
-                                              blocks, topk, c2, st)                           \
-                      : msa_ws_launch<HD_, 0>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, \
-                                              blocks, topk, c2, st);                          \
+        if (v == 6)                                                                           \
+            MSA_WS_CASE(HD_, 2, 11)                                                           \
+        if (v == 5)                                                                           \
+            MSA_WS_CASE(HD_, 0, 11)                                                           \
+        if (v == 4)                                                                           \
+            MSA_WS_CASE(HD_, 1, 11)                                                           \
+        if (v == 3)                                                                           \
+            MSA_WS_CASE(HD_, 1, MSA_R)                                                        \
+        if (v == 2)                                                                           \
+            MSA_WS_CASE(HD_, 0, MSA_R)                                                        \
         return bf ? msa_tc_launch<HD_, 1>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv,    \
                                           blocks, topk, c2, st)                               \
                   : msa_tc_launch<HD_, 0>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv,    \
@@ -906,6 +1267,7 @@ hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const voi
         MSA_TC_CASE(32)
         MSA_TC_CASE(16)
 #undef MSA_TC_CASE
+#undef MSA_WS_CASE
     }
 #endif
     const int hpg = nh / nkv;

@@ -20,15 +20,19 @@
  * are staged through shared-memory tiles, so the order is kept). Remaining
  * differences from ref: the device expf / erf (a few ulp at most).
  *
- * Performance structure: simple and correct first. Attention is one block per
- * (head, query) that recomputes each score three times (max, sum, P.V) and
- * reads K/V rows uncoalesced; LayerNorm statistics run on one thread per row.
- * Tuning next: a tiled flash-style kernel (Q tile x K tile in shared memory,
- * MMA for the dots) for the bf16 mode, where the fixed orders are not needed.
+ * Performance structure: the exact attention kernel (fp32 mode, and every
+ * mode off NVIDIA) is one block per (head, query) that recomputes each score
+ * three times (max, sum, P.V) and reads K/V rows uncoalesced; in bf16 mode on
+ * NVIDIA, k_vis_attn_tc (below) does the same attention on tensor cores with
+ * ref's rounding points but tensor-core summation orders. LayerNorm
+ * statistics still run on one thread per row (serial double sums as ref).
+ * m3g_vision_layer is one encoder layer's launch sequence (gpu/vision.cu and
+ * bench-gpu both run it).
  */
 #include <math.h>
 #include "common.cuh"
 #include "kernels.h"
+#include "tc.cuh"
 
 /* ---- LayerNorm -------------------------------------------------------------- */
 
@@ -239,19 +243,268 @@ __global__ void k_vis_attention(float *out, const float *q, const float *k, cons
         out[(size_t)i * Hv + (size_t)h * hd + tid] = m3d_round(acc, mode);
 }
 
-hipError_t m3g_vision_attention(float *out, const float *q, const float *k, const float *v,
-                                int len, int nh, int hd, int mode, hipStream_t st)
+#if M3_TC
+/* ---- tensor-core attention (bf16 mode, NVIDIA) ------------------------------------
+ * The same attention with QK^T and P.V on mma.sync m16n8k16: a CTA of 4 warps
+ * takes 64 query rows of one head (16 per warp, the M of the mma), walks the
+ * segment's keys in tiles of VA_KT twice, staging each tile as bf16 in shared
+ * memory (exact: in bf16 mode q, k and v hold bf16 values):
+ *   pass 1: s = round_f32(q . k) * scale, the row max M and sum L = sum
+ *           exp(s - M) (online: L rescaled when M grows);
+ *   pass 2: s again, p = bf16(exp(s - M) / L) as ref's rounded probability,
+ *           out += p v (fp32 accumulators), out rounded at the end.
+ * So the only differences from the exact kernel are the summation orders of
+ * the dots, of L and of P.V (tensor-core order) — inside the bf16 profile.
+ * HD is hd rounded up to a multiple of 16; the extra dims are staged as
+ * zeros (they add nothing to q . k) and never stored. Keys past len get
+ * s = -inf. Shared memory: Q [64][HD + 8] + K, V [VA_KT][HD + 8] bf16 (the
+ * 8-element pad keeps ldmatrix rows on distinct banks); 34.8 KB at HD 128. */
+#define VA_QT 64
+#define VA_KT 32
+
+/* rows [r0, r0 + nr) x dims [0, HD) of head h of x [len, nh, hd] (fp32) into
+ * dst [nr][HD + 8] as bf16; rows >= len and dims >= hd as zeros. */
+template <int HD>
+__device__ __forceinline__ void va_stage(uint16_t *dst, const float *x, int r0, int nr, int len,
+                                         int nh, int hd, int h)
+{
+    const int LD = HD + 8;
+    for (int i = threadIdx.x; i < nr * (HD / 2); i += blockDim.x) {
+        const int r = i / (HD / 2), d = 2 * (i % (HD / 2)), row = r0 + r;
+        float a = 0.0f, b = 0.0f;
+        if (row < len) {
+            const float *src = x + ((size_t)row * nh + h) * hd;
+            if (d < hd)
+                a = src[d];
+            if (d + 1 < hd)
+                b = src[d + 1];
+        }
+        *(uint32_t *)(dst + r * LD + d) = m3t_pack_bf16(a, b);
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(128)
+    k_vis_attn_tc(float *out, const float *q, const float *k, const float *v, int len, int nh,
+                  int hd, float scale)
+{
+    const int LD = HD + 8;
+    __shared__ __align__(16) uint16_t Qs[VA_QT * (HD + 8)];
+    __shared__ __align__(16) uint16_t Ks[VA_KT * (HD + 8)];
+    __shared__ __align__(16) uint16_t Vs[VA_KT * (HD + 8)];
+    const int h = blockIdx.y, q0 = blockIdx.x * VA_QT;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int mi = lane >> 3, r8 = lane & 7;
+
+    va_stage<HD>(Qs, q, q0, VA_QT, len, nh, hd, h);
+    __syncthreads();
+    uint32_t qa[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+        m3t_ldsm4(qa[kk], Qs + (w * 16 + r8 + 8 * (mi & 1)) * LD + kk * 16 + 8 * (mi >> 1));
+
+    /* this lane's rows: lane / 4 and lane / 4 + 8 of the warp's 16 */
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    float o[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { /* the quad's partial sums -> L of each row */
+            for (int x = 1; x < 4; x <<= 1) {
+                l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+                l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+            }
+        }
+        for (int k0 = 0; k0 < len; k0 += VA_KT) {
+            __syncthreads(); /* every warp is done with the previous tile */
+            va_stage<HD>(Ks, k, k0, VA_KT, len, nh, hd, h);
+            if (pass == 1)
+                va_stage<HD>(Vs, v, k0, VA_KT, len, nh, hd, h);
+            __syncthreads();
+            float sc[VA_KT / 8][4];
+#pragma unroll
+            for (int i = 0; i < VA_KT / 8; i++)
+                sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+                for (int np = 0; np < VA_KT / 16; np++) {
+                    uint32_t b[4];
+                    m3t_ldsm4(b, Ks + ((2 * np + (mi >> 1)) * 8 + r8) * LD + kk * 16 +
+                                     8 * (mi & 1));
+                    m3t_mma(sc[2 * np], qa[kk], b[0], b[1]);
+                    m3t_mma(sc[2 * np + 1], qa[kk], b[2], b[3]);
+                }
+#pragma unroll
+            for (int nn = 0; nn < VA_KT / 8; nn++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = k0 + 8 * nn + 2 * (lane & 3) + (e & 1);
+                    sc[nn][e] = key < len ? sc[nn][e] * scale : -INFINITY;
+                }
+            if (pass == 0) {
+                float x0 = -INFINITY, x1 = -INFINITY;
+#pragma unroll
+                for (int nn = 0; nn < VA_KT / 8; nn++) {
+                    x0 = fmaxf(x0, fmaxf(sc[nn][0], sc[nn][1]));
+                    x1 = fmaxf(x1, fmaxf(sc[nn][2], sc[nn][3]));
+                }
+                for (int x = 1; x < 4; x <<= 1) {
+                    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, x));
+                    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, x));
+                }
+                /* key k0 < len is in every tile's first column block, so the
+                 * new maxima are finite */
+                const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
+                float e0 = 0.0f, e1 = 0.0f;
+#pragma unroll
+                for (int nn = 0; nn < VA_KT / 8; nn++) {
+                    e0 += expf(sc[nn][0] - n0) + expf(sc[nn][1] - n0);
+                    e1 += expf(sc[nn][2] - n1) + expf(sc[nn][3] - n1);
+                }
+                l0 = l0 * expf(m0 - n0) + e0; /* m0 = -inf: l0 = 0, exp = 0 */
+                l1 = l1 * expf(m1 - n1) + e1;
+                m0 = n0;
+                m1 = n1;
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < VA_KT / 16; kk++) { /* 16 keys per k-step */
+                    uint32_t pa[4];
+                    pa[0] = m3t_pack_bf16(expf(sc[2 * kk][0] - m0) / l0,
+                                          expf(sc[2 * kk][1] - m0) / l0);
+                    pa[1] = m3t_pack_bf16(expf(sc[2 * kk][2] - m1) / l1,
+                                          expf(sc[2 * kk][3] - m1) / l1);
+                    pa[2] = m3t_pack_bf16(expf(sc[2 * kk + 1][0] - m0) / l0,
+                                          expf(sc[2 * kk + 1][1] - m0) / l0);
+                    pa[3] = m3t_pack_bf16(expf(sc[2 * kk + 1][2] - m1) / l1,
+                                          expf(sc[2 * kk + 1][3] - m1) / l1);
+#pragma unroll
+                    for (int np = 0; np < HD / 16; np++) {
+                        uint32_t vb[4];
+                        m3t_ldsm4t(vb, Vs + (kk * 16 + 8 * (mi & 1) + r8) * LD +
+                                           (2 * np + (mi >> 1)) * 8);
+                        m3t_mma(o[2 * np], pa, vb[0], vb[1]);
+                        m3t_mma(o[2 * np + 1], pa, vb[2], vb[3]);
+                    }
+                }
+            }
+        }
+    }
+    const int ra = q0 + w * 16 + (lane >> 2), rb = ra + 8;
+#pragma unroll
+    for (int nn = 0; nn < HD / 8; nn++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int row = e < 2 ? ra : rb, d = 8 * nn + 2 * (lane & 3) + (e & 1);
+            if (row < len && d < hd)
+                out[((size_t)row * nh + h) * hd + d] = m3d_round_bf16(o[nn][e]);
+        }
+}
+
+template <int HD>
+static hipError_t vis_attn_tc_launch(float *out, const float *q, const float *k, const float *v,
+                                     int len, int nh, int hd, float scale, hipStream_t st)
+{
+    hipLaunchKernelGGL(k_vis_attn_tc<HD>, dim3((len + VA_QT - 1) / VA_QT, nh), dim3(128), 0, st,
+                       out, q, k, v, len, nh, hd, scale);
+    return hipGetLastError();
+}
+#endif
+
+const char *m3g_vision_attention_variant_name(int variant)
+{
+    static const char *const names[] = {"default", "exact (serial sums, scalar)",
+                                        "tensor cores (bf16 mode)"};
+    return variant >= 0 && variant < 3 ? names[variant] : NULL;
+}
+
+hipError_t m3g_vision_attention_variant(int variant, float *out, const float *q, const float *k,
+                                        const float *v, int len, int nh, int hd, int mode,
+                                        hipStream_t st)
 {
     if (len <= 0 || nh <= 0)
         return hipSuccess;
-    if (hd <= 0 || hd > 1024)
+    if (hd <= 0 || hd > 1024 || variant < 0 || variant > 2)
         return hipErrorInvalidValue;
-    const int bs = hd <= 128 ? 128 : (hd + 31) / 32 * 32;
     const float scale = 1.0f / sqrtf((float)hd); /* as ref: fp32 */
+#if M3_TC
+    if (variant != 1 && mode == 1 && hd <= 128) {
+        switch ((hd + 15) / 16) {
+        case 1: return vis_attn_tc_launch<16>(out, q, k, v, len, nh, hd, scale, st);
+        case 2: return vis_attn_tc_launch<32>(out, q, k, v, len, nh, hd, scale, st);
+        case 3: return vis_attn_tc_launch<48>(out, q, k, v, len, nh, hd, scale, st);
+        case 4: return vis_attn_tc_launch<64>(out, q, k, v, len, nh, hd, scale, st);
+        case 5: return vis_attn_tc_launch<80>(out, q, k, v, len, nh, hd, scale, st);
+        case 6: return vis_attn_tc_launch<96>(out, q, k, v, len, nh, hd, scale, st);
+        case 7: return vis_attn_tc_launch<112>(out, q, k, v, len, nh, hd, scale, st);
+        default: return vis_attn_tc_launch<128>(out, q, k, v, len, nh, hd, scale, st);
+        }
+    }
+#endif
+    if (variant == 2)
+        return hipErrorInvalidValue; /* no tensor-core kernel for this build / mode / hd */
+    const int bs = hd <= 128 ? 128 : (hd + 31) / 32 * 32;
     hipLaunchKernelGGL(k_vis_attention, dim3(len, nh), dim3(bs),
                        (size_t)(hd + bs) * sizeof(float), st, out, q, k, v, len, nh, hd, scale,
                        mode);
     return hipGetLastError();
+}
+
+hipError_t m3g_vision_attention(float *out, const float *q, const float *k, const float *v,
+                                int len, int nh, int hd, int mode, hipStream_t st)
+{
+    return m3g_vision_attention_variant(0, out, q, k, v, len, nh, hd, mode, st);
+}
+
+/* ---- a linear with bias, and one encoder layer ------------------------------------ */
+
+hipError_t m3g_linear_bias(float *Y, const float *X, m3g_mat W, m3g_vec b, int64_t T, int gelu,
+                           float *resid, int mode, m3g_blas *blas, hipStream_t st)
+{
+    if (T > 0x7fffffff)
+        return hipErrorInvalidValue;
+    hipError_t r = m3g_linear_product(Y, W.rows, X, W, (int)T, mode, blas, st);
+    if (r != hipSuccess)
+        return r;
+    return m3g_bias_act(Y, b.p, b.dt, T, W.rows, gelu, resid, mode, st);
+}
+
+hipError_t m3g_vision_layer(float *h, const m3g_vis_layer *w, const m3g_vis_scratch *s, int64_t T,
+                            int nh, int hd, int rd, const float *cos_t, const float *sin_t,
+                            const int64_t *seg_start, const int64_t *seg_len, int nseg, float eps,
+                            int mode, m3g_blas *blas, hipStream_t st)
+{
+    const int Hv = nh * hd;
+    hipError_t r;
+    if (T > 0x7fffffff)
+        return hipErrorInvalidValue;
+#define VL(call)                                                                           \
+    do {                                                                                   \
+        if ((r = (call)) != hipSuccess)                                                    \
+            return r;                                                                      \
+    } while (0)
+    VL(m3g_layernorm(s->x, h, w->ln1_w.p, w->ln1_w.dt, w->ln1_b.p, w->ln1_b.dt, (int)T, Hv, eps,
+                     mode, st));
+    VL(m3g_linear_bias(s->q, s->x, w->q, w->q_b, T, 0, NULL, mode, blas, st));
+    VL(m3g_linear_bias(s->k, s->x, w->k, w->k_b, T, 0, NULL, mode, blas, st));
+    VL(m3g_linear_bias(s->v, s->x, w->v, w->v_b, T, 0, NULL, mode, blas, st));
+    VL(m3g_vision_rope(s->q, (int)T, nh, hd, rd, cos_t, sin_t, mode, st));
+    VL(m3g_vision_rope(s->k, (int)T, nh, hd, rd, cos_t, sin_t, mode, st));
+    for (int g = 0; g < nseg; g++) {
+        const size_t o = (size_t)seg_start[g] * Hv;
+        VL(m3g_vision_attention(s->att + o, s->q + o, s->k + o, s->v + o, (int)seg_len[g], nh, hd,
+                                mode, st));
+    }
+    /* h += round(o_proj(att) + b); then the MLP residual */
+    VL(m3g_linear_bias(s->tmp, s->att, w->o, w->o_b, T, 0, h, mode, blas, st));
+    VL(m3g_layernorm(s->x, h, w->ln2_w.p, w->ln2_w.dt, w->ln2_b.p, w->ln2_b.dt, (int)T, Hv, eps,
+                     mode, st));
+    VL(m3g_linear_bias(s->mlp, s->x, w->fc1, w->fc1_b, T, 1, NULL, mode, blas, st));
+    VL(m3g_linear_bias(s->tmp, s->mlp, w->fc2, w->fc2_b, T, 0, h, mode, blas, st));
+#undef VL
+    return hipSuccess;
 }
 
 /* ---- placement ------------------------------------------------------------------- */
