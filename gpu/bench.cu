@@ -2416,24 +2416,25 @@ int main(int argc, char **argv)
     bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows indep", 0, PF_ROWS, 0);
     bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows pool24", 24, PF_ROWS, 0);
     bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows shared", PF_RAND, PF_ROWS, 0);
-    if (!bad) { /* the same slabs through variant 5 (msa_attention.cu): two passes with
-                 * the reference's rounding of p (exact), 11 rows per CTA */
+    if (!bad) { /* the same slabs through variant 6 (msa_attention.cu): one pass with
+                 * online softmax (p rounded on the running max's scale), 11 rows per
+                 * CTA, pipelined: faster, not the default (its header says why) */
         const int i0 = n - 3;
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 indep 2-pass exact p",
-                                    &cases[i0], 5);
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 pool24 2-pass exact p",
-                                    &cases[i0 + 1], 5);
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 shared 2-pass exact p",
-                                    &cases[i0 + 2], 5);
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 indep 1-pass online",
+                                    &cases[i0], 6);
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 pool24 1-pass online",
+                                    &cases[i0 + 1], 6);
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 shared 1-pass online",
+                                    &cases[i0 + 2], 6);
     }
     /* the whole 131,072-row prefill (all 1,024 query blocks; compare with
      * tools/bench_torch.py's measured "sdpa causal full 131072") */
     bad |= make_msa_prefill(&cases[n++], "msa prefill 128K full pool24", 24, PF_CTX, 0);
     bad |= make_msa_prefill(&cases[n++], "msa prefill 128K full indep", 0, PF_CTX, 0);
-    if (!bad) { /* the pooled whole prefill through variant 5 (exact p, see the slabs) */
+    if (!bad) { /* the pooled whole prefill through variant 6 (one pass, see the slabs) */
         const int i1 = n - 2;
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill 128K full pool24 2-pass exact p",
-                                    &cases[i1], 5);
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill 128K full pool24 1-pass online",
+                                    &cases[i1], 6);
     }
     { /* whole decoder layers at decode, 128K context (m3-gpu's launch
        * sequence; the decode estimate in docs/performance.md uses these) */

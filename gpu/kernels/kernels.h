@@ -132,10 +132,10 @@ hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, co
 /* MSA block-sparse attention for prefill: the result of m3g_attention with
  * blocks [nkv, T, topk] != NULL (a set per row; -1 = empty), but the caches
  * kc/vc [slots, nkv, hd] are of kv_dtype: M3G_F32, or M3G_BF16 (raw bf16
- * bits). Tensor cores (mma.sync bf16, fp32 accumulate, one pass with online
- * softmax: p rounded to bf16 before normalisation, not as ref's bf16(exp(s -
- * M) / L); msa_attention.cu's header documents it and its error) when
- * m3g_msa_attention_tc says so, else a portable scalar kernel (exact p).
+ * bits). Tensor cores (mma.sync bf16, fp32 accumulate, two passes so that
+ * p = bf16(exp(s - M) / L) as ref; a faster one-pass variant is opt-in, see
+ * msa_attention.cu's header) when m3g_msa_attention_tc says so, else a
+ * portable scalar kernel (exact p).
  * Needs hd <= 128. */
 hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc, const void *vc,
                                      int kv_dtype, const int32_t *page_table, int B, int64_t pos0,
@@ -143,7 +143,7 @@ hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc,
                                      int topk, int mode, hipStream_t st);
 
 /* m3g_msa_attention_prefill with a benchmark knob for the tensor-core path:
- * variant 0 = the default (6), 1 = k_msa_tc (two passes, CTA barriers), 2 /
+ * variant 0 = the default (5), 1 = k_msa_tc (two passes, CTA barriers), 2 /
  * 5 = two passes with exact p (ref's rounding), 8 / 11 rows per CTA, 3 / 4 =
  * one pass, 8 / 11 rows, 6 = one pass pipelined, 11 rows; no effect where the
  * scalar path is taken. Results within the bf16 profile for every variant. */

@@ -25,13 +25,21 @@
  *  - S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 x bf16 -> fp32: exact
  *    products, fp32 sums).
  * Kernels (m3g_msa_attention_prefill_tuned variants; MSA_DEFAULT_VARIANT):
- *  6 (default) k_msa_ws<.., ONLINE 2, 11 rows>: one pass, online softmax,
- *    producer warp + mbarrier ring, Q K^T of the next 64-key piece
- *    interleaved with P V of the current one;
+ *  5 (default) / 2: two passes with exact p (pass 1: S, running max and sum;
+ *    pass 2: S again, p = bf16(exp(s - M) / L), P V), 11 / 8 rows (2 was the
+ *    default before 2026-11-29's fourth session);
+ *  6 k_msa_ws<.., ONLINE 2, 11 rows>: one pass, online softmax, producer
+ *    warp + mbarrier ring, Q K^T of the next 64-key piece interleaved with
+ *    P V of the current one; the fastest (whole 131,072-token prompt,
+ *    pooled: 40.5 ms = 12.4x dense causal SDPA, against 55.1 ms = 9.1x for
+ *    variant 5), but NOT the default: its p rounding (below) moves
+ *    attention outputs by an ulp often enough that on the deployment-MSA
+ *    model's bf16 ragged prompts (T = 127 .. 2200, the lead's device run of
+ *    2026-11-29) one router row of layer 1 flips to a near-tie expert; the
+ *    kit accepts the flip (M3-TOL-3) but the row's MoE output then fails
+ *    the model tensor rule (M3-TOL-7: downstream of a tie), so m3-gpu
+ *    would fail vectors that the exact-p kernels pass;
  *  4 / 3: one pass, not pipelined, 11 / 8 rows;
- *  5 / 2: two passes with exact p (pass 1: S, running max and sum; pass 2:
- *    S again, p = bf16(exp(s - M) / L), P V), 11 / 8 rows (2 was the default
- *    before 2026-11-29's fourth session);
  *  1: k_msa_tc, two passes, every warp loads, one CTA barrier per step.
  * Rounding of p (M3-NUM-BF16-2 item 5), the one documented difference of
  * the one-pass kernels: the reference rounds the normalised p = exp(s - M) /
@@ -1219,9 +1227,9 @@ int m3g_msa_attention_tc(int nh, int nkv, int hd, int B, int topk, int kv_dtype,
 /* Which tensor-core kernel variant 0 selects: 1 = k_msa_tc; k_msa_ws<HD,
  * KVBF, ONLINE, RR>: 2 = two passes, 8 rows per CTA (the previous default), 3
  * = one pass, 8 rows, 4 = one pass, 11 rows, 5 = two passes, 11 rows (the
- * fastest exact-p kernel), 6 = one pass pipelined over 64-key pieces, 11
- * rows (the default; see the header for its rounding of p). */
-#define MSA_DEFAULT_VARIANT 6
+ * fastest exact-p kernel: the default), 6 = one pass pipelined over 64-key
+ * pieces, 11 rows (fastest; not the default, see the header). */
+#define MSA_DEFAULT_VARIANT 5
 
 hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
                                            const void *vc, int kv_dtype,
