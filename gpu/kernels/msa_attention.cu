@@ -282,15 +282,11 @@ __device__ __forceinline__ void msa_qk(float s[16][4], const uint32_t qa[HD / 16
 #pragma unroll
     for (int n = 0; n < 16; n++)
         s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    const int mi = lane >> 3, r8 = lane & 7;
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
 #pragma unroll
         for (int np = 0; np < 8; np++) {
-            uint32_t b[4];
-            m3t_ldsm4(b, Ks + ((2 * np + (mi >> 1)) * 8 + r8) * LD + kk * 16 + 8 * (mi & 1));
-            m3t_mma(s[2 * np], qa[kk], b[0], b[1]);
-            m3t_mma(s[2 * np + 1], qa[kk], b[2], b[3]);
+            m3t_qk16(s[2 * np], s[2 * np + 1], qa[kk], Ks, LD, np, kk, lane);
         }
     }
 }
@@ -478,7 +474,6 @@ __global__ void __launch_bounds__(MSA_R * 32, 1)
                 }
             } else {
                 const uint16_t *Vs = Ks + MSA_KT * LD;
-                const int mi = lane >> 3, r8 = lane & 7;
 #pragma unroll
                 for (int kk = 0; kk < 8; kk++) { /* 16 keys per k-step */
                     uint32_t pa[4];
@@ -491,13 +486,8 @@ __global__ void __launch_bounds__(MSA_R * 32, 1)
                     pa[3] = m3t_pack_bf16(exp2f(__fmaf_rn(sc[2 * kk + 1][2], c2, -m1)) * il1,
                                           exp2f(__fmaf_rn(sc[2 * kk + 1][3], c2, -m1)) * il1);
 #pragma unroll
-                    for (int np = 0; np < HD / 16; np++) {
-                        uint32_t vb[4];
-                        m3t_ldsm4t(vb, Vs + (kk * 16 + 8 * (mi & 1) + r8) * LD +
-                                           (2 * np + (mi >> 1)) * 8);
-                        m3t_mma(o[2 * np], pa, vb[0], vb[1]);
-                        m3t_mma(o[2 * np + 1], pa, vb[2], vb[3]);
-                    }
+                    for (int np = 0; np < HD / 16; np++)
+                        m3t_pv16(o[2 * np], o[2 * np + 1], pa, Vs, LD, kk, np, lane);
                 }
             }
         }
@@ -620,10 +610,7 @@ __device__ __forceinline__ void msa_qk_s(float s[16][4], const uint16_t *Qw, con
         m3t_ldsm4(qa, Qw + (r8 + 8 * (mi & 1)) * LD + kk * 16 + 8 * (mi >> 1));
 #pragma unroll
         for (int np = 0; np < 8; np++) {
-            uint32_t b[4];
-            m3t_ldsm4(b, Ks + ((2 * np + (mi >> 1)) * 8 + r8) * LD + kk * 16 + 8 * (mi & 1));
-            m3t_mma(s[2 * np], qa, b[0], b[1]);
-            m3t_mma(s[2 * np + 1], qa, b[2], b[3]);
+            m3t_qk16(s[2 * np], s[2 * np + 1], qa, Ks, LD, np, kk, lane);
         }
     }
 }
@@ -651,19 +638,13 @@ __device__ __forceinline__ void msa_fused(float s[8][4], const uint16_t *Qw, con
         m3t_ldsm4(qa, Qw + (r8 + 8 * (mi & 1)) * LD + i * 16 + 8 * (mi >> 1));
 #pragma unroll
         for (int np = 0; np < 4; np++) {
-            uint32_t b[4];
-            m3t_ldsm4(b, Kh + ((2 * np + (mi >> 1)) * 8 + r8) * LD + i * 16 + 8 * (mi & 1));
-            m3t_mma(s[2 * np], qa, b[0], b[1]);
-            m3t_mma(s[2 * np + 1], qa, b[2], b[3]);
+            m3t_qk16(s[2 * np], s[2 * np + 1], qa, Kh, LD, np, i, lane);
         }
         if (PV) { /* 4 of the 4 * NQ (k-step, column pair) units of P V */
 #pragma unroll
             for (int j = 4 * i; j < 4 * i + 4; j++) {
                 const int kv = j / NQ, np = j % NQ;
-                uint32_t vb[4];
-                m3t_ldsm4t(vb, Vh + (kv * 16 + 8 * (mi & 1) + r8) * LD + (2 * np + (mi >> 1)) * 8);
-                m3t_mma(o[2 * np], pa[kv], vb[0], vb[1]);
-                m3t_mma(o[2 * np + 1], pa[kv], vb[2], vb[3]);
+                m3t_pv16(o[2 * np], o[2 * np + 1], pa[kv], Vh, LD, kv, np, lane);
             }
         }
     }
@@ -675,17 +656,12 @@ __device__ __forceinline__ void msa_pv_half(float o[HD / 8][4], const uint32_t p
                                             const uint16_t *Vs, int hv, int lane)
 {
     constexpr int LD = HD + 8;
-    const int mi = lane >> 3, r8 = lane & 7;
     const uint16_t *Vh = Vs + 64 * hv * LD;
 #pragma unroll
     for (int kv = 0; kv < 4; kv++)
 #pragma unroll
-        for (int np = 0; np < HD / 16; np++) {
-            uint32_t vb[4];
-            m3t_ldsm4t(vb, Vh + (kv * 16 + 8 * (mi & 1) + r8) * LD + (2 * np + (mi >> 1)) * 8);
-            m3t_mma(o[2 * np], pa[kv], vb[0], vb[1]);
-            m3t_mma(o[2 * np + 1], pa[kv], vb[2], vb[3]);
-        }
+        for (int np = 0; np < HD / 16; np++)
+            m3t_pv16(o[2 * np], o[2 * np + 1], pa[kv], Vh, LD, kv, np, lane);
 }
 
 /* Online-softmax step for one 64-key piece s (keys >= lim already -inf):
@@ -1028,7 +1004,6 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
             msa_bar_wait(&full[vs], (uint32_t)((c / MSA_NS) & 1));
             if (sel) {
                 const uint16_t *Vs = S0 + vs * SLOT;
-                const int mi = lane >> 3, r8 = lane & 7;
 #pragma unroll
                 for (int kk = 0; kk < 8; kk++) { /* 16 keys per k-step */
                     const float p00 = msa_ex2(__fmaf_rn(sc[2 * kk][0], c2, -m0));
@@ -1047,13 +1022,8 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
                     pa[2] = m3t_pack_bf16(p20, p21);
                     pa[3] = m3t_pack_bf16(p30, p31);
 #pragma unroll
-                    for (int np = 0; np < HD / 16; np++) {
-                        uint32_t vb[4];
-                        m3t_ldsm4t(vb, Vs + (kk * 16 + 8 * (mi & 1) + r8) * LD +
-                                           (2 * np + (mi >> 1)) * 8);
-                        m3t_mma(o[2 * np], pa, vb[0], vb[1]);
-                        m3t_mma(o[2 * np + 1], pa, vb[2], vb[3]);
-                    }
+                    for (int np = 0; np < HD / 16; np++)
+                        m3t_pv16(o[2 * np], o[2 * np + 1], pa, Vs, LD, kk, np, lane);
                 }
             }
             __syncwarp();
@@ -1150,7 +1120,6 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
         msa_bar_wait(&full[vs], (uint32_t)((c / MSA_NS) & 1));
         if (sel) {
             const uint16_t *Vs = S0 + vs * SLOT;
-            const int mi = lane >> 3, r8 = lane & 7;
 #pragma unroll
             for (int kk = 0; kk < 8; kk++) { /* 16 keys per k-step */
                 uint32_t pa[4];
@@ -1163,13 +1132,8 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
                 pa[3] = m3t_pack_bf16(msa_ex2(__fmaf_rn(sc[2 * kk + 1][2], c2, -m1)) * il1,
                                       msa_ex2(__fmaf_rn(sc[2 * kk + 1][3], c2, -m1)) * il1);
 #pragma unroll
-                for (int np = 0; np < HD / 16; np++) {
-                    uint32_t vb[4];
-                    m3t_ldsm4t(vb, Vs + (kk * 16 + 8 * (mi & 1) + r8) * LD +
-                                       (2 * np + (mi >> 1)) * 8);
-                    m3t_mma(o[2 * np], pa, vb[0], vb[1]);
-                    m3t_mma(o[2 * np + 1], pa, vb[2], vb[3]);
-                }
+                for (int np = 0; np < HD / 16; np++)
+                    m3t_pv16(o[2 * np], o[2 * np + 1], pa, Vs, LD, kk, np, lane);
             }
         }
         __syncwarp();

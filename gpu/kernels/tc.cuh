@@ -69,6 +69,33 @@ __device__ __forceinline__ void m3t_mma(float d[4], const uint32_t a[4], uint32_
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Flash-style building blocks for one warp's 16 rows. Tiles in shared memory
+ * are bf16, one key per row, row stride LD elements (rows 16-byte aligned).
+ * m3t_qk16: s0, s1 (keys 16 np .. 16 np + 7, + 8 .. + 15 of the tile Ks) +=
+ * a (A fragments of columns 16 kk .. 16 kk + 15 of the rows) x K^T. */
+__device__ __forceinline__ void m3t_qk16(float s0[4], float s1[4], const uint32_t a[4],
+                                         const uint16_t *Ks, int LD, int np, int kk, int lane)
+{
+    const int mi = lane >> 3, r8 = lane & 7;
+    uint32_t b[4];
+    m3t_ldsm4(b, Ks + ((2 * np + (mi >> 1)) * 8 + r8) * LD + kk * 16 + 8 * (mi & 1));
+    m3t_mma(s0, a, b[0], b[1]);
+    m3t_mma(s1, a, b[2], b[3]);
+}
+
+/* m3t_pv16: o0, o1 (output columns 16 np .. 16 np + 7, + 8 .. + 15) += p (A
+ * fragments: the rows' bf16 probabilities of keys 16 kv .. 16 kv + 15 of the
+ * tile) x V, with the V tile at Vs (loaded transposed). */
+__device__ __forceinline__ void m3t_pv16(float o0[4], float o1[4], const uint32_t p[4],
+                                         const uint16_t *Vs, int LD, int kv, int np, int lane)
+{
+    const int mi = lane >> 3, r8 = lane & 7;
+    uint32_t vb[4];
+    m3t_ldsm4t(vb, Vs + (kv * 16 + 8 * (mi & 1) + r8) * LD + (2 * np + (mi >> 1)) * 8);
+    m3t_mma(o0, p, vb[0], vb[1]);
+    m3t_mma(o1, p, vb[2], vb[3]);
+}
+
 /* bf16x2 of (lo, hi), each rounded to nearest even (lo in the low half). */
 __device__ __forceinline__ uint32_t m3t_pack_bf16(float lo, float hi)
 {

@@ -350,13 +350,8 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
-                for (int np = 0; np < KT / 16; np++) {
-                    uint32_t b[4];
-                    m3t_ldsm4(b, Ks + ((2 * np + (mi >> 1)) * 8 + r8) * LD + kk * 16 +
-                                     8 * (mi & 1));
-                    m3t_mma(sc[2 * np], qa[kk], b[0], b[1]);
-                    m3t_mma(sc[2 * np + 1], qa[kk], b[2], b[3]);
-                }
+                for (int np = 0; np < KT / 16; np++)
+                    m3t_qk16(sc[2 * np], sc[2 * np + 1], qa[kk], Ks, LD, np, kk, lane);
 #pragma unroll
             for (int nn = 0; nn < KT / 8; nn++)
 #pragma unroll
@@ -401,13 +396,8 @@ __global__ void __launch_bounds__(128)
                     pa[3] = m3t_pack_bf16(exp2f(sc[2 * kk + 1][2] - m1) * il1,
                                           exp2f(sc[2 * kk + 1][3] - m1) * il1);
 #pragma unroll
-                    for (int np = 0; np < HD / 16; np++) {
-                        uint32_t vb[4];
-                        m3t_ldsm4t(vb, Vs + (kk * 16 + 8 * (mi & 1) + r8) * LD +
-                                           (2 * np + (mi >> 1)) * 8);
-                        m3t_mma(o[2 * np], pa, vb[0], vb[1]);
-                        m3t_mma(o[2 * np + 1], pa, vb[2], vb[3]);
-                    }
+                    for (int np = 0; np < HD / 16; np++)
+                        m3t_pv16(o[2 * np], o[2 * np + 1], pa, Vs, LD, kk, np, lane);
                 }
             }
         }
