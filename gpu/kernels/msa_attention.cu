@@ -416,10 +416,7 @@ __global__ void __launch_bounds__(MSA_R * 32, 1)
         const int u = s % nU, pass2 = s >= nU;
         const uint16_t *Ks = S0 + (s % MSA_NST) * 2 * MSA_KT * LD;
         if (s == nU) { /* pass 1 done: global max and sum of the two heads */
-            for (int x = 1; x < 4; x <<= 1) {
-                l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-                l1 += __shfl_xor_sync(0xffffffffu, l1, x);
-            }
+            m3t_row_sum(l0, l1);
             il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
             il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
             if (m0 == -INFINITY)
@@ -443,16 +440,8 @@ __global__ void __launch_bounds__(MSA_R * 32, 1)
                             sc[nn][e] = -INFINITY;
             }
             if (!pass2) {
-                float x0 = -INFINITY, x1 = -INFINITY;
-#pragma unroll
-                for (int nn = 0; nn < 16; nn++) {
-                    x0 = fmaxf(x0, fmaxf(sc[nn][0], sc[nn][1]));
-                    x1 = fmaxf(x1, fmaxf(sc[nn][2], sc[nn][3]));
-                }
-                for (int x = 1; x < 4; x <<= 1) {
-                    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, x));
-                    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, x));
-                }
+                float x0, x1;
+                m3t_row_max<16>(sc, x0, x1);
                 /* c2 > 0: max of acc * c2 = (max acc) * c2 */
                 const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
                 float e0 = 0.0f, e1 = 0.0f;
@@ -934,10 +923,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
             if (lane == 0)
                 msa_bar_arrive(&empty[pv_slot]);
         }
-        for (int x = 1; x < 4; x <<= 1) {
-            l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-            l1 += __shfl_xor_sync(0xffffffffu, l1, x);
-        }
+        m3t_row_sum(l0, l1);
         il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
         il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
 #pragma unroll
@@ -974,16 +960,8 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
                 msa_bar_arrive(&empty[ks]); /* K slot free: S is in registers */
             c++;
             if (sel) { /* new running max (finite: key k0 <= pos is visible) */
-                float x0 = -INFINITY, x1 = -INFINITY;
-#pragma unroll
-                for (int nn = 0; nn < 16; nn++) {
-                    x0 = fmaxf(x0, fmaxf(sc[nn][0], sc[nn][1]));
-                    x1 = fmaxf(x1, fmaxf(sc[nn][2], sc[nn][3]));
-                }
-                for (int x = 1; x < 4; x <<= 1) {
-                    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, x));
-                    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, x));
-                }
+                float x0, x1;
+                m3t_row_max<16>(sc, x0, x1);
                 const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
                 if (__any_sync(0xffffffffu, n0 != m0 || n1 != m1)) { /* rescale O and l */
                     const float a0 = msa_ex2(m0 - n0), a1 = msa_ex2(m1 - n1); /* m = -inf: 0 */
@@ -1031,10 +1009,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
                 msa_bar_arrive(&empty[vs]);
             c++;
         }
-        for (int x = 1; x < 4; x <<= 1) {
-            l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-            l1 += __shfl_xor_sync(0xffffffffu, l1, x);
-        }
+        m3t_row_sum(l0, l1);
         il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
         il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
 #pragma unroll
@@ -1051,10 +1026,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
         const int u = s < nU ? s : s - nU, pass2 = s >= nU;
         const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
         if (s == nU) { /* pass 1 done: this row's max and sum of the two heads */
-            for (int x = 1; x < 4; x <<= 1) {
-                l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-                l1 += __shfl_xor_sync(0xffffffffu, l1, x);
-            }
+            m3t_row_sum(l0, l1);
             il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
             il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
             if (m0 == -INFINITY)
@@ -1085,16 +1057,8 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
         c++;
         if (!pass2) {
             if (sel) {
-                float x0 = -INFINITY, x1 = -INFINITY;
-#pragma unroll
-                for (int nn = 0; nn < 16; nn++) {
-                    x0 = fmaxf(x0, fmaxf(sc[nn][0], sc[nn][1]));
-                    x1 = fmaxf(x1, fmaxf(sc[nn][2], sc[nn][3]));
-                }
-                for (int x = 1; x < 4; x <<= 1) {
-                    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, x));
-                    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, x));
-                }
+                float x0, x1;
+                m3t_row_max<16>(sc, x0, x1);
                 const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
                 float e0 = 0.0f, e1 = 0.0f;
                 if (n0 > -INFINITY) {

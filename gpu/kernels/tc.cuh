@@ -96,6 +96,36 @@ __device__ __forceinline__ void m3t_pv16(float o0[4], float o1[4], const uint32_
     m3t_mma(o1, p, vb[2], vb[3]);
 }
 
+/* Row statistics of a C-layout fragment: a lane holds columns of two rows,
+ * lane / 4 and lane / 4 + 8, shared with the other three lanes of its quad.
+ * m3t_row_max: x0, x1 = the max of those rows over the NN column blocks of
+ * sc and over the quad (the same value in all four lanes). */
+template <int NN>
+__device__ __forceinline__ void m3t_row_max(const float (*sc)[4], float &x0, float &x1)
+{
+    x0 = -INFINITY;
+    x1 = -INFINITY;
+#pragma unroll
+    for (int nn = 0; nn < NN; nn++) {
+        x0 = fmaxf(x0, fmaxf(sc[nn][0], sc[nn][1]));
+        x1 = fmaxf(x1, fmaxf(sc[nn][2], sc[nn][3]));
+    }
+    for (int x = 1; x < 4; x <<= 1) {
+        x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, x));
+        x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, x));
+    }
+}
+
+/* m3t_row_sum: each lane's partial sums l0, l1 of the two rows -> the
+ * quad's totals (the same value in all four lanes). */
+__device__ __forceinline__ void m3t_row_sum(float &l0, float &l1)
+{
+    for (int x = 1; x < 4; x <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+    }
+}
+
 /* bf16x2 of (lo, hi), each rounded to nearest even (lo in the low half). */
 __device__ __forceinline__ uint32_t m3t_pack_bf16(float lo, float hi)
 {

@@ -330,10 +330,7 @@ __global__ void __launch_bounds__(128)
 
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) { /* the quad's partial sums -> L of each row (>= 1) */
-            for (int x = 1; x < 4; x <<= 1) {
-                l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-                l1 += __shfl_xor_sync(0xffffffffu, l1, x);
-            }
+            m3t_row_sum(l0, l1);
             il0 = 1.0f / l0;
             il1 = 1.0f / l1;
         }
@@ -360,16 +357,8 @@ __global__ void __launch_bounds__(128)
                     sc[nn][e] = key < len ? sc[nn][e] * c2 : -INFINITY;
                 }
             if (pass == 0) {
-                float x0 = -INFINITY, x1 = -INFINITY;
-#pragma unroll
-                for (int nn = 0; nn < KT / 8; nn++) {
-                    x0 = fmaxf(x0, fmaxf(sc[nn][0], sc[nn][1]));
-                    x1 = fmaxf(x1, fmaxf(sc[nn][2], sc[nn][3]));
-                }
-                for (int x = 1; x < 4; x <<= 1) {
-                    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, x));
-                    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, x));
-                }
+                float x0, x1;
+                m3t_row_max<KT / 8>(sc, x0, x1);
                 /* key k0 < len is in every tile's first column block, so the
                  * new maxima are finite */
                 const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
