@@ -653,24 +653,14 @@ __device__ __forceinline__ void msa_pv_half(float o[HD / 8][4], const uint32_t p
             m3t_pv16(o[2 * np], o[2 * np + 1], pa[kv], Vh, LD, kv, np, lane);
 }
 
-/* Online-softmax step for one 64-key piece s (keys >= lim already -inf):
- * new running max (x c2), rescale of o and l when it moved, l += sum of
- * p = 2^(s c2 - m), pa = bf16(p) as the A operand of the next P V. */
+/* The one-pass kernels' running-max step: with x0, x1 the new keys' row
+ * maxima (unscaled), m = max(m, x c2); when either row's m moved in any
+ * lane of the warp, o and l are rescaled by 2^(m_old - m_new) (0 for m_old
+ * = -inf, whose l and o are 0). */
 template <int HD>
-__device__ __forceinline__ void msa_soft_half(const float s[8][4], uint32_t pa[4][4], float &m0,
-                                              float &m1, float &l0, float &l1,
-                                              float o[HD / 8][4], float c2)
+__device__ __forceinline__ void msa_new_max(float x0, float x1, float c2, float &m0, float &m1,
+                                            float &l0, float &l1, float o[HD / 8][4])
 {
-    float x0 = -INFINITY, x1 = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-        x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1]));
-        x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3]));
-    }
-    for (int x = 1; x < 4; x <<= 1) {
-        x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, x));
-        x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, x));
-    }
     const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
     if (__any_sync(0xffffffffu, n0 != m0 || n1 != m1)) {
         const float a0 = msa_ex2(m0 - n0), a1 = msa_ex2(m1 - n1); /* m = -inf: 0 */
@@ -686,6 +676,19 @@ __device__ __forceinline__ void msa_soft_half(const float s[8][4], uint32_t pa[4
     }
     m0 = n0;
     m1 = n1;
+}
+
+/* Online-softmax step for one 64-key piece s (keys >= lim already -inf):
+ * new running max (x c2), rescale of o and l when it moved, l += sum of
+ * p = 2^(s c2 - m), pa = bf16(p) as the A operand of the next P V. */
+template <int HD>
+__device__ __forceinline__ void msa_soft_half(const float s[8][4], uint32_t pa[4][4], float &m0,
+                                              float &m1, float &l0, float &l1,
+                                              float o[HD / 8][4], float c2)
+{
+    float x0, x1;
+    m3t_row_max<8>(s, x0, x1);
+    msa_new_max<HD>(x0, x1, c2, m0, m1, l0, l1, o);
 #pragma unroll
     for (int kv = 0; kv < 4; kv++) {
         const float p00 = msa_ex2(__fmaf_rn(s[2 * kv][0], c2, -m0));
@@ -962,21 +965,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
             if (sel) { /* new running max (finite: key k0 <= pos is visible) */
                 float x0, x1;
                 m3t_row_max<16>(sc, x0, x1);
-                const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
-                if (__any_sync(0xffffffffu, n0 != m0 || n1 != m1)) { /* rescale O and l */
-                    const float a0 = msa_ex2(m0 - n0), a1 = msa_ex2(m1 - n1); /* m = -inf: 0 */
-                    l0 *= a0;
-                    l1 *= a1;
-#pragma unroll
-                    for (int i = 0; i < HD / 8; i++) {
-                        o[i][0] *= a0;
-                        o[i][1] *= a0;
-                        o[i][2] *= a1;
-                        o[i][3] *= a1;
-                    }
-                }
-                m0 = n0;
-                m1 = n1;
+                msa_new_max<HD>(x0, x1, c2, m0, m1, l0, l1, o);
             }
             const int vs = c % MSA_NS;
             msa_bar_wait(&full[vs], (uint32_t)((c / MSA_NS) & 1));
