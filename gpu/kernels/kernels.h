@@ -330,8 +330,9 @@ hipError_t m3g_vision_rope(float *x, int T, int nh, int hd, int rd, const float 
 
 /* out [len, nh, hd]: full bidirectional attention of the len rows of one
  * segment, q/k/v [len, nh, hd], scale hd^-0.5 (ref vision.c
- * segment_attention, same summation orders; M3-VIS-ATTN-1, M3-VIS-SEG-1).
- * Probabilities and outputs rounded per mode. hd <= 1024. */
+ * segment_attention; M3-VIS-ATTN-1, M3-VIS-SEG-1). Probabilities and
+ * outputs rounded per mode. ref's summation orders, except in bf16 mode
+ * with hd <= 128 on NVIDIA (tensor cores; see the _variant form). hd <= 1024. */
 hipError_t m3g_vision_attention(float *out, const float *q, const float *k, const float *v,
                                 int len, int nh, int hd, int mode, hipStream_t st);
 
