@@ -374,7 +374,8 @@ typedef struct m3g_vis_scratch {
  * (M3-VIS-LAYER-1): LayerNorm, q/k/v + bias, 3D RoPE on q and k with the
  * device tables cos_t/sin_t [T, rd/2], attention within each of the nseg
  * segments (host arrays seg_start/seg_len, rows), o_proj + residual,
- * LayerNorm, fc1 + GELU, fc2 + residual. nh heads of hd = Hv / nh. */
+ * LayerNorm, fc1 + GELU, fc2 + residual. nh heads of hd = Hv / nh; blas
+ * as m3g_linear_bias (NULL: the exact mode-0 products). */
 hipError_t m3g_vision_layer(float *h, const m3g_vis_layer *w, const m3g_vis_scratch *s, int64_t T,
                             int nh, int hd, int rd, const float *cos_t, const float *sin_t,
                             const int64_t *seg_start, const int64_t *seg_len, int nseg, float eps,
