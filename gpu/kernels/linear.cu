@@ -1376,6 +1376,22 @@ static m3g_mat mat_rows(m3g_mat W, int r0, int n)
     return s;
 }
 
+/* The GEMV output description of nseg (<= M3G_MAX_SEG) segments: their
+ * outputs, strides and cumulative row ends; returns the total rows. */
+static int gemv_out_of(gemv_out *o, const m3g_seg *seg, int nseg)
+{
+    memset(o, 0, sizeof *o);
+    int r = 0;
+    for (int s = 0; s < nseg; s++) {
+        o->y[s] = seg[s].y;
+        o->ld[s] = seg[s].ld;
+        r += seg[s].rows;
+        o->end[s] = r;
+    }
+    o->nseg = nseg;
+    return r;
+}
+
 hipError_t m3g_linear_multi(const float *X, m3g_mat W, const m3g_seg *seg, int nseg, int T,
                             int mode, m3g_blas *blas, hipStream_t st)
 {
@@ -1384,15 +1400,7 @@ hipError_t m3g_linear_multi(const float *X, m3g_mat W, const m3g_seg *seg, int n
     if (nseg < 1 || nseg > M3G_MAX_SEG)
         return hipErrorInvalidValue;
     gemv_out o;
-    memset(&o, 0, sizeof o);
-    int r = 0;
-    for (int s = 0; s < nseg; s++) {
-        o.y[s] = seg[s].y;
-        o.ld[s] = seg[s].ld;
-        r += seg[s].rows;
-        o.end[s] = r;
-    }
-    o.nseg = nseg;
+    const int r = gemv_out_of(&o, seg, nseg);
     if (r != W.rows)
         return hipErrorInvalidValue;
     if (mode == 0 || T <= 8) /* exact order (fp32) or streaming GEMV: one pass */
@@ -1454,15 +1462,7 @@ hipError_t m3g_gemv_variant(int variant, const float *X, m3g_mat W, const m3g_se
         nseg > M3G_MAX_SEG || (swiglu && (nseg != 1 || (W.rows & 1) != 0)))
         return hipErrorInvalidValue;
     gemv_out o;
-    memset(&o, 0, sizeof o);
-    int r = 0;
-    for (int s = 0; s < nseg; s++) {
-        o.y[s] = seg[s].y;
-        o.ld[s] = seg[s].ld;
-        r += seg[s].rows;
-        o.end[s] = r;
-    }
-    o.nseg = nseg;
+    const int r = gemv_out_of(&o, seg, nseg);
     if (swiglu) {
         o.end[0] = W.rows;
         o.half = W.rows / 2;
