@@ -3,7 +3,8 @@
  * Spec: M3-TOL-* (NMSE, max-abs, max-rel, cosine; non-finite values checked
  * first), M3-MSA-SELECT-* and M3-MOE-ROUTER-2 (block and expert choices are
  * sets; a differing choice is accepted only when the golden scores of the
- * swapped candidates are within the tie tolerance).
+ * swapped candidates are within the tie tolerance), M3-TOL-8 (rows that
+ * depend on an accepted tie can be masked out of the set comparison).
  * Metrics accumulate in double so the judge adds no error of its own.
  */
 #include "conform.h"
@@ -20,6 +21,7 @@ const char *cf_result_name(cf_result r)
     case CF_WARNING: return "QualityWarning";
     case CF_NOT_SUPPORTED: return "NotSupported";
     case CF_INTERNAL_ERROR: return "InternalError";
+    case CF_TIE_DIVERGED: return "TieDiverged";
     default: return "?";
     }
 }
@@ -30,8 +32,9 @@ int cf_result_rank(cf_result r)
     case CF_PASS: return 0;
     case CF_NOT_SUPPORTED: return 1;
     case CF_WARNING: return 2;
-    case CF_FAIL: return 3;
-    default: return 4;
+    case CF_TIE_DIVERGED: return 3;
+    case CF_FAIL: return 4;
+    default: return 5;
     }
 }
 
@@ -162,72 +165,89 @@ static int collect(int32_t *dst, const int32_t *row, int k, int ns, const char *
     return n;
 }
 
+/* Judge one row: 0 equal sets, 1 different but every swap is a tie, 2 bad
+ * (why says how). */
+static int judge_row(const int32_t *ro, const int32_t *rr, int k, const float *sr, int ns,
+                     double tie_tol, char *why, size_t wcap)
+{
+    int32_t a[CF_MAX_SET], b[CF_MAX_SET], only_ref[CF_MAX_SET], only_out[CF_MAX_SET];
+    int na = collect(a, ro, k, sr ? ns : 0, "port", why, wcap);
+    int nb = na < 0 ? 0 : collect(b, rr, k, sr ? ns : 0, "golden", why, wcap);
+    if (na < 0 || nb < 0)
+        return 2;
+    if (na != nb) {
+        snprintf(why, wcap, "port chooses %d ids, golden %d", na, nb);
+        return 2;
+    }
+    if (memcmp(a, b, (size_t)na * sizeof *a) == 0)
+        return 0;
+    int nr = 0, no = 0;
+    for (int j = 0; j < nb; j++)
+        if (!contains(a, na, b[j]))
+            only_ref[nr++] = b[j];
+    for (int j = 0; j < na; j++)
+        if (!contains(b, nb, a[j]))
+            only_out[no++] = a[j];
+    if (!sr) {
+        snprintf(why, wcap, "port chooses %d where golden chooses %d (no golden scores to judge a tie)",
+                 (int)only_out[0], (int)only_ref[0]);
+        return 2;
+    }
+    double mx = 0;
+    for (int j = 0; j < ns; j++)
+        if (isfinite(sr[j]) && fabs(sr[j]) > mx)
+            mx = fabs(sr[j]);
+    double tol = tie_tol * mx;
+    for (int x = 0; x < nr; x++)
+        for (int y = 0; y < no; y++) {
+            double sg = sr[only_ref[x]], so = sr[only_out[y]];
+            if (isinf(so) && so < 0) {
+                snprintf(why, wcap, "port chooses %d, which is not a candidate (score -inf)", (int)only_out[y]);
+                return 2;
+            }
+            if (!(fabs(sg - so) <= tol) && !(sg == so)) {
+                snprintf(why, wcap,
+                         "port chooses %d (golden score %.9g) instead of %d (%.9g): gap %.3g > tie tolerance %.3g",
+                         (int)only_out[y], so, (int)only_ref[x], sg, fabs(sg - so), tol);
+                return 2;
+            }
+        }
+    return 1;
+}
+
+void cf_compare_sets_masked(cf_setstat *st, const int32_t *out, const int32_t *ref, long rows, int k,
+                            const float *scores, int ns, double tie_tol, const unsigned char *masked,
+                            signed char *state)
+{
+    memset(st, 0, sizeof *st);
+    st->first_bad = st->first_masked_bad = st->first_tie = -1;
+    st->rows = rows;
+    for (long r = 0; r < rows; r++) {
+        char why[256] = "";
+        int v = judge_row(out + (size_t)r * (size_t)k, ref + (size_t)r * (size_t)k, k,
+                          scores ? scores + (size_t)r * (size_t)ns : NULL, ns, tie_tol, why, sizeof why);
+        if (state)
+            state[r] = (signed char)v;
+        if (masked && masked[r]) {
+            st->rows_masked++;
+            if (v == 2 && st->rows_masked_bad++ == 0) {
+                st->first_masked_bad = r;
+                snprintf(st->why_masked, sizeof st->why_masked, "row %ld: %s", r, why);
+            }
+        } else if (v == 0) {
+            st->rows_equal++;
+        } else if (v == 1) {
+            if (st->rows_tie++ == 0)
+                st->first_tie = r;
+        } else if (st->rows_bad++ == 0) {
+            st->first_bad = r;
+            snprintf(st->why, sizeof st->why, "row %ld: %s", r, why);
+        }
+    }
+}
+
 void cf_compare_sets(cf_setstat *st, const int32_t *out, const int32_t *ref, long rows, int k,
                      const float *scores, int ns, double tie_tol)
 {
-    memset(st, 0, sizeof *st);
-    st->first_bad = -1;
-    st->rows = rows;
-    int32_t a[CF_MAX_SET], b[CF_MAX_SET], only_ref[CF_MAX_SET], only_out[CF_MAX_SET];
-    for (long r = 0; r < rows; r++) {
-        char why[256] = "";
-        const int32_t *ro = out + (size_t)r * (size_t)k;
-        const int32_t *rr = ref + (size_t)r * (size_t)k;
-        int bad = 0;
-        int na = collect(a, ro, k, scores ? ns : 0, "port", why, sizeof why);
-        int nb = na < 0 ? 0 : collect(b, rr, k, scores ? ns : 0, "golden", why, sizeof why);
-        if (na < 0 || nb < 0) {
-            bad = 1;
-        } else if (na != nb) {
-            snprintf(why, sizeof why, "port chooses %d ids, golden %d", na, nb);
-            bad = 1;
-        } else if (memcmp(a, b, (size_t)na * sizeof *a) == 0) {
-            st->rows_equal++;
-            continue;
-        } else {
-            int nr = 0, no = 0;
-            for (int j = 0; j < nb; j++)
-                if (!contains(a, na, b[j]))
-                    only_ref[nr++] = b[j];
-            for (int j = 0; j < na; j++)
-                if (!contains(b, nb, a[j]))
-                    only_out[no++] = a[j];
-            if (!scores) {
-                snprintf(why, sizeof why, "port chooses %d where golden chooses %d (no golden scores to judge a tie)",
-                         (int)only_out[0], (int)only_ref[0]);
-                bad = 1;
-            } else {
-                const float *sr = scores + (size_t)r * (size_t)ns;
-                double mx = 0;
-                for (int j = 0; j < ns; j++)
-                    if (isfinite(sr[j]) && fabs(sr[j]) > mx)
-                        mx = fabs(sr[j]);
-                double tol = tie_tol * mx;
-                for (int x = 0; x < nr && !bad; x++)
-                    for (int y = 0; y < no && !bad; y++) {
-                        double sg = sr[only_ref[x]], so = sr[only_out[y]];
-                        if (isinf(so) && so < 0) {
-                            snprintf(why, sizeof why, "port chooses %d, which is not a candidate (score -inf)",
-                                     (int)only_out[y]);
-                            bad = 1;
-                        } else if (!(fabs(sg - so) <= tol) && !(sg == so)) {
-                            snprintf(why, sizeof why,
-                                     "port chooses %d (golden score %.9g) instead of %d (%.9g): gap %.3g > tie tolerance %.3g",
-                                     (int)only_out[y], so, (int)only_ref[x], sg, fabs(sg - so), tol);
-                            bad = 1;
-                        }
-                    }
-                if (!bad) {
-                    st->rows_tie++;
-                    continue;
-                }
-            }
-        }
-        if (bad) {
-            if (st->rows_bad++ == 0) {
-                st->first_bad = r;
-                snprintf(st->why, sizeof st->why, "row %ld: %s", r, why);
-            }
-        }
-    }
+    cf_compare_sets_masked(st, out, ref, rows, k, scores, ns, tie_tol, NULL, NULL);
 }

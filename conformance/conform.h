@@ -2,7 +2,9 @@
  *
  * Spec: M3-VEC-* (case directories, manifest), M3-TOL-* (tolerance profiles),
  * M3-DUMP-* (activation names compared), M3-MSA-SELECT-* and
- * M3-MOE-ROUTER-2 (discrete outputs compared as sets with a tie tolerance).
+ * M3-MOE-ROUTER-2 (discrete outputs compared as sets with a tie tolerance),
+ * M3-TOL-7/8 (what depends on a tie-accepted row is excluded or reported as
+ * TieDiverged, never as an independent failure).
  *
  * The kit owns all comparison: a port (or the reference) produces a dump of
  * named tensors, the kit loads it into a cf_tset, judges every tensor against
@@ -34,12 +36,14 @@ typedef enum cf_result {
     CF_WARNING,        /* QualityWarning: within tolerance, above tolerance/10 */
     CF_NOT_SUPPORTED,  /* missing tensor of a capability the port declared absent */
     CF_INTERNAL_ERROR, /* bad vector or runner problem, not the port's fault */
+    CF_TIE_DIVERGED,   /* inconclusive: differs only where an accepted tie reaches (M3-TOL-8) */
     CF_RESULT_LAST
 } cf_result;
 
-/* "Pass", "Fail", "QualityWarning", "NotSupported", "InternalError". */
+/* "Pass", "Fail", "QualityWarning", "NotSupported", "InternalError", "TieDiverged". */
 const char *cf_result_name(cf_result r);
-/* Severity rank for combining results: Pass < NotSupported < Warning < Fail < InternalError. */
+/* Severity rank for combining results:
+ * Pass < NotSupported < Warning < TieDiverged < Fail < InternalError. */
 int cf_result_rank(cf_result r);
 /* The worse of a and b by cf_result_rank. */
 cf_result cf_result_worst(cf_result a, cf_result b);
@@ -112,6 +116,11 @@ typedef struct cf_setstat {
     long rows_bad;     /* differing beyond the tie tolerance, duplicates, bad ids */
     long first_bad;    /* first bad row, -1 none */
     char why[300];     /* description of the first bad row */
+    long rows_masked;      /* rows the caller masked (not in equal/tie/bad) */
+    long rows_masked_bad;  /* masked rows that differ beyond the tie tolerance */
+    long first_masked_bad; /* first such row, -1 none */
+    long first_tie;        /* first unmasked tie-accepted row, -1 none */
+    char why_masked[300];  /* description of the first masked bad row */
 } cf_setstat;
 
 /* Compare rows of k ids as sets (-1 entries are padding and ignored).
@@ -123,6 +132,12 @@ typedef struct cf_setstat {
  * valid ids, or -inf candidates make the row bad. */
 void cf_compare_sets(cf_setstat *st, const int32_t *out, const int32_t *ref, long rows, int k,
                      const float *scores, int ns, double tie_tol);
+/* As cf_compare_sets; masked (NULL or [rows]): rows with masked[r] != 0 are
+ * counted in rows_masked / rows_masked_bad instead of equal / tie / bad;
+ * state (NULL or [rows]) receives 0 equal, 1 tie-accepted, 2 bad per row. */
+void cf_compare_sets_masked(cf_setstat *st, const int32_t *out, const int32_t *ref, long rows, int k,
+                            const float *scores, int ns, double tie_tol, const unsigned char *masked,
+                            signed char *state);
 
 /* ---- tolerance profiles (tolerances.c) ------------------------------------ */
 typedef struct cf_rule {
@@ -270,6 +285,16 @@ typedef struct cf_record {
     const cf_rule *rule;    /* matched rule, NULL for discrete tensors */
     cf_setstat set;
     char msg[512];
+    /* M3-TOL-8: rows that depend on a tie-accepted row of an earlier record */
+    long excluded_rows;     /* rows left out of the judgement (M3-TOL-8 (a)) */
+    long excl_tie_row;      /* token row of the first tie behind them, -1 none */
+    char excl_tie[160];     /* the discrete tensor holding that tie */
+    long reached_rows;      /* TieDiverged: rows a tie reaches (M3-TOL-8 (b)), 0 otherwise */
+    long reach_tie_row;     /* token row of the first tie behind them, -1 none */
+    char reach_tie[160];    /* the discrete tensor holding that tie */
+    long tie_row;           /* discrete records: first token row accepted as a tie and
+                               starting a dependence (not itself reached), -1 none */
+    long tie_head;          /* its index head for block_indices, else -1 */
 } cf_record;
 
 typedef struct cf_report {
@@ -281,6 +306,11 @@ typedef struct cf_report {
     int nrec, cap;
     cf_result result;
     int first_fail;         /* index into rec of the first divergence, -1 none */
+    int first_diverged;     /* first TieDiverged record (M3-TOL-8), -1 none */
+    int first_tie;          /* first record with a tie starting a dependence, -1 none */
+    long rows_excluded;     /* rows left out under M3-TOL-8 (a), summed over records */
+    int tensors_excluded;   /* records with such rows */
+    int ndiverged;          /* TieDiverged records */
     char error[1024];       /* set for InternalError / bad input of the whole case */
     double seconds;
     int teacher_forced;
@@ -306,7 +336,8 @@ const char *cf_capability_of(const char *tensor);
 /* Component label, layer and forward-order rank of a dump tensor name. */
 void cf_classify(const char *tensor, const char *case_component, int is_moe_layer,
                  char *component, size_t cap, int *layer, int *order);
-/* Sort records in forward order, find the first failure, mark the rest downstream, set r->result. */
+/* Sort records in forward order, find the first failure, mark the rest
+ * downstream, find the first tie and TieDiverged record, set r->result. */
 void cf_localise(cf_report *r);
 /* Append an empty record to r; returns NULL on allocation failure. */
 cf_record *cf_report_add(cf_report *r);

@@ -6,7 +6,11 @@
  * M3-DUMP-6 (missing tensors: NotSupported only for declared capabilities),
  * M3-DUMP-7 (discrete tensors read as sets), M3-MSA-SELECT-* and
  * M3-MOE-ROUTER-2 (a differing choice is accepted only within the tie
- * tolerance of the golden scores; forced blocks count as +inf).
+ * tolerance of the golden scores; forced blocks count as +inf), M3-TOL-7/8
+ * (tensors are judged in forward order; the rows that depend on a
+ * tie-accepted row of their own layer are left out of the judgement, and in
+ * a free-running forward a tensor failing only in rows that a tie of an
+ * earlier layer reaches is TieDiverged, neither Pass nor Fail).
  */
 #include "conform.h"
 
@@ -168,7 +172,8 @@ cf_record *cf_report_add(cf_report *r)
     cf_record *x = &r->rec[r->nrec++];
     memset(x, 0, sizeof *x);
     x->layer = -1;
-    x->set.first_bad = -1;
+    x->set.first_bad = x->set.first_masked_bad = x->set.first_tie = -1;
+    x->excl_tie_row = x->reach_tie_row = x->tie_row = x->tie_head = -1;
     return x;
 }
 
@@ -205,6 +210,113 @@ static const cf_tensor *lookup(const cf_judge_ctx *ctx, const cf_tset *golden, c
     if (!t && ctx->aux)
         t = cf_tset_get(ctx->aux, name);
     return t;
+}
+
+/* ---- M3-TOL-8: rows that depend on a tie-accepted row ------------------------------- */
+/* One accepted tie that starts a dependence: token row `row` of the discrete
+ * record (layer, order) named src. */
+typedef struct tie_event {
+    int layer, order;
+    long row;
+    char src[160];
+} tie_event;
+
+typedef struct tie_list {
+    tie_event *ev;
+    int n, cap;
+} tie_list;
+
+/* Record a tie of rec at token row `row` (once per row); -1 on allocation failure. */
+static int tie_add(tie_list *tl, const cf_record *rec, long row)
+{
+    for (int k = 0; k < tl->n; k++)
+        if (tl->ev[k].order == rec->order && tl->ev[k].row == row)
+            return 0;
+    if (tl->n == tl->cap) {
+        int cap = tl->cap ? 2 * tl->cap : 16;
+        tie_event *n = realloc(tl->ev, (size_t)cap * sizeof *n);
+        if (!n)
+            return -1;
+        tl->ev = n;
+        tl->cap = cap;
+    }
+    tie_event *ev = &tl->ev[tl->n++];
+    ev->layer = rec->layer;
+    ev->order = rec->order;
+    ev->row = row;
+    snprintf(ev->src, sizeof ev->src, "%s", rec->tensor);
+    return 0;
+}
+
+/* Row axis of a tensor (M3-DUMP-2): 1 for the [G, T, ...] block tensors, else 0. */
+static int row_axis(const cf_tensor *g)
+{
+    return g->ndim >= 2 && (ends_with(g->name, "block_indices") || ends_with(g->name, "block_scores"));
+}
+
+static long n_rows(const cf_tensor *g)
+{
+    return g->ndim == 0 ? 1 : (long)g->shape[row_axis(g)];
+}
+
+/* Elements per row (the product of the dimensions after the row axis). */
+static size_t row_inner(const cf_tensor *g)
+{
+    size_t inner = 1;
+    for (int d = row_axis(g) + 1; d < g->ndim; d++)
+        inner *= (size_t)g->shape[d];
+    return inner;
+}
+
+/* The rows of one tensor that earlier accepted ties reach (M3-TOL-8). */
+typedef struct tie_rows {
+    unsigned char *excl;   /* [rows] (a): depends on a tie of its own layer: left out */
+    unsigned char *reach;  /* [rows] (b): a tie of an earlier layer reaches it (free-running) */
+    long nexcl, nreach;
+    const tie_event *excl_ev, *reach_ev; /* the first tie behind each */
+} tie_rows;
+
+/* Fill tr for the token rows s < rows of the tensor at (layer, order):
+ * (a) the tie's own row of the tensors that M3-TOL-8 lists as depending on a
+ *     tie of their layer (dependent), after the tie in forward order;
+ * (b) free-running only: every row >= the tie's row of everything in later
+ *     layers and after them (causal attention carries row t to the rows
+ *     after it, never before), and the tie's row of an unlisted tensor of
+ *     its own layer.
+ * A row in (a) is not also in (b). */
+static void tie_masks(const tie_list *tl, int layer, int order, int dependent, int isolated, long rows,
+                      tie_rows *tr)
+{
+    memset(tr->excl, 0, (size_t)rows);
+    memset(tr->reach, 0, (size_t)rows);
+    tr->nexcl = tr->nreach = 0;
+    tr->excl_ev = tr->reach_ev = NULL;
+    for (int k = 0; k < tl->n; k++) {
+        const tie_event *ev = &tl->ev[k];
+        if (ev->order >= order || ev->row < 0 || ev->row >= rows)
+            continue;
+        if (ev->layer == layer && dependent) {
+            if (!tr->excl[ev->row]) {
+                tr->excl[ev->row] = 1;
+                tr->nexcl++;
+            }
+            if (!tr->excl_ev)
+                tr->excl_ev = ev;
+        } else if (!isolated) {
+            long hi = ev->layer == layer ? ev->row + 1 : rows;
+            for (long s = ev->row; s < hi; s++)
+                tr->reach[s] = 1;
+            if (!tr->reach_ev)
+                tr->reach_ev = ev;
+        } /* isolated: other layers and the head start from their own inputs */
+    }
+    for (long s = 0; s < rows; s++) {
+        if (tr->excl[s])
+            tr->reach[s] = 0;
+        tr->nreach += tr->reach[s];
+    }
+    if (!tr->nreach)
+        tr->reach_ev = NULL;
 }
 
 static void judge_float(cf_record *rec, const cf_judge_ctx *ctx, const float *o, const float *g,
@@ -274,6 +386,193 @@ static void judge_float(cf_record *rec, const cf_judge_ctx *ctx, const float *o,
     rec->result = CF_FAIL;
 }
 
+static const char *plural(long n)
+{
+    return n == 1 ? "" : "s";
+}
+
+static void append_msg(cf_record *rec, const char *sep, const char *text)
+{
+    size_t n = strlen(rec->msg);
+    snprintf(rec->msg + n, sizeof rec->msg - n, "%s%s", n ? sep : "", text);
+}
+
+static void set_excluded(cf_record *rec, long n, const tie_event *ev)
+{
+    rec->excluded_rows = n;
+    rec->excl_tie_row = ev ? ev->row : -1;
+    snprintf(rec->excl_tie, sizeof rec->excl_tie, "%s", ev ? ev->src : "");
+}
+
+static void set_diverged(cf_record *rec, long n, const tie_event *ev)
+{
+    rec->result = CF_TIE_DIVERGED;
+    rec->reached_rows = n;
+    rec->reach_tie_row = ev ? ev->row : -1;
+    snprintf(rec->reach_tie, sizeof rec->reach_tie, "%s", ev ? ev->src : "");
+}
+
+/* Judge a float tensor some of whose rows earlier ties reach (M3-TOL-8):
+ * the metrics and rule apply to the rows not in tr->excl; a NaN or an Inf
+ * the golden lacks in an excluded row still fails; when that judgement
+ * fails only because of rows in tr->reach (the remaining rows pass on their
+ * own) the result is TieDiverged. -1 only on allocation failure. */
+static int judge_float_tie(cf_record *rec, const cf_judge_ctx *ctx, const cf_tensor *g, const float *o,
+                           const tie_rows *tr)
+{
+    size_t n = g->n, inner = row_inner(g), na = 0, nb = 0, nbad = 0;
+    long rows = n_rows(g), bad_at = -1;
+    size_t cap = n ? n : 1;
+    float *ao = malloc(cap * sizeof *ao), *ag = malloc(cap * sizeof *ag);
+    float *bo = malloc(cap * sizeof *bo), *bg = malloc(cap * sizeof *bg);
+    size_t *idx = malloc(cap * sizeof *idx);
+    int rc = -1;
+    if (!ao || !ag || !bo || !bg || !idx)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        long s = inner ? (long)((i / inner) % (size_t)rows) : 0;
+        if (tr->excl[s]) {
+            if (isnan(o[i]) || (isinf(o[i]) && !(g->f[i] == o[i])))
+                if (nbad++ == 0)
+                    bad_at = (long)i;
+            continue;
+        }
+        ao[na] = o[i];
+        ag[na] = g->f[i];
+        idx[na++] = i;
+        if (!tr->reach[s]) {
+            bo[nb] = o[i];
+            bg[nb++] = g->f[i];
+        }
+    }
+    char note[400];
+    judge_float(rec, ctx, ao, ag, na);
+    for (int k = 0; k < 4; k++)
+        if (rec->m.worst[k] >= 0)
+            rec->m.worst[k] = (long)idx[rec->m.worst[k]];
+    if (rec->m.first_bad >= 0 && (size_t)rec->m.first_bad < na)
+        rec->m.first_bad = (long)idx[rec->m.first_bad];
+    if (tr->nexcl) {
+        set_excluded(rec, tr->nexcl, tr->excl_ev);
+        if (nbad && rec->result != CF_INTERNAL_ERROR) {
+            rec->result = CF_FAIL;
+            rec->m.n_nan += nbad; /* a tie never produces a NaN or a new Inf */
+            snprintf(rec->msg, sizeof rec->msg,
+                     "%zu NaN or unmatched Inf values in rows left out as consequences of a tie (first at flat "
+                     "index %ld); a tie never excuses those", nbad, bad_at);
+        }
+        snprintf(note, sizeof note, "M3-TOL-8: %ld of %ld row%s excluded, consequences of the tie-accepted row %ld of %.150s",
+                 tr->nexcl, rows, plural(rows), tr->excl_ev->row, tr->excl_ev->src);
+        append_msg(rec, "; ", note);
+    }
+    if (rec->result == CF_FAIL && tr->nreach && !nbad && !rec->m.n_nan && !rec->m.n_inf_bad) {
+        cf_record sub;
+        memset(&sub, 0, sizeof sub);
+        memcpy(sub.key, rec->key, sizeof sub.key);
+        judge_float(&sub, ctx, bo, bg, nb);
+        long other = rows - tr->nexcl - tr->nreach;
+        if (cf_result_conforms(sub.result)) {
+            char full[512];
+            snprintf(full, sizeof full, "%s", rec->msg);
+            set_diverged(rec, tr->nreach, tr->reach_ev);
+            snprintf(rec->msg, sizeof rec->msg,
+                     "%.240s, only in the %ld row%s that the tie-accepted row %ld of %.150s reaches (M3-TOL-8); "
+                     "the other %ld row%s pass (NMSE %.3g)",
+                     full, tr->nreach, plural(tr->nreach), tr->reach_ev->row, tr->reach_ev->src, other, plural(other),
+                     sub.m.nmse);
+        } else {
+            snprintf(note, sizeof note, "also on the %ld row%s that the tie-accepted row %ld of %.150s cannot reach (%.150s)",
+                     other, plural(other), tr->reach_ev->row, tr->reach_ev->src, sub.msg);
+            append_msg(rec, "; ", note);
+        }
+    }
+    rc = 0;
+done:
+    free(ao);
+    free(ag);
+    free(bo);
+    free(bg);
+    free(idx);
+    return rc;
+}
+
+/* Compare the rows of a discrete record as sets with the rows earlier ties
+ * reach taken apart (M3-TOL-8): rows of tr->excl are not compared; a bad row
+ * in tr->reach makes the record TieDiverged unless a row no tie reaches is
+ * bad (Fail). Ties in rows no earlier tie reaches are added to tl. T: token
+ * rows; set row r is token row r % T (head r / T for blocks). -1 only on
+ * allocation failure. */
+static int judge_sets(cf_record *rec, const cf_judge_ctx *ctx, const cf_tensor *o, const cf_tensor *g,
+                      long nsets, int k, long T, const float *sc, int ns, int blocks, const tie_rows *tr,
+                      tie_list *tl)
+{
+    signed char *state = malloc((size_t)(nsets ? nsets : 1));
+    unsigned char *sm = tr ? malloc((size_t)(nsets ? nsets : 1)) : NULL;
+    if (!state || (tr && !sm)) {
+        free(state);
+        free(sm);
+        return -1;
+    }
+    for (long r = 0; sm && r < nsets; r++)
+        sm[r] = tr->excl[r % T] || tr->reach[r % T];
+    cf_compare_sets_masked(&rec->set, o->i, g->i, nsets, k, sc, ns, ctx->profile->tie_tolerance, sm, state);
+    const cf_setstat *st = &rec->set;
+    long reach_bad = 0, first_reach_bad = -1, nex = 0;
+    for (long r = 0; tr && r < nsets; r++) {
+        nex += tr->excl[r % T];
+        if (state[r] == 2 && tr->reach[r % T] && reach_bad++ == 0)
+            first_reach_bad = r;
+    }
+    char note[400];
+    if (st->rows_bad) {
+        rec->result = CF_FAIL;
+        long r = st->first_bad;
+        if (blocks)
+            snprintf(rec->msg, sizeof rec->msg, "%ld of %ld (head, row) sets differ; first: head %ld row %ld: %s",
+                     st->rows_bad, st->rows, r / T, r % T, st->why);
+        else
+            snprintf(rec->msg, sizeof rec->msg, "%ld of %ld rows choose other experts; %s", st->rows_bad,
+                     st->rows, st->why);
+    } else if (reach_bad) {
+        set_diverged(rec, tr->nreach, tr->reach_ev);
+        snprintf(rec->msg, sizeof rec->msg,
+                 "%ld of %ld %s differ beyond the tie tolerance, all in rows that the tie-accepted row %ld of %.150s "
+                 "reaches (M3-TOL-8); first: %s%ld row %ld",
+                 reach_bad, st->rows, blocks ? "(head, row) sets" : "rows", tr->reach_ev->row, tr->reach_ev->src,
+                 blocks ? "head " : "", blocks ? first_reach_bad / T : 0L, first_reach_bad % T);
+        if (!blocks) /* "head 0" is meaningless for expert rows */
+            snprintf(rec->msg, sizeof rec->msg,
+                     "%ld of %ld rows differ beyond the tie tolerance, all in rows that the tie-accepted row %ld of "
+                     "%.150s reaches (M3-TOL-8); first: row %ld",
+                     reach_bad, st->rows, tr->reach_ev->row, tr->reach_ev->src, first_reach_bad);
+    } else {
+        rec->result = CF_PASS;
+        if (st->rows_tie)
+            snprintf(rec->msg, sizeof rec->msg, "%ld row%s differ%s only within the tie tolerance", st->rows_tie,
+                     plural(st->rows_tie), st->rows_tie == 1 ? "s" : "");
+    }
+    if (nex) {
+        set_excluded(rec, tr->nexcl, tr->excl_ev);
+        snprintf(note, sizeof note, "M3-TOL-8: %ld %s%s excluded, consequences of the tie-accepted row %ld of %.150s",
+                 nex, blocks ? "(head, row) set" : "row", plural(nex), tr->excl_ev->row, tr->excl_ev->src);
+        append_msg(rec, "; ", note);
+    }
+    /* this record's own ties start a dependence unless an earlier tie reaches their row */
+    int rc = 0;
+    for (long r = 0; r < nsets && !rc; r++) {
+        if (state[r] != 1 || (sm && sm[r]))
+            continue;
+        if (rec->tie_row < 0) {
+            rec->tie_row = r % T;
+            rec->tie_head = blocks ? r / T : -1;
+        }
+        rc = tie_add(tl, rec, r % T);
+    }
+    free(state);
+    free(sm);
+    return rc;
+}
+
 /* Golden block scores with forced blocks at +inf, [G*T, NB]; NULL if unknown. */
 static float *block_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const char *prefix,
                            int layer, int G, int T, int *NB, m3_err *e)
@@ -333,33 +632,23 @@ static float *block_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const
     return sc;
 }
 
-static void judge_blocks(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset *golden,
-                         const cf_tensor *o, const cf_tensor *g)
+static int judge_blocks(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset *golden,
+                        const cf_tensor *o, const cf_tensor *g, const tie_rows *tr, tie_list *tl)
 {
     rec->kind = 1;
     if (g->ndim != 3) {
         rec->result = CF_INTERNAL_ERROR;
         snprintf(rec->msg, sizeof rec->msg, "golden block_indices must be [G, T, K]");
-        return;
+        return 0;
     }
     int G = (int)g->shape[0], T = (int)g->shape[1], K = (int)g->shape[2], NB = 0;
     char prefix[200];
     prefix_of(prefix, sizeof prefix, g->name, "block_indices");
     m3_err e = {{0}};
     float *sc = block_scores(ctx, golden, prefix, rec->layer, G, T, &NB, &e);
-    cf_compare_sets(&rec->set, o->i, g->i, (long)G * T, K, sc, NB, ctx->profile->tie_tolerance);
+    int rc = judge_sets(rec, ctx, o, g, (long)G * T, K, T, sc, NB, 1, tr, tl);
     free(sc);
-    if (rec->set.rows_bad) {
-        rec->result = CF_FAIL;
-        long r = rec->set.first_bad;
-        snprintf(rec->msg, sizeof rec->msg, "%ld of %ld (head, row) sets differ; first: head %ld row %ld: %s",
-                 rec->set.rows_bad, rec->set.rows, r / T, r % T, rec->set.why);
-    } else {
-        rec->result = CF_PASS;
-        if (rec->set.rows_tie)
-            snprintf(rec->msg, sizeof rec->msg, "%ld rows differ only within the tie tolerance",
-                     rec->set.rows_tie);
-    }
+    return rc;
 }
 
 /* Golden biased router scores [T, E] for a topk_index tensor; NULL if unknown. */
@@ -396,31 +685,22 @@ static float *expert_scores(const cf_judge_ctx *ctx, const cf_tset *golden, cons
     return sc;
 }
 
-static void judge_experts(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset *golden,
-                          const cf_tensor *o, const cf_tensor *g)
+static int judge_experts(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset *golden,
+                         const cf_tensor *o, const cf_tensor *g, const tie_rows *tr, tie_list *tl)
 {
     rec->kind = 1;
     if (g->ndim != 2) {
         rec->result = CF_INTERNAL_ERROR;
         snprintf(rec->msg, sizeof rec->msg, "golden topk_index must be [T, k]");
-        return;
+        return 0;
     }
     int T = (int)g->shape[0], k = (int)g->shape[1], E = 0;
     char prefix[200];
     prefix_of(prefix, sizeof prefix, g->name, "topk_index");
     float *sc = expert_scores(ctx, golden, prefix, rec->layer, T, &E);
-    cf_compare_sets(&rec->set, o->i, g->i, T, k, sc, E, ctx->profile->tie_tolerance);
+    int rc = judge_sets(rec, ctx, o, g, T, k, T, sc, E, 0, tr, tl);
     free(sc);
-    if (rec->set.rows_bad) {
-        rec->result = CF_FAIL;
-        snprintf(rec->msg, sizeof rec->msg, "%ld of %ld rows choose other experts; %s", rec->set.rows_bad,
-                 rec->set.rows, rec->set.why);
-    } else {
-        rec->result = CF_PASS;
-        if (rec->set.rows_tie)
-            snprintf(rec->msg, sizeof rec->msg, "%ld rows differ only within the tie tolerance",
-                     rec->set.rows_tie);
-    }
+    return rc;
 }
 
 /* topk_weight of the port re-ordered by ascending expert id of its own
@@ -458,11 +738,46 @@ static float *aligned_weights(const cf_tset *out, const cf_tset *golden, const c
     return w;
 }
 
+/* A golden tensor to judge, with its place in forward order. */
+typedef struct judge_item {
+    const cf_tensor *g;
+    int layer, order, moe;
+    char component[48];
+} judge_item;
+
+static int cmp_item(const void *a, const void *b)
+{
+    const judge_item *x = a, *y = b;
+    if (x->order != y->order)
+        return x->order < y->order ? -1 : 1;
+    return strcmp(x->g->name, y->g->name);
+}
+
+/* Whether M3-TOL-8 lists the tensor as depending on a tie of its own layer
+ * (model: the layer tensors after the discrete record in M3-DUMP-3 order;
+ * component cases: the moe output y and the router's topk_weight). */
+static int tie_dependent(int is_model, const judge_item *it)
+{
+    if (!is_model)
+        return strcmp(it->g->name, "y") == 0 || strcmp(it->g->name, "topk_weight") == 0;
+    return it->layer >= 0 && it->order - 10 - 100 * it->layer < N_LAYER_ORDER;
+}
+
 int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf_tset *golden,
              m3_err *e)
 {
     int is_model = strcmp(ctx->c->component, "model") == 0;
+    /* teacher-forced layers and component cases start from golden inputs:
+     * a tie reaches only its own layer / case (M3-TOL-8) */
+    int isolated = ctx->teacher_forced || !is_model;
+    int rc = 0, ni = 0;
     r->teacher_forced = ctx->teacher_forced;
+    judge_item *items = malloc((size_t)(golden->n + 1) * sizeof *items);
+    tie_list tl = {NULL, 0, 0};
+    tie_rows tr = {NULL, NULL, 0, 0, NULL, NULL};
+    long mask_cap = 0;
+    if (!items)
+        return m3_fail(e, "out of memory for the report of %s", ctx->c->id);
     for (int k = 0; k < golden->n; k++) {
         const cf_tensor *g = &golden->t[k];
         if (strncmp(g->name, "aux.", 4) == 0)
@@ -473,11 +788,8 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
         /* the vision tower runs before the embeddings: judged by the whole-forward run only */
         if (ctx->teacher_forced && strncmp(g->name, "vision.", 7) == 0)
             continue;
-        cf_record *rec = cf_report_add(r);
-        if (!rec)
-            return m3_fail(e, "out of memory for the report of %s", ctx->c->id);
-        snprintf(rec->tensor, sizeof rec->tensor, "%s", g->name);
-        snprintf(rec->key, sizeof rec->key, "%s/%s", ctx->c->component, g->name);
+        judge_item *it = &items[ni++];
+        it->g = g;
         int layer = -1, moe = 0;
         if (strncmp(g->name, "layers.", 7) == 0)
             layer = atoi(g->name + 7);
@@ -488,8 +800,26 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
             snprintf(nm, sizeof nm, "layers.%d.moe.topk_index", layer);
             moe = cf_tset_get(golden, nm) != NULL;
         }
-        cf_classify(g->name, ctx->c->component, moe, rec->component, sizeof rec->component,
-                    &rec->layer, &rec->order);
+        it->moe = moe;
+        cf_classify(g->name, ctx->c->component, moe, it->component, sizeof it->component, &it->layer,
+                    &it->order);
+    }
+    /* forward order, so every tie is known before the tensors that depend on it */
+    if (ni > 1)
+        qsort(items, (size_t)ni, sizeof *items, cmp_item);
+    for (int k = 0; k < ni; k++) {
+        const judge_item *it = &items[k];
+        const cf_tensor *g = it->g;
+        cf_record *rec = cf_report_add(r);
+        if (!rec) {
+            rc = m3_fail(e, "out of memory for the report of %s", ctx->c->id);
+            break;
+        }
+        snprintf(rec->tensor, sizeof rec->tensor, "%s", g->name);
+        snprintf(rec->key, sizeof rec->key, "%s/%s", ctx->c->component, g->name);
+        snprintf(rec->component, sizeof rec->component, "%s", it->component);
+        rec->layer = it->layer;
+        rec->order = it->order;
         const cf_tensor *o = cf_tset_get(out, g->name);
         int discrete = g->is_int || ends_with(g->name, "block_indices") ||
                        ends_with(g->name, "topk_index") || strcmp(g->name, "greedy_tokens") == 0;
@@ -518,15 +848,40 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
             snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s", so, sg);
             continue;
         }
+        /* the rows earlier accepted ties reach (M3-TOL-8) */
+        long rows = n_rows(g);
+        if (rows > mask_cap) {
+            unsigned char *a = realloc(tr.excl, (size_t)rows), *b = a ? realloc(tr.reach, (size_t)rows) : NULL;
+            if (a)
+                tr.excl = a;
+            if (b)
+                tr.reach = b;
+            if (!a || !b) {
+                rc = m3_fail(e, "out of memory for the report of %s", ctx->c->id);
+                break;
+            }
+            mask_cap = rows;
+        }
+        if (rows > 0)
+            tie_masks(&tl, it->layer, it->order, tie_dependent(is_model, it), isolated, rows, &tr);
+        else
+            tr.nexcl = tr.nreach = 0;
+        const tie_rows *trp = tr.nexcl || tr.nreach ? &tr : NULL;
         if (discrete) {
             if (!o->is_int || !g->is_int) {
                 rec->result = o->is_int ? CF_INTERNAL_ERROR : CF_FAIL;
                 snprintf(rec->msg, sizeof rec->msg, "%s must be an integer tensor (I32)",
                          o->is_int ? "golden" : "dump");
             } else if (ends_with(g->name, "block_indices")) {
-                judge_blocks(rec, ctx, golden, o, g);
+                if (judge_blocks(rec, ctx, golden, o, g, trp, &tl)) {
+                    rc = m3_fail(e, "out of memory");
+                    break;
+                }
             } else if (ends_with(g->name, "topk_index")) {
-                judge_experts(rec, ctx, golden, o, g);
+                if (judge_experts(rec, ctx, golden, o, g, trp, &tl)) {
+                    rc = m3_fail(e, "out of memory");
+                    break;
+                }
             } else {
                 rec->result = CF_PASS;
                 for (size_t j = 0; j < g->n; j++)
@@ -537,6 +892,19 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
                                  (int)o->i[j], (int)g->i[j]);
                         break;
                     }
+                /* free-running: the continuation follows the last row's logits,
+                 * which every accepted tie reaches */
+                if (rec->result == CF_FAIL && !isolated && strcmp(g->name, "greedy_tokens") == 0 && tl.n) {
+                    const tie_event *t0 = &tl.ev[0];
+                    for (int q = 1; q < tl.n; q++)
+                        if (tl.ev[q].order < t0->order || (tl.ev[q].order == t0->order && tl.ev[q].row < t0->row))
+                            t0 = &tl.ev[q];
+                    set_diverged(rec, (long)g->n, t0);
+                    char note[300];
+                    snprintf(note, sizeof note, "after the tie-accepted row %ld of %.150s (M3-TOL-8)", t0->row,
+                             t0->src);
+                    append_msg(rec, ", ", note);
+                }
             }
             continue;
         }
@@ -546,16 +914,32 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
                      g->is_int ? "golden" : "dump");
             continue;
         }
+        float *w = NULL;
         if (ends_with(g->name, "topk_weight")) {
-            float *w = aligned_weights(out, golden, o, g);
-            if (!w)
-                return m3_fail(e, "out of memory");
-            judge_float(rec, ctx, w, g->f, g->n);
-            free(w);
-        } else {
-            judge_float(rec, ctx, o->f, g->f, g->n);
+            w = aligned_weights(out, golden, o, g);
+            if (!w) {
+                rc = m3_fail(e, "out of memory");
+                break;
+            }
         }
+        const float *of = w ? w : o->f;
+        if (trp) {
+            if (judge_float_tie(rec, ctx, g, of, trp)) {
+                free(w);
+                rc = m3_fail(e, "out of memory");
+                break;
+            }
+        } else {
+            judge_float(rec, ctx, of, g->f, g->n);
+        }
+        free(w);
     }
+    free(items);
+    free(tl.ev);
+    free(tr.excl);
+    free(tr.reach);
+    if (rc)
+        return rc;
     cf_localise(r);
     return 0;
 }

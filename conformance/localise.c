@@ -5,7 +5,9 @@
  * Spec: M3-DUMP-3 (forward order of the activation names). In
  * teacher-forced reports every layer was run from its own input, so each
  * layer (and the head) is localised on its own and several independent
- * faults can show.
+ * faults can show. M3-TOL-8: TieDiverged records (differences only in rows
+ * that a tie-accepted row reaches) are not failures here; the report names
+ * the first of them and the first tie, and counts the rows excluded.
  */
 #include "conform.h"
 
@@ -58,15 +60,23 @@ void cf_localise(cf_report *r)
             group_failed = 1;
         }
     }
-    /* M3-TOL-7: a failure after an accepted tie may be its consequence */
-    for (int i = 0; r->first_fail >= 0 && i < r->first_fail; i++) {
-        const cf_record *t = &r->rec[i];
-        if (t->kind == 1 && t->set.rows_tie > 0) {
-            cf_record *f = &r->rec[r->first_fail];
-            size_t n = strlen(f->msg);
-            snprintf(f->msg + n, sizeof f->msg - n, " (after %ld tie-accepted rows of %.120s: may be their consequence)",
-                     t->set.rows_tie, t->tensor);
-            break;
+    /* M3-TOL-8: the first tie that started a dependence, the first tensor
+     * that differs only where such a tie reaches, and the rows excluded */
+    r->first_tie = r->first_diverged = -1;
+    r->rows_excluded = 0;
+    r->tensors_excluded = r->ndiverged = 0;
+    for (int i = 0; i < r->nrec; i++) {
+        const cf_record *x = &r->rec[i];
+        if (r->first_tie < 0 && x->tie_row >= 0)
+            r->first_tie = i;
+        if (x->result == CF_TIE_DIVERGED) {
+            r->ndiverged++;
+            if (r->first_diverged < 0)
+                r->first_diverged = i;
+        }
+        if (x->excluded_rows) {
+            r->rows_excluded += x->excluded_rows;
+            r->tensors_excluded++;
         }
     }
     if (r->error[0])

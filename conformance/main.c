@@ -7,8 +7,10 @@
  *
  * check exits 0 when the dump conforms, 1 when it does not, 2 for usage
  * errors and bad input (unreadable case, dump, tolerances) or an internal
- * error. run exits 0 when every case conforms and every mutant behaves as
- * its mutant.json says. Spec: M3-VEC-*, M3-DUMP-*, M3-TOL-*; the pass rule
+ * error, 3 when it is inconclusive: TieDiverged, everything conforms except
+ * rows that a tie-accepted choice reaches (M3-TOL-8). run exits 0 when every
+ * case conforms and every mutant behaves as its mutant.json says, else 1
+ * (2 for usage errors). Spec: M3-VEC-*, M3-DUMP-*, M3-TOL-*; the pass rule
  * is written in docs/validating-a-port.md.
  */
 #include "conform.h"
@@ -42,7 +44,9 @@ static void usage(FILE *f)
             "                 [--json OUT] [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                 [--no-mutants] [--tolerances FILE] [--verbose] [--quiet]\n"
             "  m3-conform version\n"
-            "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input.\n"
+            "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input,\n"
+            "       3 = inconclusive (TieDiverged: only rows an accepted tie reaches differ;\n"
+            "           re-run with --teacher-forced).\n"
             "Capabilities a port may declare absent: block_indices router eagle3 greedy vision.\n"
             "Docs: docs/validating-a-port.md\n");
 }
@@ -264,7 +268,7 @@ static void init_report(cf_report *r, const cf_case *cs, const char *suffix, con
                         const char *target)
 {
     memset(r, 0, sizeof *r);
-    r->first_fail = -1;
+    r->first_fail = r->first_diverged = r->first_tie = -1;
     snprintf(r->id, sizeof r->id, "%s%s", cs ? cs->id : "?", suffix ? suffix : "");
     snprintf(r->component, sizeof r->component, "%s", cs ? cs->component : "?");
     snprintf(r->profile, sizeof r->profile, "%s", profile ? profile : "?");
@@ -275,7 +279,7 @@ static void internal_error(cf_report *r, const m3_err *e)
 {
     snprintf(r->error, sizeof r->error, "%s", e->msg);
     r->result = CF_INTERNAL_ERROR;
-    r->first_fail = -1;
+    r->first_fail = r->first_diverged = r->first_tie = -1;
 }
 
 /* Golden outputs of a case: expected.safetensors if present, else the reference's. */
@@ -376,7 +380,10 @@ static int cmd_check(ctx *c)
         cf_report_free(&r);
         goto bad_quiet;
     }
-    rc = r.result == CF_INTERNAL_ERROR ? 2 : cf_result_conforms(r.result) ? 0 : 1;
+    rc = r.result == CF_INTERNAL_ERROR ? 2
+         : cf_result_conforms(r.result) ? 0
+         : r.result == CF_TIE_DIVERGED ? 3
+         : 1;
     goto done;
 bad:
     fprintf(stderr, "m3-conform: %s\n", e.msg);
@@ -395,9 +402,21 @@ done:
 
 /* ---- run --------------------------------------------------------------------------------- */
 typedef struct tally {
-    int cases, conform, fail, internal;
+    int cases, conform, fail, internal, diverged;
     int mutants, killed, localised, survived, mislocalised, pass_expected, pass_ok;
 } tally;
+
+static void tally_add(tally *t, cf_result res)
+{
+    if (res == CF_INTERNAL_ERROR)
+        t->internal++;
+    else if (cf_result_conforms(res))
+        t->conform++;
+    else if (res == CF_TIE_DIVERGED)
+        t->diverged++;
+    else
+        t->fail++;
+}
 
 /* Run the reference on one case and judge it (plus chunked and teacher-forced variants). */
 static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
@@ -456,12 +475,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
     if (cs.nchunks > 0) {
         r.seconds = now() - t0;
         t->cases++;
-        if (r.result == CF_INTERNAL_ERROR)
-            t->internal++;
-        else if (cf_result_conforms(r.result))
-            t->conform++;
-        else
-            t->fail++;
+        tally_add(t, r.result);
         emit(c, &r, !o->quiet && (o->verbose || !cf_result_conforms(r.result)), o->verbose);
         keep(c, &r);
         t0 = now();
@@ -475,12 +489,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
     if (o->teacher_forced) {
         r.seconds = now() - t0;
         t->cases++;
-        if (r.result == CF_INTERNAL_ERROR)
-            t->internal++;
-        else if (cf_result_conforms(r.result))
-            t->conform++;
-        else
-            t->fail++;
+        tally_add(t, r.result);
         emit(c, &r, !o->quiet && (o->verbose || !cf_result_conforms(r.result)), o->verbose);
         keep(c, &r);
         t0 = now();
@@ -498,12 +507,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
 finish:
     r.seconds = now() - t0;
     t->cases++;
-    if (r.result == CF_INTERNAL_ERROR)
-        t->internal++;
-    else if (cf_result_conforms(r.result))
-        t->conform++;
-    else
-        t->fail++;
+    tally_add(t, r.result);
     emit(c, &r, !o->quiet && (o->verbose || !cf_result_conforms(r.result)), o->verbose);
     keep(c, &r);
     cf_tset_free(&golden);
@@ -566,7 +570,10 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
     }
     r.seconds = now() - t0;
     int conforms = cf_result_conforms(r.result);
-    const cf_record *ff = r.first_fail >= 0 ? &r.rec[r.first_fail] : NULL;
+    /* a TieDiverged dump (M3-TOL-8) is localised at its first tie divergence */
+    const cf_record *ff = r.first_fail >= 0       ? &r.rec[r.first_fail]
+                          : r.first_diverged >= 0 ? &r.rec[r.first_diverged]
+                                                  : NULL;
     char got[300] = "none";
     if (ff)
         snprintf(got, sizeof got, "%s [%s]", ff->tensor, ff->component);
@@ -689,8 +696,10 @@ static int cmd_run(ctx *c)
         cf_manifest_free(&m);
     }
     int fail_mutants = t.mutants - t.pass_expected;
-    printf("summary: %d cases: %d conform, %d fail, %d internal errors (%.1fs)\n", t.cases, t.conform, t.fail,
-           t.internal, now() - t0);
+    printf("summary: %d cases: %d conform, %d fail, %d internal errors", t.cases, t.conform, t.fail, t.internal);
+    if (t.diverged)
+        printf(", %d inconclusive (TieDiverged, M3-TOL-8)", t.diverged);
+    printf(" (%.1fs)\n", now() - t0);
     if (t.mutants) {
         printf("mutation score: %d/%d mutants killed and localised (%d killed, %d mis-localised, %d survived)",
                t.localised, fail_mutants, t.killed, t.mislocalised, t.survived);
@@ -698,7 +707,7 @@ static int cmd_run(ctx *c)
             printf("; faithful dumps passing: %d/%d", t.pass_ok, t.pass_expected);
         printf("\n");
     }
-    if (t.fail || t.internal || t.mutants != t.localised + t.pass_ok)
+    if (t.fail || t.internal || t.diverged || t.mutants != t.localised + t.pass_ok)
         all_ok = 0;
     printf("verdict: %s\n", all_ok ? "PASS" : "FAIL");
     return all_ok ? 0 : 1;

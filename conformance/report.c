@@ -2,7 +2,8 @@
  * JSON lines, JUnit XML, and a PNG heat-map of log10 NMSE per layer per
  * tensor type (drawn with libpng and a built-in 5x7 bitmap font).
  *
- * Spec: M3-TOL-* (result codes and the pass rule they feed). The files
+ * Spec: M3-TOL-* (result codes and the pass rule they feed; M3-TOL-8:
+ * TieDiverged, the first tie and the rows excluded as its consequences). The files
  * written here carry CF_PROTOCOL_VERSION so consumers can tell formats apart.
  */
 #include "conform.h"
@@ -23,6 +24,7 @@ static const char *color_of(cf_result r, int downstream)
     case CF_FAIL: return "\033[31;1m";
     case CF_WARNING: return "\033[33m";
     case CF_NOT_SUPPORTED: return "\033[36m";
+    case CF_TIE_DIVERGED: return "\033[33;1m";
     default: return "\033[35;1m";
     }
 }
@@ -47,7 +49,9 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
     for (int i = 0; i < r->nrec; i++) {
         const cf_record *x = &r->rec[i];
         int interesting = x->result != CF_PASS || x->msg[0];
-        if (!verbose && (!interesting || (x->downstream && x->result == CF_FAIL && shown > 12))) {
+        int repeat = (x->downstream && x->result == CF_FAIL) ||
+                     (x->result == CF_TIE_DIVERGED && i != r->first_diverged);
+        if (!verbose && (!interesting || (repeat && shown > 12))) {
             hidden += x->result != CF_PASS;
             continue;
         }
@@ -77,10 +81,13 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
                  x->downstream && x->result == CF_FAIL ? "*" : "");
         fprintf(f, "  %-34s %s%-15s%s %10s %10s %12s %10s  %s%s\n", x->tensor,
                 color ? color_of(x->result, x->downstream) : "", res, reset, nm, ma, co, bd,
-                i == r->first_fail ? "FIRST DIVERGENCE: " : "", x->msg);
+                i == r->first_fail ? "FIRST DIVERGENCE: "
+                : i == r->first_diverged && r->first_fail < 0 ? "FIRST TIE DIVERGENCE: "
+                : "", x->msg);
     }
     if (hidden)
-        fprintf(f, "  (%d more non-passing tensors downstream; --verbose or --json for all)\n", hidden);
+        fprintf(f, "  (%d more non-passing tensors downstream or after a tie; --verbose or --json for all)\n",
+                hidden);
     if (verbose && r->nrec && shown)
         fprintf(f, "  (* = downstream of an earlier failure)\n");
     int down = 0;
@@ -95,8 +102,29 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
             fprintf(f, " — first divergence: %s (%s)", x->component, x->tensor);
         if (down)
             fprintf(f, "; %d later failing tensor%s downstream", down, down == 1 ? "" : "s");
+    } else if (r->first_diverged >= 0 && r->first_diverged < r->nrec) {
+        const cf_record *x = &r->rec[r->first_diverged];
+        fprintf(f, " — diverged after the tie-accepted row %ld of %s", x->reach_tie_row, x->reach_tie);
     }
     fprintf(f, "  (%d tensors, %.2fs)\n", r->nrec, r->seconds);
+    const cf_record *tie = r->first_tie >= 0 && r->first_tie < r->nrec ? &r->rec[r->first_tie] : NULL;
+    if (r->result == CF_TIE_DIVERGED && r->first_diverged >= 0 && r->first_diverged < r->nrec) {
+        const cf_record *d = &r->rec[r->first_diverged];
+        fprintf(f, "  inconclusive (M3-TOL-8): %s row %ld was accepted as a tie (M3-TOL-3); %d later tensor%s "
+                   "differ only in rows that tie reaches (first: %s). Everything else conforms. Re-run with "
+                   "--teacher-forced to judge them.\n",
+                d->reach_tie, d->reach_tie_row, r->ndiverged, r->ndiverged == 1 ? "" : "s", d->tensor);
+    }
+    if (r->tensors_excluded) {
+        fprintf(f, "  M3-TOL-8: %ld row%s of %d tensor%s excluded as consequences of tie-accepted rows",
+                r->rows_excluded, r->rows_excluded == 1 ? "" : "s", r->tensors_excluded,
+                r->tensors_excluded == 1 ? "" : "s");
+        if (tie && tie->tie_head >= 0)
+            fprintf(f, " (first tie: %s head %ld row %ld)", tie->tensor, tie->tie_head, tie->tie_row);
+        else if (tie)
+            fprintf(f, " (first tie: %s row %ld)", tie->tensor, tie->tie_row);
+        fprintf(f, "\n");
+    }
 }
 
 void cf_progress(FILE *f, int done, int total, const char *label)
@@ -177,6 +205,27 @@ void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
             cJSON_AddNumberToObject(o, "rows", (double)x->set.rows);
             cJSON_AddNumberToObject(o, "rows_tie", (double)x->set.rows_tie);
             cJSON_AddNumberToObject(o, "rows_bad", (double)x->set.rows_bad);
+            if (x->set.rows_masked) {
+                cJSON_AddNumberToObject(o, "rows_masked", (double)x->set.rows_masked);
+                cJSON_AddNumberToObject(o, "rows_masked_bad", (double)x->set.rows_masked_bad);
+            }
+            if (x->tie_row >= 0) {
+                cJSON_AddNumberToObject(o, "tie_row", (double)x->tie_row);
+                if (x->tie_head >= 0)
+                    cJSON_AddNumberToObject(o, "tie_head", (double)x->tie_head);
+            }
+        }
+        if (x->excluded_rows) { /* M3-TOL-8 (a) */
+            cJSON *mk = cJSON_AddObjectToObject(o, "tie_excluded");
+            cJSON_AddNumberToObject(mk, "rows", (double)x->excluded_rows);
+            cJSON_AddStringToObject(mk, "tie_tensor", x->excl_tie);
+            cJSON_AddNumberToObject(mk, "tie_row", (double)x->excl_tie_row);
+        }
+        if (x->reached_rows) { /* M3-TOL-8 (b): TieDiverged */
+            cJSON *mk = cJSON_AddObjectToObject(o, "tie_reached");
+            cJSON_AddNumberToObject(mk, "rows", (double)x->reached_rows);
+            cJSON_AddStringToObject(mk, "tie_tensor", x->reach_tie);
+            cJSON_AddNumberToObject(mk, "tie_row", (double)x->reach_tie_row);
         }
         cJSON_AddStringToObject(o, "msg", x->msg);
         emit(f, o);
@@ -201,6 +250,35 @@ void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
         cJSON_AddNumberToObject(d, "layer", x->layer);
         cJSON_AddStringToObject(d, "component", x->component);
         cJSON_AddStringToObject(d, "msg", x->msg);
+    }
+    if (r->first_tie >= 0 && r->first_tie < r->nrec) { /* M3-TOL-8 */
+        const cf_record *x = &r->rec[r->first_tie];
+        cJSON *t = cJSON_AddObjectToObject(o, "first_tie");
+        cJSON_AddStringToObject(t, "tensor", x->tensor);
+        cJSON_AddNumberToObject(t, "layer", x->layer);
+        cJSON_AddNumberToObject(t, "row", (double)x->tie_row);
+        if (x->tie_head >= 0)
+            cJSON_AddNumberToObject(t, "head", (double)x->tie_head);
+        cJSON_AddNumberToObject(t, "rows_tie", (double)x->set.rows_tie);
+    }
+    if (r->first_diverged >= 0 && r->first_diverged < r->nrec) {
+        const cf_record *x = &r->rec[r->first_diverged];
+        cJSON *d = cJSON_AddObjectToObject(o, "first_tie_divergence");
+        cJSON_AddStringToObject(d, "tensor", x->tensor);
+        cJSON_AddNumberToObject(d, "layer", x->layer);
+        cJSON_AddStringToObject(d, "component", x->component);
+        cJSON_AddStringToObject(d, "tie_tensor", x->reach_tie);
+        cJSON_AddNumberToObject(d, "tie_row", (double)x->reach_tie_row);
+        cJSON_AddNumberToObject(d, "tensors", r->ndiverged);
+        cJSON_AddStringToObject(d, "msg", x->msg);
+    }
+    if (r->tensors_excluded) {
+        cJSON *x = cJSON_AddObjectToObject(o, "tie_excluded");
+        cJSON_AddNumberToObject(x, "rows", (double)r->rows_excluded);
+        cJSON *names = cJSON_AddArrayToObject(x, "tensors");
+        for (int i = 0; names && i < r->nrec; i++)
+            if (r->rec[i].excluded_rows)
+                cJSON_AddItemToArray(names, cJSON_CreateString(r->rec[i].tensor));
     }
     if (r->error[0])
         cJSON_AddStringToObject(o, "error", r->error);
@@ -241,7 +319,7 @@ int cf_write_junit(const char *path, const char *suite, const cf_report *reps, i
         if (strcmp(reps[i].target, "mutant") == 0)
             continue; /* judged through its mutant-verdict record */
         nj++;
-        fails += reps[i].result == CF_FAIL;
+        fails += reps[i].result == CF_FAIL || reps[i].result == CF_TIE_DIVERGED;
         errors += reps[i].result == CF_INTERNAL_ERROR;
         skipped += reps[i].result == CF_NOT_SUPPORTED;
         secs += reps[i].seconds;
@@ -272,10 +350,16 @@ int cf_write_junit(const char *path, const char *suite, const cf_report *reps, i
                 snprintf(where, sizeof where, "layer %d ", x->layer);
             snprintf(msg, sizeof msg, "first divergence: %s%s (%s): %s", where, x->component, x->tensor,
                      x->msg);
+        } else if (r->first_diverged >= 0 && r->first_diverged < r->nrec) {
+            const cf_record *x = &r->rec[r->first_diverged];
+            snprintf(msg, sizeof msg, "inconclusive: diverged after the tie-accepted row %ld of %s (M3-TOL-8); "
+                                      "re-run with --teacher-forced: %s (%s): %s",
+                     x->reach_tie_row, x->reach_tie, x->tensor, x->component, x->msg);
         } else if (r->error[0]) {
             snprintf(msg, sizeof msg, "%s", r->error);
         }
-        const char *tag = r->result == CF_FAIL ? "failure" : r->result == CF_INTERNAL_ERROR ? "error" : NULL;
+        const char *tag = r->result == CF_FAIL || r->result == CF_TIE_DIVERGED ? "failure"
+                          : r->result == CF_INTERNAL_ERROR ? "error" : NULL;
         if (tag) {
             fprintf(f, "      <%s message=\"", tag);
             xml_esc(f, msg);
@@ -480,6 +564,8 @@ static void draw_cell(canvas *c, int x, int y, const cf_record *rec, int first)
         frame(c, x - 1, y - 1, CELL_W, CELL_H, first ? 3 : 1, first ? red : (const unsigned char[3]){255, 120, 120});
     else if (rec->result == CF_WARNING)
         frame(c, x - 1, y - 1, CELL_W, CELL_H, 1, yellow);
+    else if (rec->result == CF_TIE_DIVERGED)
+        frame(c, x - 1, y - 1, CELL_W, CELL_H, 2, (const unsigned char[3]){255, 140, 0});
 }
 
 static void panel_layout(panel *p)
@@ -618,6 +704,9 @@ static void legend(canvas *c, int y)
     x += 14 + 20 * 6;
     fill(c, x, y, 10, 10, (const unsigned char[3]){200, 200, 200});
     text(c, x + 14, y + 2, "missing", 1, black);
+    x += 14 + 8 * 6;
+    frame(c, x, y, 10, 10, 2, (const unsigned char[3]){255, 140, 0});
+    text(c, x + 14, y + 2, "tie-diverged", 1, black);
 }
 
 typedef struct png_ctx {
