@@ -388,6 +388,7 @@ static int make_msa_decode(bench_case *bc, const char *name, int ctx_len, int l2
 typedef struct idx_ctx {
     float *iq, *bs;
     void *ikc[4]; /* bf16 index-K cache (bf16 mode) */
+    unsigned *ikr[4]; /* its exponent range words (m3g_ik_range_scan) */
     int32_t *pages, *sel;
     unsigned *ctr; /* m3g_msa_indexer's ticket (zeroed once) */
     void *ws;      /* and its scratch */
@@ -411,9 +412,9 @@ static hipError_t idx_launch(void *c, int r, hipStream_t st)
             return e;
         return m3g_msa_select(x->sel, x->bs, x->ctx_len - 1, 1, G, x->nb, BLK, TOPK_B, 1, 0, st);
     }
-    return m3g_msa_indexer_tuned(x->sel, x->bs, x->iq, x->ikc[r], M3G_BF16, x->pages, BLK,
-                                 x->ctx_len - 1, 1, G, IHD, x->nb, TOPK_B, 1, 0, x->ctr, x->ws,
-                                 x->ws_n, x->variant, st);
+    return m3g_msa_indexer_ex(x->sel, x->bs, x->iq, x->ikc[r], M3G_BF16, x->pages, BLK,
+                              x->ctx_len - 1, 1, G, IHD, x->nb, TOPK_B, 1, 0, x->ctr, x->ws,
+                              x->ws_n, x->ikr[r], x->variant, st);
 }
 
 /* A second case on the data of `base` (another path or variant). */
@@ -448,7 +449,11 @@ static int make_indexer(bench_case *bc, const char *name, int ctx_len, int l2)
     x->iq = (float *)dev_rand((size_t)G * IHD, 0, 1u, 1.0f);
     x->bs = (float *)dev_rand((size_t)G * x->nb, 0, 2u, 0.0f);
     for (int r = 0; r < bc->nrot; r++)
-        if (!(x->ikc[r] = dev_rand((size_t)x->nb * BLK * IHD, 1, 30u + r, 1.0f)))
+        if (!(x->ikc[r] = dev_rand((size_t)x->nb * BLK * IHD, 1, 30u + r, 1.0f)) ||
+            hipMalloc((void **)&x->ikr[r], 2 * sizeof(unsigned)) != hipSuccess ||
+            m3g_ik_range_reset(x->ikr[r], 0) != hipSuccess ||
+            m3g_ik_range_scan(x->ikr[r], (const uint16_t *)x->ikc[r], (int64_t)x->nb * BLK * IHD,
+                              0) != hipSuccess)
             return -1;
     int32_t *hp = (int32_t *)malloc(sizeof(int32_t) * (size_t)x->nb);
     if (!hp || hipMalloc((void **)&x->pages, 4 * (size_t)x->nb) != hipSuccess ||
@@ -732,6 +737,10 @@ static int check_indexer(idx_ctx *x, const char *name, hipStream_t st)
 {
     idx_ctx *gb = x->base ? x->base : x;
     const size_t nk = (size_t)x->nb * BLK;
+    if (x->variant & 2048) { /* bandwidth ceiling: streams only, no output */
+        printf("check %s: (bandwidth ceiling, no output to check)\n", name);
+        return 0;
+    }
     float *bs = (float *)malloc(4 * (size_t)G * x->nb);
     int32_t sel[G * TOPK_B];
     if (!bs)
@@ -795,6 +804,171 @@ static int check_indexer(idx_ctx *x, const char *name, hipStream_t st)
            G * x->nb, badsel, G * TOPK_B, sel[0], sel[1], sel[2], sel[TOPK_B - 1]);
     free(bs);
     return bad == 0 && badsel == 0 ? 0 : -1;
+}
+
+/* The FMA default's proof and fallback on crafted 8,192-key caches (64
+ * blocks; only keys of positions < 64 * BLK, the last block forced as local):
+ * the scores must be bitwise equal to the host's multiply-then-add and the
+ * top-16 identical, whichever path the launch takes. (a) random bf16 keys and
+ * q in range (range words by m3g_ik_range_scan): FMA is proven, results as
+ * mul+add. (b) row R = 37 * BLK + 5 has k0 = -1.5 * 2^127, k1 = 2^127 (the
+ * cache's range words out of range), head 0 of q has q0 = 1, q1 = 2: mul+add
+ * gives +inf (q1 k1 overflows), fmaf 2^126 (the sum is exact). (c) keys in
+ * range with k0 = -1.5, k1 = 1.5 in row R, head 0 of q has q0 = 2^127, q1 =
+ * 1.5 * 2^127 (q out of range): mul+add +inf, fmaf 0.75 * 2^127. In (b) and
+ * (c) k0 = k1 = 0 in every other row. The writer path m3g_to_bf16_ranged
+ * fills (b) and (c). The host fmaf golden must differ from mul+add in (b)
+ * and (c) (so each case tells the paths apart), and in (b) the unproven
+ * opt-in FMA (variant 1, no range words) must differ on the device too. */
+static void idx_gold_small(const uint16_t *ik, const float *iq, int nb, int fma, float *bs,
+                           int32_t *sel)
+{
+    for (int g = 0; g < G; g++) {
+        float *ref = bs + (size_t)g * nb;
+        for (int b = 0; b < nb; b++) {
+            float m = -INFINITY;
+            for (int j = 0; j < BLK; j++) {
+                float a = 0.0f;
+                for (int d = 0; d < IHD; d++) {
+                    uint32_t u = (uint32_t)ik[((size_t)b * BLK + j) * IHD + d] << 16;
+                    float kv;
+                    memcpy(&kv, &u, 4);
+                    if (fma)
+                        a = fmaf(iq[g * IHD + d], kv, a);
+                    else
+                        a += iq[g * IHD + d] * kv;
+                }
+                m = a > m ? a : m;
+            }
+            ref[b] = m;
+        }
+        int32_t *pick = sel + g * TOPK_B;
+        int n = 0;
+        pick[n++] = nb - 1;
+        while (n < TOPK_B) {
+            int best = -1;
+            for (int b = 0; b < nb - 1; b++) {
+                int used = 0;
+                for (int i = 1; i < n; i++)
+                    used |= pick[i] == b;
+                if (!used && (best < 0 || ref[b] > ref[best]))
+                    best = b;
+            }
+            pick[n++] = best;
+        }
+    }
+}
+
+static int check_indexer_fallback(hipStream_t st)
+{
+    const int NBS = 64, NKS = NBS * BLK, ROW = 37 * BLK + 5;
+    const size_t nv = (size_t)NKS * IHD;
+    uint16_t *ik = (uint16_t *)malloc(2 * nv);
+    float *ikf = (float *)malloc(4 * nv), iq[G * IHD], gbs[G * NBS], fbs[G * NBS], dbs[G * NBS];
+    int32_t gsel[G * TOPK_B], fsel[G * TOPK_B], dsel[G * TOPK_B], hp[NBS];
+    uint16_t *d_ik = NULL;
+    float *d_ikf = NULL, *d_iq = NULL, *d_bs = NULL;
+    int32_t *d_pg = NULL, *d_sel = NULL;
+    unsigned *d_ctr = NULL, *d_rng = NULL, rng[2];
+    void *d_ws = NULL;
+    const size_t ws_n = m3g_msa_indexer_ws(1, G, NBS);
+    if (!ik || !ikf)
+        return -1;
+    for (int p = 0; p < NBS; p++)
+        hp[p] = p;
+    M3_HIP_CHECK(hipMalloc((void **)&d_ik, 2 * nv));
+    M3_HIP_CHECK(hipMalloc((void **)&d_ikf, 4 * nv));
+    M3_HIP_CHECK(hipMalloc((void **)&d_iq, sizeof iq));
+    M3_HIP_CHECK(hipMalloc((void **)&d_bs, sizeof dbs));
+    M3_HIP_CHECK(hipMalloc((void **)&d_pg, sizeof hp));
+    M3_HIP_CHECK(hipMalloc((void **)&d_sel, sizeof dsel));
+    M3_HIP_CHECK(hipMalloc((void **)&d_ctr, sizeof(unsigned)));
+    M3_HIP_CHECK(hipMalloc((void **)&d_rng, 2 * sizeof(unsigned)));
+    M3_HIP_CHECK(hipMalloc(&d_ws, ws_n));
+    M3_HIP_CHECK(hipMemset(d_ctr, 0, sizeof(unsigned)));
+    M3_HIP_CHECK(hipMemcpy(d_pg, hp, sizeof hp, hipMemcpyHostToDevice));
+    int fail = 0;
+    for (int cs = 0; cs < 3; cs++) {
+        uint32_t x = 12345u + 977u * (uint32_t)cs;
+        for (size_t i = 0; i < nv; i++) { /* bf16 values in [-1, 1) */
+            x = x * 1664525u + 1013904223u;
+            const float v = h_round_bf16((float)(x >> 8) / 8388608.0f - 1.0f);
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            ik[i] = (uint16_t)(u >> 16);
+        }
+        for (int i = 0; i < G * IHD; i++) {
+            x = x * 1664525u + 1013904223u;
+            iq[i] = h_round_bf16((float)(x >> 8) / 8388608.0f - 1.0f);
+        }
+        if (cs > 0) {
+            for (int r = 0; r < NKS; r++)
+                ik[(size_t)r * IHD] = ik[(size_t)r * IHD + 1] = 0;
+            /* 0xff40 = -1.5 * 2^127, 0x7f00 = 2^127; 0xbfc0 = -1.5, 0x3fc0 = 1.5 */
+            ik[(size_t)ROW * IHD] = cs == 1 ? 0xff40u : 0xbfc0u;
+            ik[(size_t)ROW * IHD + 1] = cs == 1 ? 0x7f00u : 0x3fc0u;
+            iq[0] = cs == 1 ? 1.0f : ldexpf(1.0f, 127);
+            iq[1] = cs == 1 ? 2.0f : ldexpf(1.5f, 127);
+        }
+        unsigned hlo = 0x1ffu, hhi = 0;
+        for (size_t i = 0; i < nv; i++) {
+            const unsigned f = (ik[i] >> 7) & 0xffu, f1 = f > 1u ? f : 1u;
+            if (ik[i] & 0x7fffu)
+                hlo = f1 < hlo ? f1 : hlo;
+            hhi = f > hhi ? f : hhi;
+            uint32_t u = (uint32_t)ik[i] << 16;
+            memcpy(&ikf[i], &u, 4);
+        }
+        M3_HIP_CHECK(hipMemcpy(d_iq, iq, sizeof iq, hipMemcpyHostToDevice));
+        M3_HIP_CHECK(m3g_ik_range_reset(d_rng, st));
+        if (cs == 0) { /* the scan */
+            M3_HIP_CHECK(hipMemcpy(d_ik, ik, 2 * nv, hipMemcpyHostToDevice));
+            M3_HIP_CHECK(m3g_ik_range_scan(d_rng, d_ik, (int64_t)nv, st));
+        } else { /* the writer: two writes, as two decode steps would */
+            M3_HIP_CHECK(hipMemcpy(d_ikf, ikf, 4 * nv, hipMemcpyHostToDevice));
+            M3_HIP_CHECK(hipMemset(d_ik, 0, 2 * nv));
+            M3_HIP_CHECK(m3g_to_bf16_ranged(d_ik, d_ikf, (int64_t)ROW * IHD, d_rng, st));
+            M3_HIP_CHECK(m3g_to_bf16_ranged(d_ik + (size_t)ROW * IHD, d_ikf + (size_t)ROW * IHD,
+                                            (int64_t)(nv - (size_t)ROW * IHD), d_rng, st));
+        }
+        M3_HIP_CHECK(hipStreamSynchronize(st));
+        M3_HIP_CHECK(hipMemcpy(rng, d_rng, sizeof rng, hipMemcpyDeviceToHost));
+        idx_gold_small(ik, iq, NBS, 0, gbs, gsel);
+        idx_gold_small(ik, iq, NBS, 1, fbs, fsel);
+        long hf = 0, dd[2] = {0, 0}, ds = 0;
+        for (int i = 0; i < G * NBS; i++)
+            hf += memcmp(&gbs[i], &fbs[i], 4) != 0;
+        for (int pass = 0; pass < 2; pass++) { /* 0: the default, 1: unproven FMA */
+            if (pass == 1 && cs != 1)
+                break;
+            M3_HIP_CHECK(hipMemset(d_sel, 0x7f, sizeof dsel));
+            M3_HIP_CHECK(m3g_msa_indexer_ex(d_sel, d_bs, d_iq, d_ik, M3G_BF16, d_pg, BLK, NKS - 1, 1,
+                                            G, IHD, NBS, TOPK_B, 1, 0, d_ctr, d_ws, ws_n,
+                                            pass ? NULL : d_rng, pass, st));
+            M3_HIP_CHECK(hipStreamSynchronize(st));
+            M3_HIP_CHECK(hipMemcpy(dbs, d_bs, sizeof dbs, hipMemcpyDeviceToHost));
+            M3_HIP_CHECK(hipMemcpy(dsel, d_sel, sizeof dsel, hipMemcpyDeviceToHost));
+            for (int i = 0; i < G * NBS; i++)
+                dd[pass] += memcmp(&gbs[i], &dbs[i], 4) != 0;
+            if (pass == 0)
+                for (int i = 0; i < G * TOPK_B; i++)
+                    ds += gsel[i] != dsel[i];
+        }
+        const int ok = rng[0] == hlo && rng[1] == hhi && dd[0] == 0 && ds == 0 &&
+                       (cs == 0 || hf > 0) && (cs != 1 || dd[1] > 0);
+        printf("check indexer fma %s: range words %u %u (host %u %u); default vs host mul+add: "
+               "%ld of %d block scores, %ld of %d top-16 entries differ; host fmaf differs in "
+               "%ld; unproven fma (variant 1) differs in %ld (b only): %s\n",
+               cs == 0 ? "(a) in range" : cs == 1 ? "(b) keys out of range" : "(c) q out of range",
+               rng[0], rng[1], hlo, hhi, dd[0], G * NBS, ds, G * TOPK_B, hf, dd[1],
+               ok ? "pass" : "FAILED");
+        fail |= !ok;
+    }
+    (void)hipFree(d_ik), (void)hipFree(d_ikf), (void)hipFree(d_iq), (void)hipFree(d_bs);
+    (void)hipFree(d_pg), (void)hipFree(d_sel), (void)hipFree(d_ctr), (void)hipFree(d_rng);
+    (void)hipFree(d_ws);
+    free(ik), free(ikf);
+    return fail ? -1 : 0;
 }
 
 /* Host golden of ref/attention.c (bf16 mode) for one query row t at
@@ -1468,6 +1642,15 @@ typedef struct gv_ctx {
 static hipError_t gv_launch(void *c, int r, hipStream_t st)
 {
     const gv_ctx *g = (const gv_ctx *)c;
+    if (g->variant >= 100) { /* the streaming ceiling over the same weights */
+        if (g->base->launch == lin_launch) {
+            const lin_ctx *l = (const lin_ctx *)g->base->ctx;
+            return m3g_gemv_ceiling(g->variant - 100, l->w[r], l->y[r], l->w[r].rows, st);
+        }
+        const fused_ctx *f = (const fused_ctx *)g->base->ctx;
+        return m3g_gemv_ceiling(g->variant - 100, f->w[r], f->y[r],
+                                f->swiglu ? f->w[r].rows / 2 : f->w[r].rows, st);
+    }
     if (g->base->launch == lin_launch) {
         const lin_ctx *l = (const lin_ctx *)g->base->ctx;
         const m3g_seg s = {l->y[r], l->w[r].rows, l->w[r].rows};
@@ -1494,7 +1677,11 @@ static int add_gemv_variants(bench_case *cases, int i0, int n, int cap, int all,
 {
     const int n0 = n;
     for (int i = i0; i < n0; i++)
-        for (int v = 1; m3g_gemv_variant_name(v) && n < cap && (all || v == 1); v++) {
+        for (int v = 1; n < cap; v++) {
+            if (v < 100 && (!m3g_gemv_variant_name(v) || (!all && v > 1)))
+                v = 100; /* then the streaming ceilings (all variants only) */
+            if (v >= 100 && (!all || !m3g_gemv_ceiling_name(v - 100)))
+                break;
             gv_ctx *g = (gv_ctx *)calloc(1, sizeof *g);
             char *name = (char *)malloc(96);
             if (!g || !name)
@@ -1503,7 +1690,8 @@ static int add_gemv_variants(bench_case *cases, int i0, int n, int cap, int all,
             g->variant = v;
             const hipError_t e = gv_launch(g, 0, st);
             if (e == hipSuccess && hipStreamSynchronize(st) == hipSuccess) {
-                snprintf(name, 96, "%s ~ %s", cases[i].name, m3g_gemv_variant_name(v));
+                snprintf(name, 96, "%s ~ %s", cases[i].name,
+                         v >= 100 ? m3g_gemv_ceiling_name(v - 100) : m3g_gemv_variant_name(v));
                 cases[n] = cases[i];
                 cases[n].name = name;
                 cases[n].ctx = g;
@@ -1681,8 +1869,10 @@ static int check_linear(m3g_blas *blas, m3g_blas *blas_nolt, hipStream_t st)
 
 /* Every decode GEMV variant (m3g_gemv_variant, bf16 mode) against the host
  * golden (ref order, rounded) at the M3 decode shapes of the bench: one
- * matrix per column count and row class, the fused 5-segment layout (T = 1
- * and 3) and gate+up+SwiGLU; plus each variant twice (bitwise repeatable). */
+ * matrix per column count and row class, the fused 3-segment (T = 1) and
+ * 5-segment layouts (T = 1 and 3) and gate+up+SwiGLU; plus each variant
+ * twice (bitwise repeatable), and whether it is bitwise equal to variant 1
+ * (the old split-K kernel: the persistent kernels use its tiles and sums). */
 static int check_gemv_variants(hipStream_t st)
 {
     enum { QR = NH * HD, KR = NKV * HD, IQR = G * IHD, IKR = IHD, TM = 3 };
@@ -1692,6 +1882,7 @@ static int check_gemv_variants(hipStream_t st)
         {"shared gate 3072x6144", I, H, 1, 0, 1},
         {"o_proj 6144x8192", H, QR, 1, 0, 1},
         {"dense down 6144x12288", H, ID, 1, 0, 1},
+        {"qkv 9216x6144", QR + 2 * KR, H, 3, 0, 1},
         {"qkv+index 9856x6144", QR + 2 * KR + IQR + IKR, H, 5, 0, 1},
         {"qkv+index 9856x6144", QR + 2 * KR + IQR + IKR, H, 5, 0, TM},
         {"shared gate+up 6144x6144", 2 * I, H, 1, 1, 1},
@@ -1700,12 +1891,13 @@ static int check_gemv_variants(hipStream_t st)
     const size_t maxw = (size_t)H * ID, maxy = (size_t)TM * (QR + 2 * KR + IQR + IKR);
     uint16_t *hw = (uint16_t *)malloc(2 * maxw);
     float *hx = (float *)malloc(4 * (size_t)TM * ID), *want = (float *)malloc(4 * maxy),
-          *got = (float *)malloc(4 * maxy), *got2 = (float *)malloc(4 * maxy);
+          *got = (float *)malloc(4 * maxy), *got2 = (float *)malloc(4 * maxy),
+          *g1 = (float *)malloc(4 * maxy);
     void *dw = dev_rand(maxw, 1, 5151u, 0.05f);
     float *dx = (float *)dev_rand((size_t)TM * ID, 0, 5152u, 1.0f);
     float *dy = (float *)dev_rand(maxy, 0, 1u, 0.0f);
     int bad = 0;
-    if (!hw || !hx || !want || !got || !got2 || !dw || !dx || !dy)
+    if (!hw || !hx || !want || !got || !got2 || !g1 || !dw || !dx || !dy)
         return -1;
     M3_HIP_CHECK(hipDeviceSynchronize());
     M3_HIP_CHECK(hipMemcpy(hw, dw, 2 * maxw, hipMemcpyDeviceToHost));
@@ -1719,7 +1911,7 @@ static int check_gemv_variants(hipStream_t st)
         m3g_seg seg[5];
         size_t off = 0;
         for (int s = 0, r0 = 0; s < sh[k].nseg; s++) {
-            const int sr = sh[k].nseg == 5 ? seg5[s] : orows;
+            const int sr = sh[k].nseg > 1 ? seg5[s] : orows;
             seg[s].y = dy + off;
             seg[s].ld = seg[s].rows = sr;
             for (int t = 0; t < T; t++)
@@ -1738,7 +1930,9 @@ static int check_gemv_variants(hipStream_t st)
             off += (size_t)T * sr;
             r0 += sr;
         }
-        for (int v = 0; m3g_gemv_variant_name(v); v++) {
+        int ref1 = 0; /* g1 holds variant 1's (old split-K) output once it ran */
+        for (int vi = 0; m3g_gemv_variant_name(vi); vi++) {
+            const int v = vi < 2 ? 1 - vi : vi; /* variant 1 first: the bitwise reference */
             M3_HIP_CHECK(hipMemset(dy, 0xff, 4 * off)); /* NaN: nothing left from before */
             const hipError_t e = m3g_gemv_variant(v, dx, W, seg, sh[k].nseg,
                                                   sh[k].swiglu ? sw : NULL, T, st);
@@ -1749,19 +1943,25 @@ static int check_gemv_variants(hipStream_t st)
             M3_HIP_CHECK(e);
             M3_HIP_CHECK(hipStreamSynchronize(st));
             M3_HIP_CHECK(hipMemcpy(got, dy, 4 * off, hipMemcpyDeviceToHost));
+            const int same1 = ref1 && !memcmp(got, g1, 4 * off);
             M3_HIP_CHECK(m3g_gemv_variant(v, dx, W, seg, sh[k].nseg, sh[k].swiglu ? sw : NULL, T, st));
             M3_HIP_CHECK(hipStreamSynchronize(st));
             M3_HIP_CHECK(hipMemcpy(got2, dy, 4 * off, hipMemcpyDeviceToHost));
-            char what[128];
-            snprintf(what, sizeof what, "gemv %s T=%d ~ %s%s", sh[k].what, T,
+            if (v == 1) {
+                memcpy(g1, got, 4 * off);
+                ref1 = 1;
+            }
+            char what[160];
+            snprintf(what, sizeof what, "gemv %s T=%d ~ %s%s%s", sh[k].what, T,
                      m3g_gemv_variant_name(v),
-                     memcmp(got, got2, 4 * off) ? " (REPEAT DIFFERS)" : "");
+                     memcmp(got, got2, 4 * off) ? " (REPEAT DIFFERS)" : "",
+                     v == 1 ? "" : same1 ? " (bitwise = old split-K)" : " (differs from old split-K)");
             bad |= cmp_out(what, got, want, off, 0, 1, 0.01);
             bad |= memcmp(got, got2, 4 * off) != 0;
         }
     }
     (void)hipFree(dw), (void)hipFree(dx), (void)hipFree(dy);
-    free(hw), free(hx), free(want), free(got), free(got2);
+    free(hw), free(hx), free(want), free(got), free(got2), free(g1);
     return bad ? -1 : 0;
 }
 
@@ -1786,7 +1986,7 @@ typedef struct layer_ctx {
     float *rw, *rscores, *cos_t, *sin_t;
     uint16_t *kc16, *vc16, *ik16;
     int32_t *pages, *blk, *ridx;
-    unsigned *ictr;
+    unsigned *ictr, *ikr; /* ikr: ik16's exponent range words (as m3-gpu) */
     void *iws, *sws;
     size_t iws_n, sws_n;
 } layer_ctx;
@@ -1820,9 +2020,9 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
     if (x->sparse) {
         LK(m3g_headnorm_rope(x->ikraw, x->ikc, x->pages, BLK, pos0, x->ik_norm, M3G_BF16, 1, 1,
                              IHD, RD, x->cos_t, x->sin_t, eps, 1, st));
-        LK(m3g_to_bf16(x->ik16 + pos0 * IHD, x->ikc + pos0 * IHD, IHD, st));
-        LK(m3g_msa_indexer(x->blk, x->bs, x->iq, x->ik16, M3G_BF16, x->pages, BLK, pos0, 1, G,
-                           IHD, nb, TOPK_B, 1, 0, x->ictr, x->iws, x->iws_n, st));
+        LK(m3g_to_bf16_ranged(x->ik16 + pos0 * IHD, x->ikc + pos0 * IHD, IHD, x->ikr, st));
+        LK(m3g_msa_indexer_ex(x->blk, x->bs, x->iq, x->ik16, M3G_BF16, x->pages, BLK, pos0, 1, G,
+                              IHD, nb, TOPK_B, 1, 0, x->ictr, x->iws, x->iws_n, x->ikr, 0, st));
     }
     LK(m3g_attention_sk(x->att, x->q, x->kc16, x->vc16, M3G_BF16, x->pages, BLK, pos0, 1, NH,
                         NKV, HD, x->sparse ? x->blk : NULL, x->sparse ? TOPK_B : 0, 1, x->sws,
@@ -1947,6 +2147,9 @@ static int make_layer(bench_case *bc, const char *name, int sparse, int moe, int
         hipMemset(x->ridx, 0, 4 * TOPK_E) != hipSuccess ||
         hipMalloc((void **)&x->ictr, sizeof(unsigned)) != hipSuccess ||
         hipMemset(x->ictr, 0, sizeof(unsigned)) != hipSuccess ||
+        hipMalloc((void **)&x->ikr, 2 * sizeof(unsigned)) != hipSuccess ||
+        m3g_ik_range_reset(x->ikr, 0) != hipSuccess ||
+        (sparse && m3g_ik_range_scan(x->ikr, x->ik16, (int64_t)slots * IHD, 0) != hipSuccess) ||
         hipMalloc(&x->iws, x->iws_n) != hipSuccess ||
         hipMalloc(&x->sws, x->sws_n > 0 ? x->sws_n : 16) != hipSuccess)
         return -1;
@@ -2316,7 +2519,7 @@ int main(int argc, char **argv)
         /* the same GEMVs through the previous kernel (every configuration
          * when the run is limited to the GEMVs) */
         M3_HIP_CHECK(hipDeviceSynchronize());
-        n = add_gemv_variants(cases, 0, n, 150, only != NULL, st); /* + <= 170 cases below */
+        n = add_gemv_variants(cases, 0, n, 130, only != NULL, st); /* + <= 190 cases below */
     }
     bad |= make_moe(&cases[n++]);
     if (!bad) {
@@ -2378,26 +2581,37 @@ int main(int argc, char **argv)
         const int i128 = n - 2, i1m = n - 1;
         bad |= make_indexer_alt(&cases[n++], "indexer decode 128K old 2-launch", &cases[i128], 1, 0);
         bad |= make_indexer_alt(&cases[n++], "indexer decode 1M old 2-launch", &cases[i1m], 1, 0);
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 128K fma", &cases[i128], 0, 1);
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 1M fma", &cases[i1m], 0, 1);
-        /* variant bits (kernels.h m3g_msa_indexer_tuned): 1 fma, 8 the previous fused
-         * kernel, 10 / 14 the streaming kernel with 1 / 4 keys per lane (default 2),
-         * 16 block scores only (no selection), 64 no merge (lists + ticket only),
-         * 32 without programmatic dependent launch */
+        /* variant bits (kernels.h m3g_msa_indexer_tuned / _ex; the default passes the
+         * cache's range words, so FMA where proven exact, and takes 4 keys per lane up to
+         * 16 MSA blocks per SM, else 2): 1024 multiply then add (no FMA), 8 the previous
+         * fused kernel, 10 / 12 / 14 the streaming kernel with 1 / 2 / 4 keys per lane,
+         * 16 block scores only (no selection), 64 no merge (lists + ticket only), 32
+         * without programmatic dependent launch, 16384 the whole ring requested before
+         * the wait (not one slot per warp), 2048 the bandwidth ceiling (a kernel that
+         * only streams the same bytes; 8192 / 12288: 4 / 8 blocks per SM) */
         static const struct { const char *n128, *n1m; int v; } iv[] = {
+            {"indexer decode 128K mul+add", "indexer decode 1M mul+add", 1024},
+            {"indexer decode 128K kpt2 mul+add (old default)",
+             "indexer decode 1M kpt2 mul+add (old default)", 12 | 1024},
             {"indexer decode 128K old fused", "indexer decode 1M old fused", 8},
-            {"indexer decode 128K old fused fma", "indexer decode 1M old fused fma", 9},
             {"indexer decode 128K kpt1", "indexer decode 1M kpt1", 10},
-            {"indexer decode 128K kpt1 fma", "indexer decode 1M kpt1 fma", 11},
+            {"indexer decode 128K kpt2", "indexer decode 1M kpt2", 12},
             {"indexer decode 128K kpt4", "indexer decode 1M kpt4", 14},
-            {"indexer decode 128K kpt4 fma", "indexer decode 1M kpt4 fma", 15},
+            {"indexer decode 128K ring prologue", "indexer decode 1M ring prologue", 16384},
+            {"indexer decode 128K kpt2 ring prologue", "indexer decode 1M kpt2 ring prologue",
+             12 | 16384},
             {"indexer decode 128K scores only", "indexer decode 1M scores only", 16},
-            {"indexer decode 128K scores only fma", "indexer decode 1M scores only fma", 17},
+            {"indexer decode 128K scores only mul+add", "indexer decode 1M scores only mul+add",
+             16 | 1024},
             {"indexer decode 128K no merge", "indexer decode 1M no merge", 64},
             {"indexer decode 128K no pdl", "indexer decode 1M no pdl", 32},
-            {"indexer decode 128K fma no pdl", "indexer decode 1M fma no pdl", 33},
-            /* 512: cp.async with the L2::256B fetch hint (whole key rows from DRAM) */
-            {"indexer decode 128K l2 256B", "indexer decode 1M l2 256B", 512}};
+            {"indexer decode 128K stream ceiling x1", "indexer decode 1M stream ceiling x1", 2048},
+            {"indexer decode 128K stream ceiling x4", "indexer decode 1M stream ceiling x4",
+             2048 | 8192},
+            {"indexer decode 128K stream ceiling x8", "indexer decode 1M stream ceiling x8",
+             2048 | 12288},
+            {"indexer decode 128K stream ceiling x8 no pdl",
+             "indexer decode 1M stream ceiling x8 no pdl", 2048 | 12288 | 32}};
         for (size_t k = 0; k < sizeof iv / sizeof iv[0]; k++) {
             bad |= make_indexer_alt(&cases[n++], iv[k].n128, &cases[i128], 0, iv[k].v);
             bad |= make_indexer_alt(&cases[n++], iv[k].n1m, &cases[i1m], 0, iv[k].v);
@@ -2426,6 +2640,14 @@ int main(int argc, char **argv)
                                     &cases[i0 + 1], 6);
         bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 shared 1-pass online",
                                     &cases[i0 + 2], 6);
+        /* variant 5, the previous default (two passes, pass 2 not pipelined;
+         * bitwise the same results as the default 7) */
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 indep 2-pass v5", &cases[i0],
+                                    5);
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 pool24 2-pass v5",
+                                    &cases[i0 + 1], 5);
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 shared 2-pass v5",
+                                    &cases[i0 + 2], 5);
     }
     /* the whole 131,072-row prefill (all 1,024 query blocks; compare with
      * tools/bench_torch.py's measured "sdpa causal full 131072") */
@@ -2435,6 +2657,8 @@ int main(int argc, char **argv)
         const int i1 = n - 2;
         bad |= make_msa_prefill_alt(&cases[n++], "msa prefill 128K full pool24 1-pass online",
                                     &cases[i1], 6);
+        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill 128K full pool24 2-pass v5",
+                                    &cases[i1], 5);
     }
     { /* whole decoder layers at decode, 128K context (m3-gpu's launch
        * sequence; the decode estimate in docs/performance.md uses these) */
@@ -2499,6 +2723,8 @@ int main(int argc, char **argv)
                 any = 1;
             }
         if (any)
+            cb |= check_indexer_fallback(st);
+        if (any)
             printf("indexer self-check: %s\n", cb ? "FAILED" : "pass");
     }
     if (!only || !strncmp(only, "gem", 3)) /* linear layers */
@@ -2506,12 +2732,15 @@ int main(int argc, char **argv)
     if (!only || !strncmp(only, "gemv", strlen(only) < 4 ? strlen(only) : 4))
         printf("gemv variants self-check: %s\n", check_gemv_variants(st) ? "FAILED" : "pass");
     if (!only || !strncmp(only, "msa prefill", strlen(only) < 11 ? strlen(only) : 11)) {
-        /* MSA prefill kernel vs host goldens before its timing */
+        /* MSA prefill kernel vs host goldens before its timing: the edge shapes of
+         * every variant when the whole group runs; each case that will be timed */
         int cb = 0;
-        for (int v = 1; v <= 6; v++) /* every tensor-core variant */
-            cb |= check_msa_prefill_edges(st, v);
+        if (!only || strlen(only) <= 11)
+            for (int v = 1; v <= 7; v++) /* every tensor-core variant */
+                cb |= check_msa_prefill_edges(st, v);
         for (int i = 0; i < n; i++)
-            if (!strncmp(cases[i].name, "msa prefill", 11))
+            if (!strncmp(cases[i].name, "msa prefill", 11) &&
+                (!only || !strncmp(cases[i].name, only, strlen(only))))
                 cb |= check_msa_prefill((pf_ctx *)cases[i].ctx, cases[i].name, st);
         printf("msa prefill self-check: %s\n", cb ? "FAILED" : "pass");
     }

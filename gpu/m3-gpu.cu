@@ -47,9 +47,10 @@
  *    single-prompt run bitwise; in bf16 a batch of more than 8 rows takes the
  *    GEMM instead of the GEMV and may differ by a bf16 step.
  *  - teacher forcing: forward --teacher-forced GOLDEN feeds every layer the
- *    golden `layers.L.input` (final norm: `layers.{L-1}.output`) of an
- *    m3-ref dump or a vector's expected.safetensors; the dump then holds
- *    each layer's own error (gpu_batch.tf).
+ *    golden `layers.L.input` of an m3-ref dump or a vector's
+ *    expected.safetensors; the dump then holds each layer's own error
+ *    (gpu_batch.tf). The head runs on the forward's own last output, the
+ *    input m3-conform --teacher-forced judges it from.
  *  - generate: the options, defaults (ref/genconfig.h) and output of m3-ref
  *    generate; prefill of the prompt in one step, then one step per token
  *    over the device caches; lm_head on the last row, copied to the host,
@@ -404,6 +405,8 @@ typedef struct gpu_sess {
     float **kc, **vc, **ikc; /* per layer */
     uint16_t **ik16;         /* per sparse layer: bf16 copy of its index-K cache (bf16 mode;
                                 kept per layer because decode converts only the new rows) */
+    unsigned *ikr;           /* [L][2] exponent range words of each ik16[l] (m3g_ik_range_*;
+                                the indexer's FMA proof), NULL in fp32 mode */
     float *aws;              /* split attention workspace (NULL: per-row kernel) */
     size_t aws_n;
     uint16_t **kc16, **vc16; /* per layer: bf16 K/V caches (bf16 mode with hd % 8 == 0 and
@@ -414,6 +417,7 @@ typedef struct gpu_sess {
     size_t sws_n;
     float *hbuf, *ct, *stb; /* host staging [tmax, H], [tmax, rd/2] x 2 */
     const m3g_vision_feats *vis; /* vision rows placed into the pos0-0 embeddings, or NULL */
+    int msa_variant; /* m3g_msa_attention_prefill_tuned's variant (0: the default kernel) */
 } gpu_sess;
 
 static int dalloc(dev_model *dm, void **p, size_t bytes)
@@ -556,6 +560,20 @@ static int gpu_sess_init_n(gpu_sess *b, const m3_model *m, dev_model *dm, int tm
             free(pt);
             return -1;
         }
+    if (mode == 1) { /* the empty exponent range for every layer's bf16 index-K cache */
+        unsigned *hr = (unsigned *)malloc(2 * sizeof(unsigned) * (size_t)L);
+        int bad = !hr || DA(b->ikr, 2 * L, unsigned);
+        for (int l = 0; !bad && l < L; l++)
+            hr[2 * l] = 0x1ffu, hr[2 * l + 1] = 0; /* M3G_IKR_NONE, 0: see m3g_ik_range_reset */
+        bad = bad || hipMemcpy(b->ikr, hr, 2 * sizeof(unsigned) * (size_t)L,
+                               hipMemcpyHostToDevice) != hipSuccess;
+        free(hr);
+        if (bad) {
+            fprintf(stderr, "m3-gpu: device allocation failed for the caches\n");
+            free(pt);
+            return -1;
+        }
+    }
     /* the split-key
      * attention workspace when it fits in 1 GiB (else the per-row kernel);
      * sized for the prefill (pos0 0, tmax rows) and the last decode step */
@@ -589,11 +607,11 @@ static int gpu_sess_init_n(gpu_sess *b, const m3_model *m, dev_model *dm, int tm
  * MoE see all rows at once, attention / indexer / selection run per
  * sequence over its own caches. dump: NULL, or one writer (or NULL) per
  * sequence, each receiving that sequence's rows under the m3-ref names.
- * tf (teacher forcing, n == 1 and pos0 0 only): NULL, or L + 1 host arrays
+ * tf (teacher forcing, n == 1 and pos0 0 only): NULL, or L host arrays
  * [T, H]: tf[l] replaces the residual stream entering layer l (the golden
- * layers.{l}.input), tf[L] the one entering the final norm (the golden
- * layers.{L-1}.output); each layer then runs from its golden input and its
- * dumped tensors carry its own error only. */
+ * layers.{l}.input); each layer then runs from its golden input and its
+ * dumped tensors carry its own error only (the head runs on the last
+ * layer's own output). */
 typedef struct gpu_batch {
     int n;
     const int32_t *const *ids;
@@ -679,16 +697,16 @@ static int seq_attention(gpu_sess *b, const dev_layer *d, int l, int T, int pos0
                                  d->ik_norm_dt, T, 1, ihd, rd, b->cos_t, b->sin_t, eps, mode,
                                  st));
             if (b->ik16[l]) { /* bf16 mode: the indexer streams a bf16 copy (same values) */
-                CK(m3g_to_bf16(b->ik16[l] + P0 * ihd, b->ikc[l] + P0 * ihd, (int64_t)N * ihd,
-                               st));
+                CK(m3g_to_bf16_ranged(b->ik16[l] + P0 * ihd, b->ikc[l] + P0 * ihd,
+                                      (int64_t)N * ihd, b->ikr + 2 * l, st));
             }
             /* block scores + golden-order top-K in one launch (falls back to the two
              * launchers for shapes the fused kernel does not take) */
-            CK(m3g_msa_indexer(b->blk, b->bs, b->iq,
-                               b->ik16[l] ? (const void *)b->ik16[l] : (const void *)b->ikc[l],
-                               b->ik16[l] ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, G, ihd,
-                               nbmax, K, c->index_local_blocks, c->index_init_blocks, b->ictr,
-                               b->iws, b->iws_n, st));
+            CK(m3g_msa_indexer_ex(b->blk, b->bs, b->iq,
+                                  b->ik16[l] ? (const void *)b->ik16[l] : (const void *)b->ikc[l],
+                                  b->ik16[l] ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, G, ihd,
+                                  nbmax, K, c->index_local_blocks, c->index_init_blocks, b->ictr,
+                                  b->iws, b->iws_n, b->ik16[l] ? b->ikr + 2 * l : NULL, 0, st));
             blocks = b->blk;
             if (dump) {
                 snprintf(name, sizeof name, "layers.%d.attn.block_indices", l);
@@ -698,11 +716,11 @@ static int seq_attention(gpu_sess *b, const dev_layer *d, int l, int T, int pos0
         }
         if (sparse && mode == 1 && T >= 16 && hd <= 128) /* sparse prefill, bf16: msa_attention.cu
                                                 (tensor cores on NVIDIA, else scalar) */
-            CK(m3g_msa_attention_prefill(
+            CK(m3g_msa_attention_prefill_tuned(
                 b->att, b->q, b->kc16 ? (const void *)b->kc16[l] : (const void *)b->kc[l],
                 b->kc16 ? (const void *)b->vc16[l] : (const void *)b->vc[l],
                 b->kc16 ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, nh, nkv, hd, blocks, K, mode,
-                st));
+                b->msa_variant, st));
         else if (b->kc16) /* bf16 caches: m3g_attention_sk (one-launch cluster kernel for sparse
                              decode on NVIDIA, else two launches; row chunks if ws is short) */
             CK(m3g_attention_sk(b->att, b->q, b->kc16[l], b->vc16[l], M3G_BF16, b->pages, B, pos0,
@@ -945,18 +963,11 @@ static int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, 
         }
     }
 
-    /* last residual fused with the final norm (teacher forcing: the last
-     * layer's own output is dumped, the norm runs on the golden one) */
-    if (bt->tf) {
-        CK(m3g_residual_rmsnorm(b->h, b->tmp, b->xn, dm->final_norm, dm->final_norm_dt, T, H,
-                                eps, mode, st));
-        snprintf(name, sizeof name, "layers.%d.output", L - 1);
-        if (dump && dump_seqs(bt, off, name, M3_F32, H, b->h, st))
-            goto fail;
-        CK(hipMemcpy(b->h, bt->tf[L], N * H * sizeof(float), hipMemcpyHostToDevice));
-    }
-    CK(m3g_residual_rmsnorm(b->h, bt->tf ? NULL : b->tmp, b->xn, dm->final_norm,
-                            dm->final_norm_dt, T, H, eps, mode, st));
+    /* last residual fused with the final norm (teacher forcing too: the head
+     * runs on this forward's own last output, which the dump holds, so the
+     * dump says what the head's input was; M3-TOL-8) */
+    CK(m3g_residual_rmsnorm(b->h, b->tmp, b->xn, dm->final_norm, dm->final_norm_dt, T, H, eps,
+                            mode, st));
     /* lm_head: all rows, or the last row of each sequence */
     if (last_only) {
         const float *xl = b->xn + (N - 1) * H;
@@ -977,7 +988,7 @@ static int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, 
     }
     if (dump) {
         snprintf(name, sizeof name, "layers.%d.output", L - 1);
-        if ((!bt->tf && dump_seqs(bt, off, name, M3_F32, H, b->h, st)) ||
+        if (dump_seqs(bt, off, name, M3_F32, H, b->h, st) ||
             dump_seqs(bt, off, "final_norm", M3_F32, H, b->xn, st) ||
             dump_seqs(bt, off, "logits", M3_F32, V, b->logits, st))
             goto fail;
@@ -1028,8 +1039,8 @@ static const char *USAGE =
     "0..T-1); print T and the top-5 of the last row; --dump writes the activations under the\n"
     "names of bin/m3-ref forward (spec/dump.md), to be judged by bin/m3-conform.\n"
     "--teacher-forced GOLDEN (one --tokens): layer l runs from GOLDEN's layers.{l}.input\n"
-    "(layer 0: its embeddings when that is absent) instead of layer l-1's output, the final\n"
-    "norm from GOLDEN's layers.{L-1}.output; GOLDEN: an m3-ref dump or a vector's\n"
+    "(layer 0: its embeddings when that is absent) instead of layer l-1's output (the final\n"
+    "norm from the last layer's own output); GOLDEN: an m3-ref dump or a vector's\n"
     "expected.safetensors of the same ids. Each dumped layer then carries its own error only\n"
     "(judge with m3-conform check, plain or --teacher-forced).\n"
     "batches: several --tokens (generate: --tokens and/or --prompt) run together: linear\n"
@@ -1049,6 +1060,8 @@ static const char *USAGE =
     "(--system, --thinking). --image/--video/--pixels take a single prompt, not a batch.\n"
     "Each option means what it means in 'bin/m3-ref generate --help'. Not on the GPU:\n"
     "--draft DIR / --spec-tokens K (Eagle3 speculative decoding): use bin/m3-ref generate.\n"
+    "Environment (developer knob): M3G_MSA_PREFILL_VARIANT=N (0..7, forward only) runs the bf16\n"
+    "MSA prefill with that kernel variant (see gpu/kernels/kernels.h); 0 or unset: the default.\n"
     "See the header of gpu/m3-gpu.cu for what is complete.\n";
 
 static double now_s(void)
@@ -1205,6 +1218,28 @@ static int valued_opt(const char *cmd, const char *a, const char *v, const char 
     return 0;
 }
 
+/* M3G_MSA_PREFILL_VARIANT (developer knob, forward only): run the bf16 MSA
+ * prefill with that variant of m3g_msa_attention_prefill_tuned, e.g. 6, the
+ * one-pass kernel whose p rounding is FlashAttention's rather than ref's, to
+ * see how m3-conform judges such a port (docs/performance.md). Unset: 0, the
+ * default kernel. 0 ok, -1 after printing. */
+static int msa_variant_env(int *variant)
+{
+    const char *v = getenv("M3G_MSA_PREFILL_VARIANT");
+    *variant = 0;
+    if (!v)
+        return 0;
+    char *end = NULL;
+    const long x = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || x < 0 || x > 7) {
+        fprintf(stderr, "m3-gpu: M3G_MSA_PREFILL_VARIANT must be an integer 0..7, got \"%s\"\n",
+                v);
+        return -1;
+    }
+    *variant = (int)x;
+    return 0;
+}
+
 /* Open DIR as bin/m3-ref does (--lenient-config: unknown config.json keys
  * warn), printing the error or the warnings. 0 ok, -1 after printing. */
 static int open_model(m3_model *m, const char *dir, int lenient)
@@ -1250,8 +1285,8 @@ static void seq_dump_path(char *buf, size_t cap, const char *out, int s, int n)
 
 /* The golden residual streams for teacher forcing from GOLDEN (an m3-ref
  * dump or a vector's expected.safetensors): tf[l] = layers.{l}.input for
- * l < L (layer 0: else embeddings), tf[L] = layers.{L-1}.output, each
- * [T, H] float widened to fp32. Returns 0, or -1 after printing why. */
+ * l < L (layer 0: else embeddings), each [T, H] float widened to fp32.
+ * Returns 0, or -1 after printing why. */
 static int load_teacher(const char *path, int L, int T, int H, float **tf)
 {
     m3_store *g = NULL;
@@ -1262,12 +1297,9 @@ static int load_teacher(const char *path, int L, int T, int H, float **tf)
         return -1;
     }
     int rc = 0;
-    for (int l = 0; l <= L && rc == 0; l++) {
+    for (int l = 0; l < L && rc == 0; l++) {
         char name[64];
-        if (l < L)
-            snprintf(name, sizeof name, "layers.%d.input", l);
-        else
-            snprintf(name, sizeof name, "layers.%d.output", L - 1);
+        snprintf(name, sizeof name, "layers.%d.input", l);
         const m3_tensor *t = m3_store_get(g, name);
         if (!t && l == 0)
             t = m3_store_get(g, "embeddings");
@@ -1374,7 +1406,7 @@ static int forward_run(const char *dir, const char *const *toks, int n, int mode
         Ttot += T[s];
     }
     if (tf_path) {
-        tf = (float **)calloc((size_t)L + 1, sizeof *tf);
+        tf = (float **)calloc((size_t)L, sizeof *tf);
         if (!tf || load_teacher(tf_path, L, T[0], m.cfg.text.hidden_size, tf) != 0)
             goto out;
     }
@@ -1398,6 +1430,8 @@ static int forward_run(const char *dir, const char *const *toks, int n, int mode
     if (gpu_sess_init_n(&sess, &m, &dm, Ttot, Tmax, n, mode, blas, st) != 0)
         goto out;
     have_sess = 1;
+    if (msa_variant_env(&sess.msa_variant) != 0)
+        goto out;
     sess.vis = vis.n > 0 ? &vis : NULL; /* placed into sequence 0's embeddings */
     {
         const gpu_batch bt = {n, (const int32_t *const *)ids, T, pos0, slot,
@@ -1443,7 +1477,7 @@ out:
         if (ids)
             free(ids[s]);
     }
-    for (int l = 0; tf && l <= L; l++)
+    for (int l = 0; tf && l < L; l++)
         free(tf[l]);
     free(tf);
     free(w);

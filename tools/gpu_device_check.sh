@@ -163,6 +163,16 @@ PYEOF
  done
 done
 
+# the same bf16 prompts through the one-pass MSA prefill kernel (variant 6:
+# p rounded as FlashAttention does, not as ref): the port-like case M3-TOL-8
+# is for; expected: conforming, or TieDiverged (exit 3) and then conforming
+# teacher-forced
+export M3G_MSA_PREFILL_VARIANT=6
+for L in 127 129 2048 2200; do
+  judge /tmp/ragged_${L}_bf16 bf16 "ragged T=$L, one-pass MSA prefill (variant 6)"
+done
+unset M3G_MSA_PREFILL_VARIANT
+
 # generate on the demo model: bin/m3-gpu vs bin/m3-ref token ids (greedy and
 # one seeded sampled run), fp32 and bf16
 P="And God said"

@@ -143,10 +143,11 @@ hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc,
                                      int topk, int mode, hipStream_t st);
 
 /* m3g_msa_attention_prefill with a benchmark knob for the tensor-core path:
- * variant 0 = the default (5), 1 = k_msa_tc (two passes, CTA barriers), 2 /
+ * variant 0 = the default (7), 1 = k_msa_tc (two passes, CTA barriers), 2 /
  * 5 = two passes with exact p (ref's rounding), 8 / 11 rows per CTA, 3 / 4 =
- * one pass, 8 / 11 rows, 6 = one pass pipelined, 11 rows; no effect where the
- * scalar path is taken. Results within the bf16 profile for every variant. */
+ * one pass, 8 / 11 rows, 6 = one pass pipelined, 11 rows, 7 = 5 with its
+ * second pass pipelined (bitwise 5's results); no effect where the scalar
+ * path is taken. Results within the bf16 profile for every variant. */
 hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
                                            const void *vc, int kv_dtype,
                                            const int32_t *page_table, int B, int64_t pos0, int T,
@@ -199,13 +200,15 @@ hipError_t m3g_msa_indexer(int32_t *out, float *bs, const float *iq, const void 
 size_t m3g_msa_indexer_ws(int T, int G, int nbmax);
 
 /* m3g_msa_indexer with a benchmark knob: variant bit 0 allows fmaf scores
- * when iq is bf16 (exact products; see msa.cu); (variant >> 1) & 7 picks the
+ * when iq is bf16 (UNPROVEN for arbitrary keys: the keys' range is assumed;
+ * m3g_msa_indexer_ex proves it instead); (variant >> 1) & 7 picks the
  * kernel / configuration: 0 default (the streaming kernel k_idx where it
  * applies: NVIDIA or emulation, bf16 cache, d = 128, G <= 4, B % 32 == 0;
  * else the fused kernel); 1-3 the fused kernel's tuning variants (whole
  * rows per slice; 1 key per thread, 3 blocks per SM; 2-deep ring, 4 blocks
  * per SM; bf16 cache, G = 4); 4 the fused kernel's default (the previous
- * default path); 5, 6, 7 k_idx with 1, 2 (the default), 4 keys per lane.
+ * default path); 5, 6, 7 k_idx with 1, 2, 4 keys per lane (0: 4 up to
+ * msa.cu IDX_KPT4_MAXB MSA blocks per SM, else 2).
  * k_idx only: bit 4 (16) block scores only, no selection (timing; out,
  * ctr, ws untouched); bit 5 (32) no programmatic dependent launch; bit 6
  * (64) lists and tickets but no merge (timing; out untouched); bit 9 (512)
@@ -215,6 +218,36 @@ hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const
                                  int T, int G, int d, int nbmax, int topk, int local_blocks,
                                  int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
                                  int variant, hipStream_t st);
+
+/* Exponent range words of a bf16 index-K cache: device unsigned rng[2]
+ * (owned by the cache's owner) covering every value written to the cache;
+ * they let the indexer prove fmaf scores bitwise equal to ref's multiply-
+ * then-add (msa.cu, "FMA exactness"). reset: the empty range (before the
+ * first write; a superset of the range is always safe). to_bf16_ranged:
+ * m3g_to_bf16 that also folds the written values into rng (rng NULL: plain
+ * m3g_to_bf16). scan: folds n existing bf16 values into rng (caches filled
+ * another way). All stream-ordered, no host sync, graph-capturable. */
+hipError_t m3g_ik_range_reset(unsigned *rng, hipStream_t st);
+hipError_t m3g_to_bf16_ranged(uint16_t *dst, const float *src, int64_t n, unsigned *rng,
+                              hipStream_t st);
+hipError_t m3g_ik_range_scan(unsigned *rng, const uint16_t *src, int64_t n, hipStream_t st);
+
+/* m3g_msa_indexer_tuned with the cache's range words (NULL: multiply then
+ * add, as m3g_msa_indexer). With them (bf16 cache, streaming kernel) scores
+ * use fmaf when the per-launch check proves every product exact, else
+ * multiply then add: bitwise as ref either way. variant 0 = the default;
+ * extra bits: 1024 multiply then add despite the range words (timing);
+ * 2048 a bandwidth-ceiling kernel that only streams the cache's
+ * nbmax * B * d * 2 bytes (timing; no output), (variant >> 12) & 3 = log2
+ * of its blocks per SM; 16384 the streaming kernel requests its whole
+ * ring (not one slot per warp) before waiting for the previous kernel. cfg 0
+ * (variant bits 1-3 zero) picks the keys per lane by context length (msa.cu
+ * IDX_KPT4_MAXB). */
+hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const void *ikc,
+                              int ik_dtype, const int32_t *page_table, int B, int64_t pos0, int T,
+                              int G, int d, int nbmax, int topk, int local_blocks,
+                              int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
+                              const unsigned *ik_range, int variant, hipStream_t st);
 
 /* ---- moe.cu ------------------------------------------------------------ */
 /* Router for T tokens (ref m3_router; M3-MOE-ROUTER-*): fp32 logits of
@@ -294,6 +327,14 @@ hipError_t m3g_gemv_grouped(float *Y, const float *X, int64_t xs, int64_t xk, co
 hipError_t m3g_gemv_variant(int variant, const float *X, m3g_mat W, const m3g_seg *seg, int nseg,
                             const float *swiglu, int T, hipStream_t st);
 const char *m3g_gemv_variant_name(int variant);
+
+/* Benchmark only: a kernel that just streams W's bytes (no arithmetic; at
+ * most one value stored to sink[< nsink]), the bandwidth ceiling for a GEMV
+ * over W under the same harness. variant 0: 4 blocks per SM with PDL, 1:
+ * without PDL, 2: 2 blocks per SM with PDL, 3: as 0 with half the loads in
+ * flight (names: m3g_gemv_ceiling_name; NULL past the last). */
+hipError_t m3g_gemv_ceiling(int variant, m3g_mat W, float *sink, int nsink, hipStream_t st);
+const char *m3g_gemv_ceiling_name(int variant);
 
 /* Round x [n] to bf16 in place when mode == 1. */
 hipError_t m3g_round(float *x, int64_t n, int mode, hipStream_t st);

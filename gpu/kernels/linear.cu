@@ -32,9 +32,11 @@
  *    kernel (every block and warp the same bytes; fixed-order combination
  *    of rows cut between warps); a grid of two or more waves below the LM
  *    head class runs k_gemv_pers, the same tiles and sums as k_gemv_bf16
- *    (bitwise the same outputs) on persistent blocks, 4 per SM, each
- *    running an equal number of tiles and requesting the next tile's
- *    first window before finishing the current one.
+ *    (bitwise the same outputs) on persistent blocks, 4 per SM with 4
+ *    loads in flight per lane (or, for grids that would leave 4 per SM
+ *    short of work, 3 per SM with 6 or 8), each running an equal number
+ *    of tiles and requesting the next tile's first window before
+ *    finishing the current one.
  *  - bf16 mode, T > 8: BLAS (cuBLASLt with a 32 MiB workspace and the
  *    heuristic's best algorithm on NVIDIA; hipBLAS on ROCm / cublasGemmEx
  *    when Lt is unavailable), bf16 in, fp32 accumulate and output, then the
@@ -64,11 +66,32 @@
  * q/k/v/index 31.48 (80.2%; 32.02 without PDL), gate+up+SwiGLU 21.54
  * (73.1%); on the LM head it is slower (542.6 vs 531.6 us), which keeps
  * k_gemv_bf16. With 5 blocks per SM it spills and is slower everywhere.
- * Next: the first-wave streaming rate (why synchronised blocks stream at
- * ~2/3 of the rate of staggered ones), the shared gate (12.5 us, 63%:
- * ~1 us launch gap + ramp on 38 MB), PDL release by the norm / SwiGLU
- * kernels before the GEMVs (today a GEMV overlaps its predecessor only
- * when that one is a GEMV or the tensor-core attention).
+ * Third session (two bench-gpu --case gemv runs, T = 1, every variant
+ * and a streaming ceiling, m3g_gemv_ceiling: a kernel that only reads the
+ * same bytes under the same graph / cold-copy / PDL harness): the ceiling
+ * is 89.9-91.6% of 4.8 TB/s on the 100-150 MB matrices (q_proj 23.30 us,
+ * 84.3% without PDL), 86.8% on the 38 MB shared gate, 97.5% on the LM
+ * head; with 4 instead of 8 loads per lane in flight it is the same
+ * (23.35 us), so its margin is not the loads in flight. The GEMVs stay
+ * ~3.2-3.9 us behind it at every size from 38 to 151 MB (q_proj 26.94,
+ * shared gate 12.47, dense gate 38.83), a fixed cost per launch, not a
+ * rate; PDL saves the GEMVs 0-1.0 us and the ceiling 1.0-1.8 us (its
+ * grid-dependency wait comes after all its loads). Tried in those runs
+ * and slower everywhere (removed): each lane landing its
+ * chunks in a private shared-memory ring by cp.async (2 blocks per SM so
+ * that the next launch's blocks fit beside them and fill their rings
+ * before the wait; with or without L2 bulk prefetch of the next tiles):
+ * q_proj 30.4-34.9 us, LM head 614-702 us; the first tile of every block
+ * staged into shared memory by cp.async before the wait (3 or 4 blocks
+ * per SM): q_proj 31.9-36.7 us. Kept: the "deep" configuration (3 per SM,
+ * 6 or 8 loads per lane) for the grids gemv_pick names.
+ * Next: where the fixed ~3.5 us per launch goes (the ceiling shows it is
+ * not HBM; a globaltimer trace of k_gemv_pers against the ceiling's);
+ * a GEMV whose weight loads, like the ceiling's, need not wait for X
+ * (e.g. the next launch's first tiles in registers of blocks that fit
+ * beside this one's); PDL release by the norm / SwiGLU kernels before the
+ * GEMVs (today a GEMV overlaps its predecessor only when that one is a
+ * GEMV or the tensor-core attention).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -356,9 +379,12 @@ __global__ void k_gemv_bf16(gemv_out o, const float *X, const uint16_t *__restri
  * so a block's loads never drain between tiles and no block is launched
  * after the first wave. Needs cols / 8 = ks_n * per with per a multiple of
  * 32 U (every lane the same number of windows; launch_fast checks). The
- * partial sums alternate between two shared buffers (one barrier a tile). */
-template <int NT, int U>
-__global__ void M3_BOUNDS(32 * GEMV_ROWS, 4)
+ * partial sums alternate between two shared buffers (one barrier a tile).
+ * U: 16-byte loads in flight per lane (the window; the summation order
+ * does not depend on it); MINB: blocks per SM of the register cap (4: 64
+ * registers, 3: 80, room for U = 6 or 8 without spills). */
+template <int NT, int U, int MINB>
+__global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
     k_gemv_pers(gemv_out o, const float *X, const uint16_t *__restrict__ W, int rows, int cols,
                 int ks_n, int ntiles, int mode)
 {
@@ -433,6 +459,39 @@ static int gemv_ks(int slots, int cols, int swiglu)
            cols / (2 * ks) >= 1024)
         ks *= 2;
     return ks;
+}
+
+/* Bandwidth ceiling (bench only): stream `n16` 16-byte chunks (each block
+ * an equal contiguous range, U independent loads per lane per step), fold
+ * them, store nothing unless the fold hits a constant (so the loads stay).
+ * PDL as the GEMVs: trigger at once, wait only before the (unlikely) store. */
+template <int U>
+__global__ void M3_BOUNDS(256, 4) k_stream_ceiling(const uint4 *__restrict__ p, int64_t n16,
+                                                   float *sink, int nsink)
+{
+    pdl_trigger();
+    const int64_t per = ((n16 + gridDim.x - 1) / gridDim.x + 255) & ~(int64_t)255;
+    const int64_t b0 = (int64_t)blockIdx.x * per;
+    const int64_t b1 = b0 + per < n16 ? b0 + per : n16;
+    uint32_t a = 0;
+    for (int64_t i = b0 + threadIdx.x; i < b1; i += 256 * U) {
+        uint4 v[U];
+        M3_UNROLL
+        for (int u = 0; u < U; u++) {
+            const int64_t k = i + 256 * u;
+            if (k < b1) {
+                v[u] = p[k];
+            } else {
+                v[u].x = v[u].y = v[u].z = v[u].w = 0u;
+            }
+        }
+        M3_UNROLL
+        for (int u = 0; u < U; u++)
+            a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    pdl_wait();
+    if (a == 0x9e3779b9u)
+        sink[blockIdx.x % nsink] = (float)(a & 0xffu);
 }
 
 /* ---- balanced one-wave bf16 kernels (bf16 mode) ---------------------------
@@ -717,28 +776,30 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
  * many short blocks; gemv_ks slices); 1: the same with twice the slices
  * (shorter blocks); 2: k_gemv_bal, two windows in registers (<= 128
  * registers); 3: k_gemv_bal, one window (<= 48 registers for one token);
- * 4: k_gemv_pers (one token; gemv_ks slices, 4 blocks per SM).
- * bps: blocks per SM of the balanced kernels (grid BAL_SMS x bps). roll:
- * the rolling refill (ROLL = 1) of k_gemv_bf16 / k_gemv_bal. */
+ * 4: k_gemv_pers (one token; gemv_ks slices).
+ * bps: blocks per SM of the balanced and persistent kernels (grid BAL_SMS x
+ * bps). roll: the rolling refill (ROLL =
+ * 1) of k_gemv_bf16 / k_gemv_bal. u (k_gemv_pers): loads in flight per
+ * lane, 0 = FAST_U (4, 64 registers, 4 blocks per SM), -1 = "deep": 8, or
+ * 6 where the lane's chunks per tile are not a multiple of 8 (80
+ * registers, 3 blocks per SM). */
 typedef struct gemv_cfg {
     const char *name;
-    int kind, bps, pdl, roll;
+    int kind, bps, pdl, roll, u;
 } gemv_cfg;
 
 /* Index 0 is the default (chosen per shape by gemv_pick); the others are
  * benchmark variants (m3g_gemv_variant; bench-gpu --case gemv times each).
  * "old": the kernels as they were before the persistent kernel. */
 static const gemv_cfg gemv_cfgs[] = {
-    {"default", -1, 0, 1, 0},
-    {"old split-K", 0, 0, 1, 0},
-    {"old split-K no PDL", 0, 0, 0, 0},
-    {"old split-K ks x2", 1, 0, 1, 0},
-    {"old bal u4 5/SM", 3, 5, 1, 0},
-    {"rolling split-K", 0, 0, 1, 1},
-    {"rolling bal u4 5/SM", 3, 5, 1, 1},
-    {"rolling bal u4 5/SM no PDL", 3, 5, 0, 1},
-    {"persistent 4/SM", 4, 4, 1, 1},
-    {"persistent 4/SM no PDL", 4, 4, 0, 1},
+    {"default", -1, 0, 1, 0, 0},
+    {"old split-K", 0, 0, 1, 0, 0},
+    {"old split-K ks x2", 1, 0, 1, 0, 0},
+    {"rolling bal u4 5/SM", 3, 5, 1, 1, 0},
+    {"persistent 4/SM", 4, 4, 1, 1, 0},
+    {"persistent 4/SM no PDL", 4, 4, 0, 1, 0},
+    {"persistent 3/SM deep", 4, 3, 1, 1, -1},
+    {"persistent 3/SM deep no PDL", 4, 3, 0, 1, -1},
 };
 #define GEMV_NCFG ((int)(sizeof gemv_cfgs / sizeof gemv_cfgs[0]))
 #define BAL_U 4        /* chunks per lane per window of k_gemv_bal */
@@ -754,12 +815,26 @@ static int bal_fits(const gemv_out &o, int rows, int cols, int nb)
     return (o.half > 0 ? 2 * per : per) <= BAL_RB;
 }
 
+/* Loads in flight per lane of k_gemv_pers in configuration u (see
+ * gemv_cfg) for per chunks per slice, 0 where none fits. */
+static int pers_u(int u, int per)
+{
+    const int cpt = per / 32; /* a lane's chunks per tile */
+    if (per % 32 != 0)
+        return 0;
+    if (u >= 0) {
+        const int uu = u > 0 ? u : FAST_U;
+        return cpt % uu == 0 ? uu : 0;
+    }
+    return cpt % 8 == 0 ? 8 : (cpt % 6 == 0 ? 6 : 0);
+}
+
 /* Whether k_gemv_pers runs this shape at gemv_ks slices ks: every lane
  * the same number of whole windows (cols / 8 = ks * per, per % 32 U == 0). */
-static int pers_fits(int cols, int ks)
+static int pers_fits(int cols, int ks, int u = 0)
 {
     const int c8n = cols >> 3;
-    return (cols & 7) == 0 && c8n % ks == 0 && (c8n / ks) % (32 * FAST_U) == 0;
+    return (cols & 7) == 0 && c8n % ks == 0 && pers_u(u, c8n / ks) > 0;
 }
 
 /* The default configuration for T tokens (H200 sweeps of 2026-11-29,
@@ -778,6 +853,16 @@ static int pers_fits(int cols, int ks)
  *    o_proj 27.71 -> 26.53, dense gate 39.83 -> 38.66, down 39.85 ->
  *    38.50, fused q/k/v/index 32.75 -> 31.48, gate+up+SwiGLU 23.80 ->
  *    21.54);
+ *    Third session (two runs of bench-gpu --case gemv, every variant):
+ *    where the 4-per-SM grid has at most 3 tiles per block or leaves more
+ *    than a tenth of the 528 block slots empty, the "deep" persistent
+ *    configuration instead (3 blocks per SM, 80 registers, 6 or 8 loads in
+ *    flight per lane; the same tiles and sums, so still bitwise equal):
+ *    fused q/k/v 9216x6144 (2304 tiles: 461 blocks of 5 at 4 per SM)
+ *    30.58 -> 29.55 us, gate+up+SwiGLU 6144x6144 (3 tiles per block)
+ *    21.50 -> 21.17 us; where it loses it is not taken (q_proj 26.94 vs
+ *    27.73, o_proj 26.66 vs 27.00, q/k/v/index 31.30 vs 32.35; dense gate
+ *    / down within 0.3 us either way);
  *  - otherwise (LM head, 4096+ blocks) k_gemv_bf16 as before (531.6 us;
  *    the persistent kernel 542.6 us there). */
 static gemv_cfg gemv_pick(const gemv_out &o, int rows, int cols, int T)
@@ -788,11 +873,16 @@ static gemv_cfg gemv_pick(const gemv_out &o, int rows, int cols, int T)
     if (T != 1 || cols < 4096) /* what was measured: one token, 6144-12288 columns */
         return gemv_cfgs[1];
     if (nb < GEMV_WAVE && ks < (o.half > 0 ? GEMV_ROWS / 2 : GEMV_ROWS))
+        return gemv_cfgs[2];
+    if (nb < 2 * GEMV_WAVE && bal_fits(o, rows, cols, gemv_cfgs[3].bps * BAL_SMS))
         return gemv_cfgs[3];
-    if (nb < 2 * GEMV_WAVE && bal_fits(o, rows, cols, gemv_cfgs[6].bps * BAL_SMS))
-        return gemv_cfgs[6];
-    if ((slots + GEMV_ROWS - 1) / GEMV_ROWS < 4096 && pers_fits(cols, ks))
-        return gemv_cfgs[8];
+    if ((slots + GEMV_ROWS - 1) / GEMV_ROWS < 4096 && pers_fits(cols, ks)) {
+        const int slots4 = BAL_SMS * gemv_cfgs[4].bps; /* 528 */
+        const int tpb4 = (nb + slots4 - 1) / slots4, nb4 = (nb + tpb4 - 1) / tpb4;
+        if ((tpb4 <= 3 || 10 * nb4 < 9 * slots4) && pers_fits(cols, ks, gemv_cfgs[6].u))
+            return gemv_cfgs[6];
+        return gemv_cfgs[4];
+    }
     return gemv_cfgs[1];
 }
 
@@ -852,18 +942,25 @@ static hipError_t launch_fast(const gemv_cfg &c, const gemv_out &o, const float 
         if constexpr (NT == 1) {
             const int ks = gemv_ks(slots, cols, o.half > 0), spb = GEMV_ROWS / ks;
             const int ntiles = (slots + spb - 1) / spb;
-            if (!pers_fits(cols, ks))
+            if (!pers_fits(cols, ks, c.u))
                 return hipErrorInvalidValue;
-            /* the fewest tiles per block that fit one wave of 4 blocks per
+            const int u = pers_u(c.u, (cols >> 3) / ks);
+            /* the fewest tiles per block that fit one wave of bps blocks per
              * SM, then the fewest blocks with that many (block b runs tiles
              * b, b + nb, ...: the counts differ by at most one) */
             const int tpb = (ntiles + BAL_SMS * c.bps - 1) / (BAL_SMS * c.bps);
             const int nb = (ntiles + tpb - 1) / tpb;
-            GEMV_LAUNCH((k_gemv_pers<1, FAST_U>), nb, 0, c.pdl, st, o, X, W, rows, cols, ks,
-                        ntiles, mode);
-        } else {
-            return hipErrorInvalidValue;
+            if (u == FAST_U && c.bps == 4)
+                GEMV_LAUNCH((k_gemv_pers<1, FAST_U, 4>), nb, 0, c.pdl, st, o, X, W, rows, cols,
+                            ks, ntiles, mode);
+            if (u == 6 && c.bps == 3)
+                GEMV_LAUNCH((k_gemv_pers<1, 6, 3>), nb, 0, c.pdl, st, o, X, W, rows, cols, ks,
+                            ntiles, mode);
+            if (u == 8 && c.bps == 3)
+                GEMV_LAUNCH((k_gemv_pers<1, 8, 3>), nb, 0, c.pdl, st, o, X, W, rows, cols, ks,
+                            ntiles, mode);
         }
+        return hipErrorInvalidValue;
     }
     const int units = o.half > 0 ? o.half : rows;
     const int nb = BAL_SMS * c.bps < units ? BAL_SMS * c.bps : units;
@@ -1471,4 +1568,29 @@ hipError_t m3g_gemv_variant(int variant, const float *X, m3g_mat W, const m3g_se
         return hipErrorInvalidValue;
     }
     return gemv_run(o, X, W, T, 1, st, variant == 0 ? NULL : &gemv_cfgs[variant]);
+}
+
+const char *m3g_gemv_ceiling_name(int variant)
+{
+    static const char *const names[] = {"stream ceiling", "stream ceiling no PDL",
+                                        "stream ceiling 2/SM", "stream ceiling u4"};
+    return variant >= 0 && variant < 4 ? names[variant] : NULL;
+}
+
+hipError_t m3g_gemv_ceiling(int variant, m3g_mat W, float *sink, int nsink, hipStream_t st)
+{
+    const int64_t bytes = (int64_t)W.rows * W.cols * (W.dtype == M3G_BF16 ? 2 : 4);
+    if (variant < 0 || variant > 3 || nsink < 1 || (bytes & 15) != 0 ||
+        ((uintptr_t)W.data & 15) != 0)
+        return hipErrorInvalidValue;
+    /* 0: 4 blocks per SM (fills the SM's registers, as k_gemv_pers), PDL;
+     * 1: the same without PDL; 2: 2 blocks per SM, PDL (the next launch's
+     * blocks fit beside it and stream before the wait: back-to-back streams);
+     * 3: as 0 with 4 loads per lane per step instead of 8 */
+    const int pdl = variant != 1, nb = BAL_SMS * (variant == 2 ? 2 : 4);
+    if (variant == 3)
+        GEMV_LAUNCH((k_stream_ceiling<4>), nb, 0, pdl, st, (const uint4 *)W.data, bytes / 16, sink,
+                    nsink);
+    GEMV_LAUNCH((k_stream_ceiling<8>), nb, 0, pdl, st, (const uint4 *)W.data, bytes / 16, sink,
+                nsink);
 }

@@ -20,32 +20,49 @@
  * "strictly after the previous pick", then warp 0 the top `need` of the
  * candidates.
  *
- * Decode path (m3g_msa_indexer, end of this file): ONE launch for block
- * scores + selection. Default on NVIDIA (and in the CPU emulation): the
- * streaming kernel k_idx (section "Streaming indexer"): one block of 12
- * warps per SM over a contiguous range of MSA blocks, warp-private 2-deep
- * cp.async rings of 8 KB stages (no block barrier while streaming), 2 keys
- * per lane, q from shared memory as broadcast loads, local top-k per block,
- * last-block merge of the lists, programmatic dependent launch. Elsewhere
- * (hipcc / AMD) and as benchmark variant 8: the earlier fused kernel
- * (section "Fused indexer": coalesced cp.async slices through a block-wide
- * ring, last-block selection), and the two-launch path for other shapes.
+ * Decode path (m3g_msa_indexer / m3g_msa_indexer_ex, end of this file): ONE
+ * launch for block scores + selection. Default on NVIDIA (and in the CPU
+ * emulation): the streaming kernel k_idx (section "Streaming indexer"): one
+ * block of 12 warps per SM over a contiguous range of MSA blocks,
+ * warp-private 2-deep cp.async rings of 8 KB stages (no block barrier while
+ * streaming), 4 keys per lane up to 16 MSA blocks per SM (128K) else 2, q
+ * from shared memory as broadcast loads, fmaf scores where the per-launch
+ * check proves them bitwise equal to ref's multiply-then-add (bf16 q and
+ * the cache's exponent range words, see "FMA exactness"; m3-gpu passes the
+ * words through m3g_msa_indexer_ex), local top-k per block, last-block
+ * merge of the lists, programmatic dependent launch. Elsewhere (hipcc / AMD)
+ * and as benchmark variant 8: the earlier fused kernel (section "Fused
+ * indexer": coalesced cp.async slices through a block-wide ring, last-block
+ * selection; multiply-then-add), and the two-launch path for other shapes.
  *
- * Measured on the H200 (bench-gpu, median of 20 graph replays, cold cache,
- * bf16 cache, 4 heads x 128, B 128, top 16; logical bytes = the 256 B/token
- * index-K stream), helper run of 2026-11-29 (the tree with this merge):
- * default 22.32 us at 128K (31.3% of 4.8 TB/s) and 86.35 us at 1M (64.8%);
- * the previous merge (lead's run D) 24.97 / 86.97 us, the earlier fused
- * kernel 47.36 / 195.21 us, the two-launch path 50.20 / 196.21 us. Scores
- * bitwise and top-16 identical to the host golden on the device for every
- * variant. Where the time goes (same run): block scores alone (variant
- * 16) 16.17 / 79.65 us, + local lists and ticket (variant 64) 18.29 / 82.07
- * us, + the last block's merge 4.0 / 4.3 us (was ~7.2 / ~5.8 us). With FMA
- * (bit 0, exact for bf16 q and keys in range, see idx_q_fma_ok): 20.92 /
- * 77.27 us (33.4% / 72.4%). Target (>= 70%: ~10 us / ~80 us) NOT met by the
- * default (only by the opt-in FMA at 1M). Prefill (large T) runs the same
- * kernels with one block per row (correct, not tuned; the scores are a
- * [T x G*d] by [d x keys] GEMM with a block-max epilogue).
+ * Measured on the H200 (bench-gpu --case indexer, median of 20 graph
+ * replays, cold cache, bf16 cache, 4 heads x 128, B 128, top 16; logical
+ * bytes = the 256 B/token index-K stream), two helper runs of 2026-11-29
+ * (23:40 / 23:44 UTC, both with every score bitwise and every top-16
+ * identical to the host golden, and the FMA fallback checks passing):
+ * default (FMA proven, 4 keys per lane at 128K) 20.50 / 20.58 us at 128K
+ * (34.1% / 34.0% of 4.8 TB/s); 1M (2 keys per lane) 77.89 / 77.39 / 78.18 us
+ * (71.8% / 72.3% / 71.5%). The previous default (multiply then add, 2 keys
+ * per lane) in the same runs: 22.66 / 22.51 us and 89.81 / 88.45 us; the
+ * earlier fused kernel ~48-50 / ~195 us, the two-launch path 50.2 / 197 us.
+ * Where the time goes at 128K / 1M (run 1, FMA, 2 keys per lane, total 21.36
+ * / 77.89 us): block scores alone 15.42 / 70.79 us (multiply-then-add 16.86
+ * / 82.82), + local lists and ticket 2.2 / 2.8 us, + the last block's merge
+ * 3.7 / 4.3 us. What the hardware gives: a kernel that only streams the same
+ * bytes in the same grid style under the same graph replay (k_idx_ceil,
+ * variant 2048) takes 9.5-10.9 us at 128K (64-74% of 4.8 TB/s; 1, 2, 4 or 8
+ * blocks per SM, with or without PDL; best 9.50 us with 8 per SM) and
+ * 62.9-65.0 us at 1M (86-89%). So 70% at 128K (10.0 us) is the stream-only
+ * ceiling itself, out of reach for scores + selection + merge; 70% at 1M is
+ * met. Tried and slower (run 2): the whole ring requested before the
+ * dependency wait together with 4 keys per lane (22.9 us at 128K; with 2
+ * keys per lane 20.7-20.9 us, no gain at 1M: variant 16384 keeps it), and
+ * skipping the local top-k where a block has no more MSA blocks than it must
+ * keep, the merge reading single keys (23.1-24.1 us, removed).
+ *
+ * Prefill (large T) runs the same kernels with one block per row (correct,
+ * not tuned; the scores are a [T x G*d] by [d x keys] GEMM with a block-max
+ * epilogue).
  */
 #include <math.h>
 #include "common.cuh"
@@ -288,6 +305,127 @@ hipError_t m3g_to_bf16(uint16_t *dst, const float *src, int64_t n, hipStream_t s
     return hipGetLastError();
 }
 
+/* ---- exponent range words of a bf16 index-K cache (FMA exactness proof) --
+ * rng[0] = min over the NONZERO values written of max(exponent field, 1)
+ * (M3G_IKR_NONE = 0x1ff when none), rng[1] = max exponent field over all
+ * values written (255 for Inf / NaN; 0 when none). See "FMA exactness" in
+ * the streaming indexer's section for how k_idx uses them. Updated with
+ * atomic min / max: a superset of the range is always safe (it can only
+ * make the indexer fall back to multiply-then-add). */
+#define M3G_IKR_NONE 0x1ffu
+
+static __device__ __forceinline__ void ikr_atomic_min(unsigned *p, unsigned v)
+{
+#if defined(M3_EMU)
+    unsigned o = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v < o && !__atomic_compare_exchange_n(p, &o, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        ;
+#else
+    atomicMin(p, v);
+#endif
+}
+
+static __device__ __forceinline__ void ikr_atomic_max(unsigned *p, unsigned v)
+{
+#if defined(M3_EMU)
+    unsigned o = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v > o && !__atomic_compare_exchange_n(p, &o, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        ;
+#else
+    atomicMax(p, v);
+#endif
+}
+
+/* fold one bf16 value h into (lo, hi) */
+static __device__ __forceinline__ void ikr_acc(unsigned &lo, unsigned &hi, unsigned h)
+{
+    const unsigned f = (h >> 7) & 0xffu;
+    if (h & 0x7fffu)
+        lo = (f > 1u ? f : 1u) < lo ? (f > 1u ? f : 1u) : lo;
+    hi = f > hi ? f : hi;
+}
+
+/* warp min / max of (lo, hi), then one atomic pair per warp. Every thread of
+ * the block must call it (warp shuffles). */
+static __device__ __forceinline__ void ikr_publish(unsigned *rng, unsigned lo, unsigned hi)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned l2 = (unsigned)m3_shfl_xor_i((int)lo, o); /* values <= 0x1ff */
+        const unsigned h2 = (unsigned)m3_shfl_xor_i((int)hi, o);
+        lo = l2 < lo ? l2 : lo;
+        hi = h2 > hi ? h2 : hi;
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (lo != M3G_IKR_NONE)
+            ikr_atomic_min(&rng[0], lo);
+        if (hi != 0)
+            ikr_atomic_max(&rng[1], hi);
+    }
+}
+
+__global__ void k_ikr_reset(unsigned *rng)
+{
+    if (threadIdx.x == 0)
+        rng[0] = M3G_IKR_NONE, rng[1] = 0;
+}
+
+/* m3g_to_bf16 that also folds the written values into rng */
+__global__ void k_msa_to_bf16_r(uint16_t *dst, const float *src, int64_t n, unsigned *rng)
+{
+    unsigned lo = M3G_IKR_NONE, hi = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const unsigned h = __float_as_uint(m3d_round_bf16(src[i])) >> 16;
+        dst[i] = (uint16_t)h;
+        ikr_acc(lo, hi, h);
+    }
+    ikr_publish(rng, lo, hi);
+}
+
+__global__ void k_ikr_scan(unsigned *rng, const uint16_t *src, int64_t n)
+{
+    unsigned lo = M3G_IKR_NONE, hi = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        ikr_acc(lo, hi, src[i]);
+    ikr_publish(rng, lo, hi);
+}
+
+hipError_t m3g_ik_range_reset(unsigned *rng, hipStream_t st)
+{
+    if (!rng)
+        return hipErrorInvalidValue;
+    hipLaunchKernelGGL(k_ikr_reset, dim3(1), dim3(32), 0, st, rng);
+    return hipGetLastError();
+}
+
+hipError_t m3g_to_bf16_ranged(uint16_t *dst, const float *src, int64_t n, unsigned *rng,
+                              hipStream_t st)
+{
+    if (!rng)
+        return m3g_to_bf16(dst, src, n, st);
+    if (n <= 0)
+        return hipSuccess;
+    int64_t nb = (n + 255) / 256;
+    if (nb > 4096)
+        nb = 4096;
+    hipLaunchKernelGGL(k_msa_to_bf16_r, dim3((unsigned)nb), dim3(256), 0, st, dst, src, n, rng);
+    return hipGetLastError();
+}
+
+hipError_t m3g_ik_range_scan(unsigned *rng, const uint16_t *src, int64_t n, hipStream_t st)
+{
+    if (!rng)
+        return hipErrorInvalidValue;
+    if (n <= 0)
+        return hipSuccess;
+    int64_t nb = (n + 255) / 256;
+    if (nb > 2048)
+        nb = 2048;
+    hipLaunchKernelGGL(k_ikr_scan, dim3((unsigned)nb), dim3(256), 0, st, rng, src, n);
+    return hipGetLastError();
+}
+
 __device__ __forceinline__ int msa_before(float sa, int a, float sb, int b)
 {
     return sa > sb || (sa == sb && a < b);
@@ -490,15 +628,11 @@ hipError_t m3g_msa_select(int32_t *out, const float *bs, int64_t pos0, int T, in
  * radix select over all blocks (mix_select). Forced blocks first
  * (ascending), -1 padding.
  *
- * Scores: by default each product is a multiply then an add, as ref
- * (bitwise). Opt-in (m3g_msa_indexer_tuned variant 9, the bench's "old
- * fused fma" rows): in bf16 mode iq and the index-K cache hold bf16 values, so
- * every product q_i * k_i has at most 16 significant bits and is exact in
- * fp32, and fmaf(q, k, a) == a + q * k bit for bit; the kernel checks that
- * every iq value is bf16 and otherwise multiplies then adds. The FMA could
- * differ only for a product outside fp32's normal range (|q_i k_i| >
- * FLT_MAX, or a subnormal product with bits below 2^-149 while the running
- * sum is itself tiny). Off by default (see idx_q_fma_ok).
+ * Scores: each product is a multiply then an add, as ref (bitwise).
+ * Opt-in (m3g_msa_indexer_tuned variant 9, benchmarks only): fmaf when
+ * every iq value is bf16 with an exponent in idx_q_fma_ok's range, keys
+ * ASSUMED in range (unproven; the streaming kernel's default proves it from
+ * the cache's range words instead, see "FMA exactness").
  * ========================================================================== */
 
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__) && !defined(M3_EMU)
@@ -1252,9 +1386,10 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
  *
  * Grid (P, T), P = one block per SM split over the T rows (persistent: each
  * block owns a contiguous range of MSA blocks of its row), NW = 12 warps.
- * Work unit: a warp tile = 32 * KPT consecutive keys (KPT = 2 by default;
- * B % 32 == 0 so each 32-key tile lies in one MSA block / page), lane = keys
- * lane, lane + 32, ... Every warp streams its own warp tiles (w, w + NW,
+ * Work unit: a warp tile = 32 * KPT consecutive keys (KPT = 4 up to
+ * IDX_KPT4_MAXB MSA blocks per block, i.e. 128K on 132 SMs, else 2; B % 32
+ * == 0 so each 32-key tile lies in one MSA block / page), lane = keys lane,
+ * lane + 32, ... Every warp streams its own warp tiles (w, w + NW,
  * ...) through its own 2-deep ring of 8 KB stages in shared memory; a stage
  * holds slice sl (256 / KPT bytes) of every row of the warp tile, copied with
  * coalesced 16-byte cp.async (512 contiguous-per-row bytes per warp
@@ -1264,12 +1399,13 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
  * warp has one stage in flight while it computes one and the other warps
  * hide its latency. q [G][128] sits in shared memory, read as broadcast
  * 16-byte loads once per chunk for the KPT keys of a lane (KPT = 1: 1.7x
- * the q traffic; measured slower at 1M; KPT = 4 (64-byte slices) slower).
+ * the q traffic; measured slower at 1M; KPT = 4 (64-byte slices) much
+ * slower at 1M (125 us) but the fastest at 128K: 20.5 against 21.3 us).
  *
- * Scores: one fp32 accumulator per (key, head) over d ascending; multiply
- * then add (bitwise as ref) unless FMA is allowed (variant bit 0, see
- * idx_q_fma_ok for when it is exact). Tile maxima per head by the
- * order-aware butterfly (mix_seg_max), block maxima from the B/32 tile
+ * Scores: one fp32 accumulator per (key, head) over d ascending; fmaf when
+ * the launch proves it bitwise equal to multiply-then-add (IDX_F_PROVEN,
+ * "FMA exactness" below), else multiply then add (as ref). Tile maxima per
+ * head by the order-aware butterfly (mix_seg_max), block maxima from the B/32 tile
  * maxima in key order after one block barrier per round (a round = up to
  * IDX_RT tiles, whole MSA blocks; decode at 1M is one round).
  *
@@ -1278,7 +1414,8 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
  * need-th largest of the 32 lane maxima is a lower bound of the need-th
  * key; the keys >= m are ranked by counting; more than IDX_SCAP of them,
  * adversarial data only: exact repeated argmax), publishes the sorted list
- * (row layout [NG][P][np], np = need rounded up to even, 0-padded) and
+ * (row layout [NG][P][np], np = min(need, ceil(nb / P)) rounded up to even,
+ * 0-padded: 8 instead of 16 at 128K, half the merge's staging) and
  * takes a ticket; the last block of the row stages every list in its ring
  * with 16-byte cp.async (all in flight at once: one L2 round trip) and
  * selects with the same idx_wsel (not inlined, so its code is warm in the
@@ -1325,6 +1462,8 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
 #define IDX_F_SCORES_ONLY 2        /* kernel flag: block scores only (timing) */
 #define IDX_F_NO_MERGE 4           /* kernel flag: no merge in the last block (timing) */
 #define IDX_F_L2W 8                /* kernel flag: cp.async with the L2::256B fetch hint */
+#define IDX_F_PROVEN 16            /* kernel flag: FMA where the range words prove it exact */
+#define IDX_F_PRO2 32              /* kernel flag: the whole ring requested before the wait */
 
 #if IDX_ON
 
@@ -1359,22 +1498,55 @@ static __device__ __forceinline__ void idx_pdl_wait()
 #endif
 }
 
-/* FMA exactness guard on q (FMA is used, where allowed, only when this
- * holds for all of iq[t]): q is bf16 (low 16 bits zero) and 0 or 2^-60 <=
- * |q| < 2^61. Then for a bf16 key value k the product q * k has at most 16
- * significant bits and is exact in fp32 -- so fmaf(q, k, a) == a + q * k bit
- * for bit -- unless |k| >= 2^67 (the product may overflow) or 0 < |k| <
- * 2^-75 (its low bits may fall below 2^-149; even then the results differ
- * only if the running sum is below ~2^-100). Index keys are RMS-normed
- * (|x / rms(x)| <= sqrt(128)) times (1 + w), then rotated, so |k| >= 2^67
- * needs a norm weight near 2^62, and a nonzero |k| < 2^-75 needs an element
- * 2^-78 below its row's RMS: not produced by real checkpoints, but not
- * excluded for arbitrary inputs, which is why FMA is opt-in (variant bit
- * 0), not the default. */
+/* FMA exactness (the default in bf16 mode; flag IDX_F_PROVEN).
+ *
+ * Claim: if q and k are bf16 values (as floats) whose product q * k is
+ * exactly representable in fp32, then fmaf(q, k, a) == a + q * k bit for bit
+ * for every float a (fmaf rounds a + q k once; mul-then-add rounds q k, which
+ * changes nothing, then rounds the same sum the same way: same value, same
+ * overflow, same sign of a zero sum, same NaN).
+ *
+ * When is q k exact? A nonzero finite bf16 value x with exponent field f
+ * is x = M * 2^(f' - 134), M an integer < 2^8, f' = max(f, 1) (a subnormal,
+ * f = 0, is M * 2^-133), and |x| < 2^(f - 126) (for f = 0 too). So q k =
+ * Mq Mk * 2^(fq' + fk' - 268), an integer of at most 16 bits times a power
+ * of two, with |q k| < 2^(fq + fk - 252). fp32 holds such a number exactly
+ * when its lowest bit is >= 2^-149 and it is < 2^128 (then <= (2^16 - 1) *
+ * 2^112 <= FLT_MAX): fq' + fk' >= 119 and fq + fk <= 380. A zero factor
+ * gives an exact (signed) zero. So the scores of a launch may use fmaf when
+ * every q value of the row is bf16 (low 16 bits zero) and finite and, with
+ * klo = min over the nonzero keys of fk' and khi = max over the keys of fk
+ * (the cache's range words, m3g_ik_range_*), every nonzero q has fq' + klo
+ * >= 119 and fq + khi <= 380, and khi < 255 (no Inf / NaN key). Otherwise the
+ * whole row multiplies then adds. The range words cover every value ever
+ * written to the cache (a superset of the rows read): the check is per
+ * launch, one broadcast load, no host sync.
+ *
+ * Inf / NaN: any Inf or NaN in q (field 255) or in the cache (khi = 255)
+ * sends the row to multiply-then-add, so they behave as ref by construction
+ * (fmaf would in fact agree too -- an infinite factor gives the same
+ * infinite or NaN product in both -- but the proof does not rely on it).
+ * In practice (RMS-normed, rotated bf16 index q / k) fq', fk' lie far inside
+ * [60, 190]; the fallback exists for adversarial inputs (bench-gpu checks
+ * both directions with crafted overflow cases).
+ *
+ * idx_q_fma_ok: the older unproven opt-in (variant bit 0, benchmarks only):
+ * q bf16 and 0 or 2^-60 <= |q| < 2^61, keys assumed in [2^-75, 2^67). */
 static __device__ __forceinline__ int idx_q_fma_ok(float v)
 {
     const unsigned u = __float_as_uint(v), e = (u >> 23) & 0xffu;
     return (u & 0xffffu) == 0 && ((u & 0x7fffffffu) == 0 || (e >= 127u - 60u && e < 127u + 61u));
+}
+
+/* q value v (fp32 bits) against the cache's range words (klo, khi), as above */
+static __device__ __forceinline__ int idx_fma_exact(float v, unsigned klo, unsigned khi)
+{
+    const unsigned u = __float_as_uint(v), f = (u >> 23) & 0xffu;
+    if ((u & 0xffffu) != 0 || f == 255u || khi >= 255u)
+        return 0;
+    if ((u & 0x7fffffffu) == 0)
+        return 1;
+    return (f > 1u ? f : 1u) + klo >= 119u && f + khi <= 380u;
 }
 
 /* Shared-memory layout (bytes): q [NG][128] f32 | ring [NW][ST][8 KB] |
@@ -1615,7 +1787,7 @@ template <int NG, int NW, int ST, int KPT, int FMA>
 __global__ void IDX_BOUNDS(NW * 32)
     k_idx(int32_t *out, float *bs, const float *iq, const char *ikc, const int32_t *page_table,
           int B, int64_t pos0, int T, int nbmax, int topk, int local_blocks, int init_blocks,
-          unsigned *ctr, mix_u64 *ws, int flags)
+          unsigned *ctr, mix_u64 *ws, const unsigned *ikr, int flags)
 {
     typedef idx_lay<NG, NW, ST> L;
     constexpr int NT = NW * 32, CS = IDX_LCAP + IDX_RT;
@@ -1696,10 +1868,12 @@ MSA_UNROLL
     load_pages(0);
     __syncthreads(); /* misc, pages of round 0 */
     int pre = 0;
+    const int pro2 = (flags & IDX_F_PRO2) != 0; /* ST prologue units, else ST - 1 */
+    const int npro = ST - 1 + pro2;
     {
         const int tend = ntile < rtiles ? ntile : rtiles;
         int last = -1; /* the last tile of the prologue units that exists */
-        for (int u = 0; u < ST - 1; u++)
+        for (int u = 0; u < npro; u++)
             for (int k = 0; k < KPT; k++) {
                 const int tl = (w + (u / KPT) * NW) * KPT + k;
                 if (tl < tend && tl > last)
@@ -1707,17 +1881,23 @@ MSA_UNROLL
             }
         pre = last < 0 || klo + (int64_t)last * 32 + 31 < pos0;
         if (pre)
-            for (int u = 0; u < ST - 1; u++)
+            for (int u = 0; u < npro; u++)
                 issue(u, 0, tend);
     }
     idx_pdl_wait();
 
-    /* q of row t (and the FMA guard), -inf past the visible blocks */
+    /* q of row t and the FMA exactness check (see idx_fma_exact), -inf past
+     * the visible blocks */
+    const int proven = (flags & IDX_F_PROVEN) && ikr != NULL;
+    unsigned rlo = M3G_IKR_NONE, rhi = 255u; /* the cache's range words */
+    if (FMA && proven)
+        rlo = ikr[0], rhi = ikr[1];
     unsigned qbad = 0;
     for (int e = tid; e < NG * IDX_D; e += NT) {
         const float v = iq[(size_t)t * NG * IDX_D + e];
         qs[e] = v;
-        qbad |= !idx_q_fma_ok(v);
+        if (FMA)
+            qbad |= proven ? !idx_fma_exact(v, rlo, rhi) : !idx_q_fma_ok(v);
     }
     if (qbad)
         atomicAdd(&misc[1], 1u);
@@ -1726,10 +1906,11 @@ MSA_UNROLL
         for (int g = 0; g < NG; g++)
             bsrow[(size_t)g * nbmax + b] = -INFINITY;
     __syncthreads();
-    const int use_fma = FMA && (flags & 1) && misc[1] == 0;
+    const int use_fma = FMA && (proven || (flags & 1)) && misc[1] == 0;
 
     const int nf = msa_forced_list(NULL, nb, qb, topk, local_blocks, init_blocks); /* every head */
     const int need = topk - nf;
+    const int bmax = (nb + P - 1) / P; /* MSA blocks per block of the row, at most */
 
     for (int r0 = 0; r0 < ntile; r0 += rtiles) {
         const int tend = r0 + rtiles < ntile ? r0 + rtiles : ntile;
@@ -1740,11 +1921,12 @@ MSA_UNROLL
             __syncthreads();
         }
         if (r0 > 0 || !pre)
-            for (int u = 0; u < ST - 1; u++)
+            for (int u = 0; u < npro; u++)
                 issue(u, r0, tend);
         float acc[KPT][NG];
         for (int u = 0; u < myn; u++) {
-            issue(u + ST - 1, r0, tend);
+            if (!pro2)
+                issue(u + ST - 1, r0, tend);
             mix_cp_wait<ST - 1>(); /* unit u landed (this thread's copies) */
             idx_syncwarp();        /* ... and every lane's */
             const int sl = u % KPT;
@@ -1764,6 +1946,8 @@ MSA_UNROLL
                 idx_unit<NG, KPT, 0>(st, qs, sl, acc);
             }
             idx_syncwarp(); /* stage u % ST free for unit u + ST */
+            if (pro2)
+                issue(u + ST, r0, tend);
             if (sl == KPT - 1) { /* warp tile done: tile maxima (keys ascending) */
                 const int tl0 = r0 + (w + (u / KPT) * NW) * KPT;
 MSA_UNROLL
@@ -1815,7 +1999,10 @@ MSA_UNROLL
     /* publish this block's lists ([NG][P][np] per row), then the last block
      * of the row merges */
     mix_u64 *lists = ws + (size_t)t * P * NG * IDX_LCAP;
-    const int np = need > 0 ? (need + 1) & ~1 : 0;
+    /* list length: a block's list holds at most min(need, its MSA blocks)
+     * keys, its MSA blocks <= ceil(nb / P) (128K: 8 of 16, half the staging) */
+    const int npk = need < bmax ? need : bmax;
+    const int np = npk > 0 ? (npk + 1) & ~1 : 0;
     for (int i = tid; i < NG * np; i += NT) {
         const int g = i / np, s = i - g * np;
         lists[((size_t)g * P + c) * np + s] = s < (int)misc[4 + g] ? cand[g * CS + s] : 0;
@@ -1861,7 +2048,7 @@ template <int NG, int NW, int ST, int KPT, int FMA>
 static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const void *ikc,
                              const int32_t *page_table, int B, int64_t pos0, int T, int nbmax,
                              int topk, int local_blocks, int init_blocks, unsigned *ctr, void *ws,
-                             int flags, int pdl, hipStream_t st)
+                             const unsigned *ikr, int flags, int pdl, hipStream_t st)
 {
     const size_t shm = idx_lay<NG, NW, ST>::total;
     const int P = idx_grid_p(T, nbmax);
@@ -1883,7 +2070,7 @@ static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const voi
         cfg.attrs = at;
         cfg.numAttrs = 1;
         if (cudaLaunchKernelEx(&cfg, k_idx<NG, NW, ST, KPT, FMA>, out, bs, iq, ik, page_table, B,
-                               pos0, T, nbmax, topk, local_blocks, init_blocks, ctr, w,
+                               pos0, T, nbmax, topk, local_blocks, init_blocks, ctr, w, ikr,
                                flags) == cudaSuccess)
             return hipSuccess;
         (void)cudaGetLastError(); /* PDL refused: plain launch */
@@ -1893,16 +2080,21 @@ static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const voi
 #endif
     hipLaunchKernelGGL((k_idx<NG, NW, ST, KPT, FMA>), dim3(P, T), dim3(NW * 32), shm, st, out,
                        bs, iq, ik, page_table, B, pos0, T, nbmax, topk, local_blocks, init_blocks,
-                       ctr, w, flags);
+                       ctr, w, ikr, flags);
     return hipGetLastError();
 }
 
 /* The default: 12 warps, 2 x 8 KB stages per warp (192 KB ring), one block
  * per SM, IDX_KPT_DEFAULT keys per lane. */
 #define IDX_KPT_DEFAULT 2
+/* G = 4, cfg 0: 4 keys per lane when every block has at most this many MSA
+ * blocks (short contexts: 128K on 132 SMs is 8), else IDX_KPT_DEFAULT */
+#define IDX_KPT4_MAXB 16
 
-/* cfg (m3g_msa_indexer_tuned (variant >> 1) & 7): 0 default; 5, 6, 7: 1, 2,
- * 4 keys per lane (12 warps x 2 stages each). Other shapes of the same
+/* cfg (m3g_msa_indexer_tuned (variant >> 1) & 7): 0 default (4 keys per
+ * lane up to IDX_KPT4_MAXB MSA blocks per block, else 2; G < 4: 2); 5, 6,
+ * 7: 1, 2, 4 keys per lane (12 warps x 2 stages each). fma: instantiate the
+ * kernel that may use fmaf (its flags decide per launch). Other shapes of the same
  * 192 KB ring measured slower (H200, bench-gpu, with this merge): 8 warps x
  * 3 stages 22.54 / 97.01 us at 128K / 1M, 6 warps x 4 stages 25.51 /
  * 123.06 us (default 22.32 / 86.35 us in the same run). */
@@ -1910,11 +2102,16 @@ static hipError_t idx_dispatch(int G, int cfg, int fma, int32_t *out, float *bs,
                                const float *iq,
                                const void *ikc, const int32_t *page_table, int B, int64_t pos0,
                                int T, int nbmax, int topk, int local_blocks, int init_blocks,
-                               unsigned *ctr, void *ws, int flags, int pdl, hipStream_t st)
+                               unsigned *ctr, void *ws, const unsigned *ikr, int flags, int pdl,
+                               hipStream_t st)
 {
 #define IDX_ARGS out, bs, iq, ikc, page_table, B, pos0, T, nbmax, topk, local_blocks, init_blocks, \
-                 ctr, ws, flags, pdl, st
-    const int kpt = cfg == 5 ? 1 : cfg == 6 ? 2 : cfg == 7 ? 4 : IDX_KPT_DEFAULT;
+                 ctr, ws, ikr, flags, pdl, st
+    const int P = idx_grid_p(T, nbmax), bmax = (nbmax + P - 1) / P;
+    const int kpt = cfg == 5   ? 1
+                    : cfg == 6 ? 2
+                    : cfg == 7 ? 4
+                               : (bmax <= IDX_KPT4_MAXB ? 4 : IDX_KPT_DEFAULT);
     if (G == 4) {
         if (kpt == 1)
             return fma ? idx_launch<4, 12, 2, 1, 1>(IDX_ARGS) : idx_launch<4, 12, 2, 1, 0>(IDX_ARGS);
@@ -1923,11 +2120,78 @@ static hipError_t idx_dispatch(int G, int cfg, int fma, int32_t *out, float *bs,
         return fma ? idx_launch<4, 12, 2, 2, 1>(IDX_ARGS) : idx_launch<4, 12, 2, 2, 0>(IDX_ARGS);
     }
     if (G == 3)
-        return idx_launch<3, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
+        return fma ? idx_launch<3, 12, 2, IDX_KPT_DEFAULT, 1>(IDX_ARGS)
+                   : idx_launch<3, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
     if (G == 2)
-        return idx_launch<2, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
-    return idx_launch<1, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
+        return fma ? idx_launch<2, 12, 2, IDX_KPT_DEFAULT, 1>(IDX_ARGS)
+                   : idx_launch<2, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
+    return fma ? idx_launch<1, 12, 2, IDX_KPT_DEFAULT, 1>(IDX_ARGS)
+               : idx_launch<1, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
 #undef IDX_ARGS
+}
+
+/* Bandwidth ceiling (benchmark only, variant bit 11): a trivial kernel that
+ * streams the same n bytes with the indexer's grid style (nsm * mult blocks
+ * of 384 threads, each a contiguous range; 8 independent 16-byte loads per
+ * thread in flight) and does nothing with them (a data-dependent store that
+ * never happens keeps the loads). pdl: released at once and waiting for
+ * the previous kernel before the first load, as k_idx after its prologue. */
+__global__ void IDX_BOUNDS(384) k_idx_ceil(const uint4 *p, int64_t n16, float *sink)
+{
+    idx_pdl_trigger();
+    idx_pdl_wait();
+    const int64_t lo = (int64_t)blockIdx.x * n16 / gridDim.x;
+    const int64_t hi = (int64_t)(blockIdx.x + 1) * n16 / gridDim.x;
+    unsigned x = 0;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += 8 * 384) {
+        uint4 v[8];
+MSA_UNROLL
+        for (int j = 0; j < 8; j++)
+            if (i + j * 384 < hi)
+                v[j] = p[i + j * 384];
+            else
+                v[j].x = v[j].y = v[j].z = v[j].w = 0;
+MSA_UNROLL
+        for (int j = 0; j < 8; j++)
+            x ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+    if (x == 0x9e3779b9u && threadIdx.x == 1023) /* never (384 threads) */
+        sink[0] = (float)x;
+}
+
+static hipError_t idx_ceil_launch(const void *p, int64_t nbytes, float *sink, int mult, int pdl,
+                                  hipStream_t st)
+{
+    int nsm = MIX_EMU_NSM;
+#if !defined(M3_EMU)
+    int dev = 0;
+    if (hipGetDevice(&dev) != hipSuccess ||
+        hipDeviceGetAttribute(&nsm, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess ||
+        nsm < 1)
+        nsm = 1;
+#endif
+    const dim3 grid((unsigned)(nsm * mult));
+    const int64_t n16 = nbytes / 16;
+#if MIX_CPASYNC
+    if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1] = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(384);
+        cfg.stream = st;
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        if (cudaLaunchKernelEx(&cfg, k_idx_ceil, (const uint4 *)p, n16, sink) == cudaSuccess)
+            return hipSuccess;
+        (void)cudaGetLastError();
+    }
+#else
+    (void)pdl;
+#endif
+    hipLaunchKernelGGL(k_idx_ceil, grid, dim3(384), 0, st, (const uint4 *)p, n16, sink);
+    return hipGetLastError();
 }
 
 /* 1 iff the streaming kernel takes these arguments (host only). */
@@ -1961,11 +2225,11 @@ size_t m3g_msa_indexer_ws(int T, int G, int nbmax)
     return a > b ? a : b;
 }
 
-hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const void *ikc,
-                                 int ik_dtype, const int32_t *page_table, int B, int64_t pos0,
-                                 int T, int G, int d, int nbmax, int topk, int local_blocks,
-                                 int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
-                                 int variant, hipStream_t st)
+hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const void *ikc,
+                              int ik_dtype, const int32_t *page_table, int B, int64_t pos0, int T,
+                              int G, int d, int nbmax, int topk, int local_blocks,
+                              int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
+                              const unsigned *ik_range, int variant, hipStream_t st)
 {
     if (T <= 0)
         return hipSuccess;
@@ -1974,14 +2238,21 @@ hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const
         return hipErrorInvalidValue;
     const int allow_fma = variant & 1, cfg = (variant >> 1) & 7;
     const int need_ws_ok = ws_bytes >= m3g_msa_indexer_ws(T, G, nbmax);
+    (void)ik_range; /* the streaming kernel only (the fused kernel: variant bit 0) */
 #if IDX_ON
+    if ((variant & 2048) && ik_dtype == M3G_BF16) /* bandwidth ceiling (timing only) */
+        return idx_ceil_launch(ikc, (int64_t)nbmax * B * d * 2, bs, 1 << ((variant >> 12) & 3),
+                               (variant & 32) == 0, st);
     if ((cfg == 0 || cfg >= 5) && need_ws_ok && T <= 65535 &&
         idx_takes(ikc, ik_dtype, B, G, d, nbmax, topk, ctr, ws)) {
-        return idx_dispatch(G, cfg, allow_fma, out, bs, iq, ikc, page_table, B, pos0, T, nbmax,
-                            topk, local_blocks, init_blocks, ctr, ws,
-                            allow_fma | ((variant & 16) ? IDX_F_SCORES_ONLY : 0) |
+        const int proven = ik_range != NULL && !(variant & 1024);
+        return idx_dispatch(G, cfg, allow_fma || proven, out, bs, iq, ikc, page_table, B, pos0, T,
+                            nbmax, topk, local_blocks, init_blocks, ctr, ws, ik_range,
+                            allow_fma | (proven ? IDX_F_PROVEN : 0) |
+                                ((variant & 16) ? IDX_F_SCORES_ONLY : 0) |
                                 ((variant & 64) ? IDX_F_NO_MERGE : 0) |
-                                ((variant & 512) ? IDX_F_L2W : 0),
+                                ((variant & 512) ? IDX_F_L2W : 0) |
+                                ((variant & 16384) ? IDX_F_PRO2 : 0),
                             (variant & 32) == 0, st);
     }
 #endif
@@ -2004,6 +2275,17 @@ hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const
                                  local_blocks, init_blocks, ctr, ws, allow_fma, st);
     return mix_dispatch_g<0>(G, mcfg, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
                              local_blocks, init_blocks, ctr, ws, allow_fma, st);
+}
+
+hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const void *ikc,
+                                 int ik_dtype, const int32_t *page_table, int B, int64_t pos0,
+                                 int T, int G, int d, int nbmax, int topk, int local_blocks,
+                                 int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
+                                 int variant, hipStream_t st)
+{
+    return m3g_msa_indexer_ex(out, bs, iq, ikc, ik_dtype, page_table, B, pos0, T, G, d, nbmax,
+                              topk, local_blocks, init_blocks, ctr, ws, ws_bytes, NULL, variant,
+                              st);
 }
 
 hipError_t m3g_msa_indexer(int32_t *out, float *bs, const float *iq, const void *ikc, int ik_dtype,

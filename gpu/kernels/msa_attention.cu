@@ -25,9 +25,14 @@
  *  - S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 x bf16 -> fp32: exact
  *    products, fp32 sums).
  * Kernels (m3g_msa_attention_prefill_tuned variants; MSA_DEFAULT_VARIANT):
- *  5 (default) / 2: two passes with exact p (pass 1: S, running max and sum;
+ *  7 (default since 2026-11-29's fifth session) k_msa_ws<.., ONLINE 3, 11
+ *    rows>: variant 5 with its pass 2 pipelined as variant 6 (64-key pieces,
+ *    Q K^T of piece i + 1 interleaved with P V of piece i); the same S, p
+ *    and P V order per output element as 5, so bitwise the same results
+ *    (exact p); 1.4-1.7% faster (below);
+ *  5 / 2: two passes with exact p (pass 1: S, running max and sum;
  *    pass 2: S again, p = bf16(exp(s - M) / L), P V), 11 / 8 rows (2 was the
- *    default before 2026-11-29's fourth session);
+ *    default before 2026-11-29's fourth session, 5 until its fifth);
  *  6 k_msa_ws<.., ONLINE 2, 11 rows>: one pass, online softmax, producer
  *    warp + mbarrier ring, Q K^T of the next 64-key piece interleaved with
  *    P V of the current one; the fastest (whole 131,072-token prompt,
@@ -117,6 +122,25 @@
  * first half's softmax: 993.8 / 1507.7 / 4739.3 us. Q fragments in
  * registers instead of shared memory (this session): spills at 168
  * registers (hd 128), not timed.
+ * Fifth session (H200, bench-gpu, median of 20, cv <= 0.3%; one device
+ * call, all in the same process): whole 131,072-token prompt, pool of 24:
+ * default (then 5) 55,130.18 us, 5 again 54,697.07 us, 7 53,908.18 us, 6
+ * 40,731.98 us; slab "pool24": 5 965.91 us, 7 949.25 us, 6 712.11 us. So 7
+ * = 9.32x dense causal SDPA's 502.5 ms (measured in an earlier session), not
+ * the 10x of issue 8 (<= 50.25 ms). nmse vs the host golden: 7 and 5 the
+ * same (3.91e-10 whole prompt, 9.06e-8 slab; edge shapes <= 2.41e-8); 6:
+ * 2.91e-6 / 9.14e-6. Tried and dropped (same call): pass 1 by row pairs
+ * (warps 2i, 2i + 1 split the blocks of their two rows; a block both rows
+ * chose done as M = 32, both rows' Q fragments in registers, every K
+ * fragment read once for the two rows; (max, sum) of both rows exchanged
+ * through shared memory and a named barrier at the end of pass 1): 54,278.38
+ * us whole prompt (-0.8% vs 5), and with pass 2 pipelined 55,933.60 us
+ * (+2.3%; with Q in registers in pass 2 55,760.90 us) although it cuts
+ * pass 1's shared-memory reads by ~40% on pooled rows: the two-pass kernels
+ * are not bound by shared-memory read bandwidth. A guess, not profiled: the
+ * per-warp latency chains (3 warps per sub-partition) bound them, and the
+ * pairs' bursty work (a warp doing both rows of one block, then none) holds
+ * the ring, whose every slot waits for all 11 consumers.
  */
 #include <math.h>
 #include "common.cuh"
@@ -532,13 +556,17 @@ static hipError_t msa_tc_launch(float *out, const float *q, const void *kc, cons
  *   pass-2 step is released before its P.V.
  *  ONLINE 1 (one pass): K then V of each union block once; per block S =
  *   Q K^T, running max / sum update, P V.
- *  ONLINE 2 (one pass, pipelined; the default): the same stream, but each
+ *  ONLINE 2 (one pass, pipelined; variant 6): the same stream, but each
  *   block is handled as two 64-key pieces and the Q K^T of piece i + 1 is
  *   issued interleaved with the P V of piece i (msa_fused), so a warp's own
  *   softmax does not leave the tensor pipe idle; a piece's P V is owed until
  *   the next piece (its V slot released then); before a block the row did
  *   not select, the owed P V is settled, so a warp never holds a slot across
  *   a skip (no ring deadlock: at most 2 slots held + 1 awaited < MSA_NS).
+ *  ONLINE 3 (two passes, exact p; variant 7, the default): ONLINE 0's
+ *   stream and pass 1; pass 2 is ONLINE 2's piece pipeline without the
+ *   running max (p = bf16(2^(s c2 - m) * (1 / L)) with pass 1's final m, L:
+ *   msa_exact_half), so its results are bitwise those of ONLINE 0.
  * RR <= 11: 12 warps = 3 per SM sub-partition, whose 16,384 registers allow
  * 168 per thread (a 13th warp would cap it at 128 and spill); 11 rows also
  * fill the shared memory (5 slots + Q of 11 rows + barriers and lists, hd
@@ -741,6 +769,26 @@ __device__ __forceinline__ void msa_stage1(uint16_t *dst, const void *src_c, int
     }
 }
 
+/* Exact p of a 64-key piece (pass 2 of the pipelined two-pass kernel,
+ * ONLINE 3): pa = bf16(2^(s c2 - m) * (1 / L)) with the row's final m and
+ * 1 / L, the formula of the two-pass loop, in the A layout msa_soft_half
+ * produces (keys >= lim already -inf: p = 0). */
+__device__ __forceinline__ void msa_exact_half(const float s[8][4], uint32_t pa[4][4], float m0,
+                                               float m1, float il0, float il1, float c2)
+{
+#pragma unroll
+    for (int kv = 0; kv < 4; kv++) {
+        pa[kv][0] = m3t_pack_bf16(msa_ex2(__fmaf_rn(s[2 * kv][0], c2, -m0)) * il0,
+                                  msa_ex2(__fmaf_rn(s[2 * kv][1], c2, -m0)) * il0);
+        pa[kv][1] = m3t_pack_bf16(msa_ex2(__fmaf_rn(s[2 * kv][2], c2, -m1)) * il1,
+                                  msa_ex2(__fmaf_rn(s[2 * kv][3], c2, -m1)) * il1);
+        pa[kv][2] = m3t_pack_bf16(msa_ex2(__fmaf_rn(s[2 * kv + 1][0], c2, -m0)) * il0,
+                                  msa_ex2(__fmaf_rn(s[2 * kv + 1][1], c2, -m0)) * il0);
+        pa[kv][3] = m3t_pack_bf16(msa_ex2(__fmaf_rn(s[2 * kv + 1][2], c2, -m1)) * il1,
+                                  msa_ex2(__fmaf_rn(s[2 * kv + 1][3], c2, -m1)) * il1);
+    }
+}
+
 /* grid (ceil(T / RR), nkv), block (RR + 1) * 32: RR consumer warps (query
  * rows) and the producer; RR <= 11 (at most 3 warps per SM sub-partition,
  * so ptxas may use 168 registers per thread). ONLINE 0: k_msa_ws (two
@@ -762,6 +810,8 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
     int *umask = ulist + RR * MSA_MAXK;                  /* rows that chose each */
     int *wcnt = umask + RR * MSA_MAXK;                   /* [R] */
 
+    /* ONLINE 3: two passes with exact p as ONLINE 0, pass 2 pipelined */
+    constexpr bool TWO = ONLINE == 0 || ONLINE == 3;
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int g = blockIdx.y, hpg = nh / nkv;
     const int t0 = blockIdx.x * RR;
@@ -814,14 +864,14 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
     }
     __syncthreads(); /* the last CTA-wide barrier */
     /* two passes: K of each union block, then K and V; online: K and V once */
-    const int nsteps = ONLINE ? nU : 2 * nU;
+    const int nsteps = TWO ? 2 * nU : nU;
 
     if (w == RR) { /* producer warp */
         int c = 0;    /* slot-use counter */
         for (int s = 0; s < nsteps; s++) {
             const int u = s < nU ? s : s - nU, b = ulist[u];
             const int64_t rowbase = (int64_t)page_table[b] * B, k0 = (int64_t)b * B;
-            for (int part = 0; part < 1 + (ONLINE || s >= nU); part++, c++) {
+            for (int part = 0; part < 1 + (!TWO || s >= nU); part++, c++) {
                 const int sl = c % MSA_NS;
                 if (c >= MSA_NS)
                     msa_bar_wait(&empty[sl], (uint32_t)((c / MSA_NS - 1) & 1));
@@ -1010,8 +1060,9 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
         }
     }
 
+    /* two passes: ONLINE 0 both passes here, ONLINE 3 pass 1 only */
     int c = 0;
-    for (int s = 0; s < (ONLINE ? 0 : nsteps); s++) {
+    for (int s = 0; s < (ONLINE == 0 ? nsteps : ONLINE == 3 ? nU : 0); s++) {
         const int u = s < nU ? s : s - nU, pass2 = s >= nU;
         const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
         if (s == nU) { /* pass 1 done: this row's max and sum of the two heads */
@@ -1094,6 +1145,84 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
             msa_bar_arrive(&empty[vs]);
         c++;
     }
+    if (ONLINE == 3) { /* pass 1 done (as at s == nU above); pass 2 as ONLINE 2's
+                        * pipeline (64-key pieces, Q K^T of piece i + 1 interleaved with
+                        * P V of piece i) with exact p: the same S, p and P V order per
+                        * output element as ONLINE 0 (bitwise equal results) */
+        m3t_row_sum(l0, l1);
+        il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
+        il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+        if (m0 == -INFINITY)
+            m0 = 0.0f;
+        if (m1 == -INFINITY)
+            m1 = 0.0f;
+        int cc = nU, pend = 0, pv_slot = 0; /* slot uses continue after pass 1's nU */
+        uint32_t pa[4][4];
+        for (int u = 0; u < nU; u++) {
+            const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
+            const int ks = cc % MSA_NS, vs = (cc + 1) % MSA_NS;
+            msa_bar_wait(&full[ks], (uint32_t)((cc / MSA_NS) & 1));
+            if (!sel) { /* settle what is owed first, so no slot is held across a skip */
+                if (pend) {
+                    msa_pv_half<HD>(o, pa, S0 + pv_slot * SLOT, 1, lane);
+                    __syncwarp();
+                    if (lane == 0)
+                        msa_bar_arrive(&empty[pv_slot]);
+                    pend = 0;
+                }
+                __syncwarp();
+                if (lane == 0)
+                    msa_bar_arrive(&empty[ks]);
+                msa_bar_wait(&full[vs], (uint32_t)(((cc + 1) / MSA_NS) & 1));
+                __syncwarp();
+                if (lane == 0)
+                    msa_bar_arrive(&empty[vs]);
+                cc += 2;
+                continue;
+            }
+            const int64_t k0 = (int64_t)ulist[u] * B;
+            const int lim = (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B); /* >= 1 */
+            for (int hk = 0; hk < 2; hk++) {
+                float sc[8][4];
+                if (hk == 1) /* P V of piece 0 of this block needs its V */
+                    msa_bar_wait(&full[vs], (uint32_t)(((cc + 1) / MSA_NS) & 1));
+                if (pend) /* hk 0: the previous block's piece 1; hk 1: this block's piece 0 */
+                    msa_fused<HD, true>(sc, Qw, S0 + ks * SLOT, hk, o, pa, S0 + pv_slot * SLOT,
+                                        1 - hk, lane);
+                else
+                    msa_fused<HD, false>(sc, Qw, S0 + ks * SLOT, hk, o, pa, S0 + ks * SLOT, 0,
+                                         lane);
+                if (hk == 0 && pend) { /* the previous block's V slot is done */
+                    __syncwarp();
+                    if (lane == 0)
+                        msa_bar_arrive(&empty[pv_slot]);
+                }
+                if (hk == 1) { /* this block's K slot is done */
+                    __syncwarp();
+                    if (lane == 0)
+                        msa_bar_arrive(&empty[ks]);
+                }
+                if (lim < 64 * (hk + 1)) {
+#pragma unroll
+                    for (int nn = 0; nn < 8; nn++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            if (64 * hk + 8 * nn + 2 * (lane & 3) + (e & 1) >= lim)
+                                sc[nn][e] = -INFINITY;
+                }
+                msa_exact_half(sc, pa, m0, m1, il0, il1, c2);
+                pend = 1;
+                pv_slot = vs;
+            }
+            cc += 2;
+        }
+        if (pend) {
+            msa_pv_half<HD>(o, pa, S0 + pv_slot * SLOT, 1, lane);
+            __syncwarp();
+            if (lane == 0)
+                msa_bar_arrive(&empty[pv_slot]);
+        }
+    }
     if (t >= T)
         return;
 #pragma unroll
@@ -1142,11 +1271,13 @@ int m3g_msa_attention_tc(int nh, int nkv, int hd, int B, int topk, int kv_dtype,
 }
 
 /* Which tensor-core kernel variant 0 selects: 1 = k_msa_tc; k_msa_ws<HD,
- * KVBF, ONLINE, RR>: 2 = two passes, 8 rows per CTA (the previous default), 3
- * = one pass, 8 rows, 4 = one pass, 11 rows, 5 = two passes, 11 rows (the
- * fastest exact-p kernel: the default), 6 = one pass pipelined over 64-key
- * pieces, 11 rows (fastest; not the default, see the header). */
-#define MSA_DEFAULT_VARIANT 5
+ * KVBF, ONLINE, RR>: 2 = two passes, 8 rows per CTA, 3 = one pass, 8 rows,
+ * 4 = one pass, 11 rows, 5 = two passes, 11 rows (the default until
+ * 2026-11-29's fifth session), 6 = one pass pipelined over 64-key pieces, 11
+ * rows (fastest; not the default, see the header), 7 = 5 with its pass 2
+ * pipelined as 6 (bitwise 5's results; the fastest exact-p kernel: the
+ * default). */
+#define MSA_DEFAULT_VARIANT 7
 
 hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
                                            const void *vc, int kv_dtype,
@@ -1157,7 +1288,7 @@ hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const voi
     if (T <= 0)
         return hipSuccess;
     if (hd <= 0 || hd > 128 || nkv <= 0 || nh % nkv != 0 || B <= 0 || !blocks || topk <= 0 ||
-        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || variant < 0 || variant > 6)
+        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || variant < 0 || variant > 7)
         return hipErrorInvalidValue;
     const float scale = (float)(1.0 / sqrt((double)hd)); /* as ref/attention.c */
 #if M3_MSA_TC
@@ -1172,6 +1303,8 @@ hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const voi
                                                 nkv, blocks, topk, c2, st);
 #define MSA_TC_CASE(HD_)                                                                      \
     if (hd == HD_) {                                                                          \
+        if (v == 7)                                                                           \
+            MSA_WS_CASE(HD_, 3, 11)                                                           \
         if (v == 6)                                                                           \
             MSA_WS_CASE(HD_, 2, 11)                                                           \
         if (v == 5)                                                                           \
