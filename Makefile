@@ -223,7 +223,7 @@ valgrind-test: bin/m3-ref
 .PHONY: conform-test
 
 # test_conform links the kit's objects (all but main.o) as well as libm3.a
-$(BUILD)/tests/test_conform $(BUILD)/tests/test_conform_tie: $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h conformance/*.h ref/*.h) $(CONF_LIBOBJ) $(LIB)
+$(BUILD)/tests/test_conform $(BUILD)/tests/test_conform_tie $(BUILD)/tests/test_conform_greedy: $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h conformance/*.h ref/*.h) $(CONF_LIBOBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -Iconformance -o $@ $< $(CONF_LIBOBJ) $(LIB) $(LDLIBS) -lcmocka
 

@@ -253,6 +253,11 @@ int cf_ref_component(const cf_case *c, cf_tset *out, m3_err *e);
  * params.max_new_tokens greedy tokens as "greedy_tokens". */
 int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inputs, int chunked,
                  cf_tset *out, m3_err *e);
+/* M3-TOL-4: the reference's logits (case mode) at generated step k, after the
+ * prompt of dir/inputs.safetensors and the golden tokens gen[0..k-1]:
+ * *margin = logit[gen[k]] - logit[alt], *maxabs = max |logit| of that row. */
+int cf_ref_greedy_margin(const cf_case *c, const m3_model *m, const int32_t *gen, int k, int32_t alt,
+                         double *margin, double *maxabs, m3_err *e);
 /* Teacher-forced: layer `layer` alone from x [T, H] (the residual entering
  * it) on a fresh state; its activations go into out. */
 int cf_ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int T, cf_tset *out,

@@ -763,6 +763,37 @@ static int tie_dependent(int is_model, const judge_item *it)
     return it->layer >= 0 && it->order - 10 - 100 * it->layer < N_LAYER_ORDER;
 }
 
+/* M3-TOL-4: greedy_tokens first differ at rec->set.first_bad. The reference
+ * recomputes the logits of that step on the golden path; a dump token whose
+ * golden logit is within tie_tolerance x max|logit| of the golden choice's is
+ * accepted, and the continuation (which follows the other token) is not
+ * compared. Anything else keeps the Fail, with the margin in the message. */
+static void judge_greedy_tie(cf_record *rec, const cf_judge_ctx *ctx, const cf_tensor *g, const cf_tensor *o)
+{
+    const long k = rec->set.first_bad;
+    if (k < 0 || (size_t)k >= g->n)
+        return;
+    double margin = 0.0, maxabs = 0.0;
+    m3_err e = {{0}};
+    char note[400];
+    if (cf_ref_greedy_margin(ctx->c, ctx->model, g->i, (int)k, o->i[k], &margin, &maxabs, &e)) {
+        snprintf(note, sizeof note, "(not judged as a tie, M3-TOL-4: %.300s)", e.msg);
+        append_msg(rec, " ", note);
+        return;
+    }
+    const double tol = ctx->profile->tie_tolerance * maxabs;
+    if (margin <= tol) {
+        rec->result = CF_PASS;
+        snprintf(rec->msg, sizeof rec->msg,
+                 "token %ld is %d, golden %d: a tie (golden logit margin %.4g <= %.4g = tie tolerance x "
+                 "max|logit|, M3-TOL-4); the %ld later tokens are not compared",
+                 k, (int)o->i[k], (int)g->i[k], margin, tol, (long)g->n - k - 1);
+    } else {
+        snprintf(note, sizeof note, "(golden logit margin %.4g > %.4g: not a tie, M3-TOL-4)", margin, tol);
+        append_msg(rec, " ", note);
+    }
+}
+
 int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf_tset *golden,
              m3_err *e)
 {
@@ -892,6 +923,8 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
                                  (int)o->i[j], (int)g->i[j]);
                         break;
                     }
+                if (rec->result == CF_FAIL && strcmp(g->name, "greedy_tokens") == 0 && ctx->model)
+                    judge_greedy_tie(rec, ctx, g, o);
                 /* free-running: the continuation follows the last row's logits,
                  * which every accepted tie reaches */
                 if (rec->result == CF_FAIL && !isolated && strcmp(g->name, "greedy_tokens") == 0 && tl.n) {

@@ -1166,6 +1166,51 @@ int cf_ref_component(const cf_case *c, cf_tset *out, m3_err *e)
 }
 
 /* ---- model cases --------------------------------------------------------------- */
+/* The prompt rows of an image case: pixel_values straight into the tower (no
+ * preprocessing), features scattered into the placeholder rows (M3-VEC-6,
+ * M3-EMB-3); *x = NULL for a text case. The tower's activations are
+ * appended to out when out is not NULL. Caller frees *x. */
+static int prompt_embeds(const cf_case *c, const m3_model *m, const cf_tset *inp, const cf_tensor *ids,
+                         float **xp, cf_tset *out, m3_err *e)
+{
+    const int T = (int)ids->n;
+    *xp = NULL;
+    const cf_tensor *px = cf_tset_get(inp, "pixel_values");
+    if (!px)
+        return 0;
+    const cf_tensor *g = cf_tset_get(inp, "image_grid_thw");
+    int H = m->cfg.text.hidden_size;
+    if (px->is_int || px->ndim != 2 || !g || !g->is_int || g->ndim != 2 || g->shape[1] != 3)
+        return m3_fail(e, "%s/inputs.safetensors: an image case needs \"pixel_values\" float "
+                          "[N, D] and \"image_grid_thw\" integer [n, 3]", c->dir);
+    int64_t nf = px->shape[0] / 4;
+    float *feat = malloc((size_t)(nf + 1) * H * sizeof *feat);
+    float *x = malloc((size_t)T * H * sizeof *x);
+    m3_st_writer *vw = out ? m3_st_writer_new() : NULL;
+    cf_tset part = {0};
+    m3_mm_ids ti;
+    m3_mm_ids_from_config(&ti, &m->cfg);
+    m3_vision_opts vo = {c->mode, 0};
+    int r = (!feat || !x || (out && !vw)) ? m3_fail(e, "out of memory for the vision features") : 0;
+    if (r == 0)
+        r = m3_vision_forward(m, px->f, px->shape[0], g->i, (int)g->shape[0], &vo, feat, vw, e);
+    if (r == 0)
+        r = m3_mm_embed(m, ids->i, T, &ti, feat, nf, c->mode, x, e);
+    if (r == 0 && out)
+        r = cf_tset_from_writer(&part, vw, e);
+    if (r == 0 && out)
+        r = cf_tset_append_rows(out, &part, e);
+    free(feat);
+    m3_st_writer_free(vw);
+    cf_tset_free(&part);
+    if (r) {
+        free(x);
+        return -1;
+    }
+    *xp = x;
+    return 0;
+}
+
 int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inp, int chunked, cf_tset *out,
                  m3_err *e)
 {
@@ -1191,41 +1236,10 @@ int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inp, int ch
     int maxchunk = 1;
     for (int i = 0; i < ns; i++)
         maxchunk = sizes[i] > maxchunk ? sizes[i] : maxchunk;
-    /* image cases: pixel_values straight into the tower (no preprocessing),
-     * features scattered into the placeholder rows (M3-VEC-6, M3-EMB-3) */
+    /* image cases: the prompt enters as embeddings (prompt_embeds) */
     float *x = NULL;
-    const cf_tensor *px = cf_tset_get(inp, "pixel_values");
-    if (px) {
-        const cf_tensor *g = cf_tset_get(inp, "image_grid_thw");
-        int H = m->cfg.text.hidden_size;
-        if (px->is_int || px->ndim != 2 || !g || !g->is_int || g->ndim != 2 || g->shape[1] != 3)
-            return m3_fail(e, "%s/inputs.safetensors: an image case needs \"pixel_values\" float "
-                              "[N, D] and \"image_grid_thw\" integer [n, 3]", c->dir);
-        int64_t nf = px->shape[0] / 4;
-        float *feat = malloc((size_t)(nf + 1) * H * sizeof *feat);
-        x = malloc((size_t)T * H * sizeof *x);
-        m3_st_writer *vw = m3_st_writer_new();
-        cf_tset part = {0};
-        m3_mm_ids ti;
-        m3_mm_ids_from_config(&ti, &m->cfg);
-        m3_vision_opts vo = {c->mode, 0};
-        int r = (!feat || !x || !vw) ? m3_fail(e, "out of memory for the vision features") : 0;
-        if (r == 0)
-            r = m3_vision_forward(m, px->f, px->shape[0], g->i, (int)g->shape[0], &vo, feat, vw, e);
-        if (r == 0)
-            r = m3_mm_embed(m, ids->i, T, &ti, feat, nf, c->mode, x, e);
-        if (r == 0)
-            r = cf_tset_from_writer(&part, vw, e);
-        if (r == 0)
-            r = cf_tset_append_rows(out, &part, e);
-        free(feat);
-        m3_st_writer_free(vw);
-        cf_tset_free(&part);
-        if (r) {
-            free(x);
-            return -1;
-        }
-    }
+    if (prompt_embeds(c, m, inp, ids, &x, out, e))
+        return -1;
     m3_state *s = m3_state_new(m, (int64_t)T + N + 1, c->mode, e);
     if (!s) {
         free(x);
@@ -1279,6 +1293,59 @@ done:
     free(logits);
     free(gen);
     free(x);
+    return rc;
+}
+
+int cf_ref_greedy_margin(const cf_case *c, const m3_model *m, const int32_t *gen, int k, int32_t alt,
+                         double *margin, double *maxabs, m3_err *e)
+{
+    char path[2300];
+    snprintf(path, sizeof path, "%s/inputs.safetensors", c->dir);
+    cf_tset in = {0};
+    if (cf_tset_load(&in, path, e))
+        return -1;
+    const cf_tensor *ids = cf_tset_get(&in, "input_ids");
+    const int V = m->cfg.text.vocab_size;
+    if (!ids || !ids->is_int || ids->ndim != 1 || ids->n == 0) {
+        cf_tset_free(&in);
+        return m3_fail(e, "%s: needs \"input_ids\", a non-empty integer vector [T]", path);
+    }
+    if (k < 0 || alt < 0 || alt >= V || gen[k] < 0 || gen[k] >= V) {
+        cf_tset_free(&in);
+        return m3_fail(e, "step %d: token %d or golden token %d is outside the vocabulary [0, %d)", k,
+                       (int)alt, k >= 0 ? (int)gen[k] : -1, V);
+    }
+    const int T = (int)ids->n;
+    float *x = NULL, *logits = malloc((size_t)T * V * sizeof *logits);
+    m3_state *s = NULL;
+    int rc = -1;
+    if (!logits) {
+        m3_fail(e, "out of memory for logits [%d, %d]", T, V);
+        goto done;
+    }
+    if (prompt_embeds(c, m, &in, ids, &x, NULL, e))
+        goto done;
+    if (!(s = m3_state_new(m, (int64_t)T + k + 1, c->mode, e)))
+        goto done;
+    if (x ? m3_forward_embeds(m, s, x, T, logits, NULL, e) : m3_forward(m, s, ids->i, T, logits, NULL, e))
+        goto done;
+    const float *row = logits + (size_t)(T - 1) * V;
+    for (int j = 0; j < k; j++) {
+        if (m3_forward(m, s, &gen[j], 1, logits, NULL, e))
+            goto done;
+        row = logits;
+    }
+    double mx = 0.0;
+    for (int v = 0; v < V; v++)
+        mx = fabs((double)row[v]) > mx ? fabs((double)row[v]) : mx;
+    *margin = (double)row[gen[k]] - (double)row[alt];
+    *maxabs = mx;
+    rc = 0;
+done:
+    m3_state_free(s);
+    free(logits);
+    free(x);
+    cf_tset_free(&in);
     return rc;
 }
 
