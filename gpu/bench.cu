@@ -1989,6 +1989,10 @@ typedef struct layer_ctx {
     unsigned *ictr, *ikr; /* ikr: ik16's exponent range words (as m3-gpu) */
     void *iws, *sws;
     size_t iws_n, sws_n;
+    int old_seq; /* bit 0: the previous sequence (separate QK-norm / RoPE / cache-write
+                    launches, routed gate and up GEMVs + m3g_swiglu), else m3-gpu's fused
+                    launches; bit 1: the norms and the prologue without their early PDL
+                    release (3 = exactly the previous sequence) */
 } layer_ctx;
 
 static hipError_t layer_launch(void *c, int r, hipStream_t st)
@@ -2007,20 +2011,49 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
         if ((e = (call)) != hipSuccess)                                                         \
             return e;                                                                           \
     } while (0)
-    LK(m3g_residual_rmsnorm(x->h, x->tmp, x->xn, x->in_norm, M3G_BF16, 1, H, eps, 1, st));
+    const int rel = !(x->old_seq & 2);
+    LK(m3g_residual_rmsnorm_ex(x->h, x->tmp, x->xn, x->in_norm, M3G_BF16, 1, H, eps, 1, rel, st));
     LK(m3g_linear_multi(x->xn, x->qkv, seg, x->sparse ? 5 : 3, 1, 1, NULL, st));
-    LK(m3g_headnorm_rope(x->q, x->q, NULL, BLK, pos0, x->q_norm, M3G_BF16, 1, NH, HD, RD,
-                         x->cos_t, x->sin_t, eps, 1, st));
-    if (x->sparse)
-        LK(m3g_headnorm_rope(x->iq, x->iq, NULL, BLK, pos0, x->iq_norm, M3G_BF16, 1, G, IHD, RD,
+    if (x->old_seq & 1) {
+        LK(m3g_headnorm_rope(x->q, x->q, NULL, BLK, pos0, x->q_norm, M3G_BF16, 1, NH, HD, RD,
                              x->cos_t, x->sin_t, eps, 1, st));
-    LK(m3g_to_bf16(x->vc16 + pos0 * NKV * HD, x->vraw, NKV * HD, st));
-    LK(m3g_headnorm_rope_bf16(x->kraw, x->kc16, x->pages, BLK, pos0, x->k_norm, M3G_BF16, 1, NKV,
-                              HD, RD, x->cos_t, x->sin_t, eps, 1, st));
+        if (x->sparse)
+            LK(m3g_headnorm_rope(x->iq, x->iq, NULL, BLK, pos0, x->iq_norm, M3G_BF16, 1, G, IHD,
+                                 RD, x->cos_t, x->sin_t, eps, 1, st));
+        LK(m3g_to_bf16(x->vc16 + pos0 * NKV * HD, x->vraw, NKV * HD, st));
+        LK(m3g_headnorm_rope_bf16(x->kraw, x->kc16, x->pages, BLK, pos0, x->k_norm, M3G_BF16, 1,
+                                  NKV, HD, RD, x->cos_t, x->sin_t, eps, 1, st));
+        if (x->sparse) {
+            LK(m3g_headnorm_rope(x->ikraw, x->ikc, x->pages, BLK, pos0, x->ik_norm, M3G_BF16, 1,
+                                 1, IHD, RD, x->cos_t, x->sin_t, eps, 1, st));
+            LK(m3g_to_bf16_ranged(x->ik16 + pos0 * IHD, x->ikc + pos0 * IHD, IHD, x->ikr, st));
+        }
+    } else { /* m3-gpu's m3g_attn_prologue: all of the above in one launch */
+        m3g_prologue p;
+        memset(&p, 0, sizeof p);
+        p.T = 1, p.B = BLK, p.rd = RD, p.mode = 1, p.pos0 = pos0, p.page_table = x->pages;
+        p.cos_t = x->cos_t, p.sin_t = x->sin_t, p.eps = eps, p.no_release = !rel;
+        m3g_pro_job *j = p.job;
+        j->src = j->dst = x->q, j->w = x->q_norm, j->w_dtype = M3G_BF16, j->nheads = NH;
+        (j++)->hd = HD;
+        if (x->sparse) {
+            j->src = j->dst = x->iq, j->w = x->iq_norm, j->w_dtype = M3G_BF16, j->nheads = G;
+            (j++)->hd = IHD;
+        }
+        j->src = x->vraw, j->dst16 = x->vc16 + pos0 * NKV * HD, j->nheads = NKV;
+        (j++)->hd = HD;
+        j->src = x->kraw, j->dst16 = x->kc16, j->paged = 2, j->w = x->k_norm;
+        j->w_dtype = M3G_BF16, j->nheads = NKV;
+        (j++)->hd = HD;
+        if (x->sparse) {
+            j->src = x->ikraw, j->dst = x->ikc, j->paged = 1, j->dst16 = x->ik16 + pos0 * IHD;
+            j->rng = x->ikr, j->w = x->ik_norm, j->w_dtype = M3G_BF16, j->nheads = 1;
+            (j++)->hd = IHD;
+        }
+        p.njobs = (int)(j - p.job);
+        LK(m3g_attn_prologue(&p, st));
+    }
     if (x->sparse) {
-        LK(m3g_headnorm_rope(x->ikraw, x->ikc, x->pages, BLK, pos0, x->ik_norm, M3G_BF16, 1, 1,
-                             IHD, RD, x->cos_t, x->sin_t, eps, 1, st));
-        LK(m3g_to_bf16_ranged(x->ik16 + pos0 * IHD, x->ikc + pos0 * IHD, IHD, x->ikr, st));
         LK(m3g_msa_indexer_ex(x->blk, x->bs, x->iq, x->ik16, M3G_BF16, x->pages, BLK, pos0, 1, G,
                               IHD, nb, TOPK_B, 1, 0, x->ictr, x->iws, x->iws_n, x->ikr, 0, st));
     }
@@ -2028,17 +2061,23 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
                         NKV, HD, x->sparse ? x->blk : NULL, x->sparse ? TOPK_B : 0, 1, x->sws,
                         x->sws_n, st));
     LK(m3g_linear(x->tmp, H, x->att, x->o, 1, 1, NULL, st));
-    LK(m3g_residual_rmsnorm(x->h, x->tmp, x->xn, x->post_norm, M3G_BF16, 1, H, eps, 1, st));
+    LK(m3g_residual_rmsnorm_ex(x->h, x->tmp, x->xn, x->post_norm, M3G_BF16, 1, H, eps, 1, rel,
+                               st));
     if (x->moe) {
         const moe_ctx *m = x->experts;
         const int64_t es = (int64_t)I * H;
         LK(m3g_router(x->ridx, x->rw, x->rscores, x->xn, x->router, x->rbias, M3G_F32, 1, TOPK_E,
                       st));
-        LK(m3g_gemv_grouped(x->g, x->xn, H, 0, m->eg, es, M3G_BF16, I, H, x->ridx, 1, TOPK_E, 1,
-                            st));
-        LK(m3g_gemv_grouped(x->u, x->xn, H, 0, m->eu, es, M3G_BF16, I, H, x->ridx, 1, TOPK_E, 1,
-                            st));
-        LK(m3g_swiglu(x->g, x->g, x->u, (int64_t)TOPK_E * I, al, lim, be, 1, st));
+        if (x->old_seq & 1) {
+            LK(m3g_gemv_grouped(x->g, x->xn, H, 0, m->eg, es, M3G_BF16, I, H, x->ridx, 1, TOPK_E,
+                                1, st));
+            LK(m3g_gemv_grouped(x->u, x->xn, H, 0, m->eu, es, M3G_BF16, I, H, x->ridx, 1, TOPK_E,
+                                1, st));
+            LK(m3g_swiglu(x->g, x->g, x->u, (int64_t)TOPK_E * I, al, lim, be, 1, st));
+        } else { /* gate + up + SwiGLU in one grouped GEMV (m3-gpu) */
+            LK(m3g_gemv_grouped_swiglu(x->g, x->xn, H, 0, m->eg, m->eu, es, M3G_BF16, I, H,
+                                       x->ridx, 1, TOPK_E, al, lim, be, 1, st));
+        }
         LK(m3g_gemv_grouped(x->ye, x->g, (int64_t)TOPK_E * I, I, m->ed, es, M3G_BF16, H, I,
                             x->ridx, 1, TOPK_E, 1, st));
         LK(m3g_linear_swiglu(x->g, I, x->u, x->xn, x->sgu, 1, al, lim, be, 1, NULL, st));
@@ -2161,6 +2200,338 @@ static int make_layer(bench_case *bc, const char *name, int sparse, int moe, int
     bc->ctx = x;
     bc->launch = layer_launch;
     return 0;
+}
+
+/* The layer of base through another launch sequence (layer_ctx.old_seq;
+ * 3: exactly the previous launches), on the same data. */
+static int make_layer_alt(bench_case *bc, const char *name, const bench_case *base, int old_seq)
+{
+    layer_ctx *x = (layer_ctx *)malloc(sizeof *x);
+    if (!x)
+        return -1;
+    *x = *(const layer_ctx *)base->ctx;
+    x->old_seq = old_seq;
+    *bc = *base;
+    bc->name = name;
+    bc->ctx = x;
+    return 0;
+}
+
+/* Device regions compared by the fusion checks: (pointer, bytes). */
+typedef struct fz_reg {
+    const void *p;
+    size_t n;
+    const char *what;
+} fz_reg;
+
+/* Copy the regions to one host buffer (sum of their bytes). */
+static int fz_grab(const fz_reg *r, int nr, unsigned char *h, hipStream_t st)
+{
+    M3_HIP_CHECK(hipStreamSynchronize(st));
+    for (int i = 0; i < nr; i++) {
+        M3_HIP_CHECK(hipMemcpy(h, r[i].p, r[i].n, hipMemcpyDeviceToHost));
+        h += r[i].n;
+    }
+    return 0;
+}
+
+/* Bitwise comparison of two grabs; prints the differing regions. */
+static int fz_cmp(const char *what, const fz_reg *r, int nr, const unsigned char *a,
+                  const unsigned char *b)
+{
+    int bad = 0;
+    size_t off = 0, tot = 0;
+    char diff[512] = "";
+    for (int i = 0; i < nr; i++) {
+        if (memcmp(a + off, b + off, r[i].n)) {
+            bad = 1;
+            if (strlen(diff) + strlen(r[i].what) + 3 < sizeof diff)
+                strcat(strcat(diff, " "), r[i].what);
+        }
+        off += r[i].n;
+        tot += r[i].n;
+    }
+    printf("check %s: %s (%d regions, %zu bytes)%s%s\n", what, bad ? "DIFFERS" : "bitwise equal",
+           nr, tot, bad ? ": differs in" : "", diff);
+    return bad;
+}
+
+/* The fused decode layer (m3-gpu's launches) against the previous launch
+ * sequence from the same state: every output of the layer (residual, norms,
+ * projections after QK-norm / RoPE, the new K / V / index-K cache rows and
+ * range words, block selections, attention, router, expert activations and
+ * outputs) must be bitwise equal. Leaves the layer's state advanced by one
+ * step (as a timed launch does). */
+static int check_layer_fused(const layer_ctx *x0, const char *name, hipStream_t st)
+{
+    layer_ctx xo = *x0, xn = *x0;
+    xo.old_seq = 3, xn.old_seq = 0;
+    const int64_t pos0 = x0->ctx_len - 1; /* identity pages: slot = position */
+    fz_reg r[20];
+    int nr = 0;
+#define FZ(ptr, bytes, w) (r[nr].p = (ptr), r[nr].n = (bytes), r[nr++].what = (w))
+    FZ(x0->h, 4 * H, "h");
+    FZ(x0->tmp, 4 * H, "tmp");
+    FZ(x0->xn, 4 * H, "xn");
+    FZ(x0->q, 4 * ((size_t)NH * HD + 2 * NKV * HD + (x0->sparse ? G * IHD + IHD : 0)),
+       "q/k/v/iq/ik");
+    FZ(x0->att, 4 * NH * HD, "att");
+    FZ(x0->kc16 + pos0 * NKV * HD, 2 * NKV * HD, "kc16 row");
+    FZ(x0->vc16 + pos0 * NKV * HD, 2 * NKV * HD, "vc16 row");
+    if (x0->sparse) {
+        FZ(x0->ikc + pos0 * IHD, 4 * IHD, "ikc row");
+        FZ(x0->ik16 + pos0 * IHD, 2 * IHD, "ik16 row");
+        FZ(x0->ikr, 8, "ik range");
+        FZ(x0->blk, 4 * G * TOPK_B, "blocks");
+    }
+    if (x0->moe) {
+        FZ(x0->ridx, 4 * TOPK_E, "router idx");
+        FZ(x0->rw, 4 * TOPK_E, "router w");
+        FZ(x0->g, 4 * (size_t)TOPK_E * I, "expert act");
+        FZ(x0->ye, 4 * (size_t)TOPK_E * H, "expert out");
+        FZ(x0->sh, 4 * H, "shared out");
+    } else {
+        FZ(x0->g, 4 * (size_t)ID, "mlp act");
+    }
+#undef FZ
+    size_t tot = 0;
+    for (int i = 0; i < nr; i++)
+        tot += r[i].n;
+    unsigned char *a = (unsigned char *)malloc(tot), *b = (unsigned char *)malloc(tot);
+    float *hs = (float *)malloc(8 * H + 8);
+    if (!a || !b || !hs)
+        return 1;
+    /* the state a step reads and changes: residual h, pending tmp, range words */
+    M3_HIP_CHECK(hipDeviceSynchronize());
+    M3_HIP_CHECK(hipMemcpy(hs, x0->h, 4 * H, hipMemcpyDeviceToHost));
+    M3_HIP_CHECK(hipMemcpy(hs + H, x0->tmp, 4 * H, hipMemcpyDeviceToHost));
+    M3_HIP_CHECK(hipMemcpy(hs + 2 * H, x0->ikr, 8, hipMemcpyDeviceToHost));
+    M3_HIP_CHECK(layer_launch(&xo, 0, st));
+    if (fz_grab(r, nr, a, st))
+        return 1;
+    M3_HIP_CHECK(hipMemcpy(x0->h, hs, 4 * H, hipMemcpyHostToDevice));
+    M3_HIP_CHECK(hipMemcpy(x0->tmp, hs + H, 4 * H, hipMemcpyHostToDevice));
+    M3_HIP_CHECK(hipMemcpy(x0->ikr, hs + 2 * H, 8, hipMemcpyHostToDevice));
+    M3_HIP_CHECK(layer_launch(&xn, 0, st));
+    if (fz_grab(r, nr, b, st))
+        return 1;
+    char what[160];
+    snprintf(what, sizeof what, "%s: fused launches vs previous sequence", name);
+    const int bad = fz_cmp(what, r, nr, a, b);
+    free(a), free(b), free(hs);
+    return bad;
+}
+
+/* m3g_attn_prologue against the separate launchers at edge shapes: T > 1,
+ * permuted pages, fp32 and bf16 mode, head dims not multiples of 32 and
+ * different per job, fp32 / bf16 norm weights, all job kinds (QK-norm +
+ * RoPE in place, paged fp32 / bf16 cache rows, bf16 conversion, fp32 copy,
+ * bf16 copy with range words). */
+static int check_prologue_edges(hipStream_t st)
+{
+    static const struct {
+        int T, nh, hd, G, ihd, nkv, rd, B, pos0, mode, perm;
+    } cf[] = {{5, 6, 64, 2, 32, 2, 32, 4, 6, 0, 1},     {3, 5, 80, 1, 80, 1, 64, 8, 13, 1, 1},
+              {1, 64, 128, 4, 128, 4, 64, 128, 300, 1, 0}, {7, 3, 20, 3, 24, 1, 20, 16, 0, 1, 1},
+              {2, 8, 128, 4, 128, 4, 64, 128, 255, 0, 1}};
+    int bad = 0;
+    for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
+        const int T = cf[c].T, nh = cf[c].nh, hd = cf[c].hd, G = cf[c].G, ihd = cf[c].ihd;
+        const int nkv = cf[c].nkv, rd = cf[c].rd, B = cf[c].B, mode = cf[c].mode;
+        const int64_t pos0 = cf[c].pos0;
+        const int npg = (int)((pos0 + T - 1) / B + 1) + 2; /* two spare pages */
+        const size_t slots = (size_t)npg * B, kvw = (size_t)nkv * hd;
+        const uint32_t sd = 0x5100u + 16u * (uint32_t)c;
+        float *q = (float *)dev_rand((size_t)T * nh * hd, 0, sd + 1, 3.0f);
+        float *iq = (float *)dev_rand((size_t)T * G * ihd, 0, sd + 2, 3.0f);
+        float *v = (float *)dev_rand((size_t)T * kvw, 0, sd + 3, 3.0f);
+        float *k = (float *)dev_rand((size_t)T * kvw, 0, sd + 4, 3.0f);
+        float *ik = (float *)dev_rand((size_t)T * ihd, 0, sd + 5, 3.0f);
+        void *qn = dev_rand((size_t)hd, 1, sd + 6, 0.5f), *kn = dev_rand((size_t)hd, 1, sd + 7, 0.5f);
+        void *iqn = dev_rand((size_t)ihd, 0, sd + 8, 0.5f), *ikn = dev_rand((size_t)ihd, 1, sd + 9, 0.5f);
+        float *ct = (float *)dev_rand((size_t)T * (rd / 2), 0, sd + 10, 1.0f);
+        float *sn = (float *)dev_rand((size_t)T * (rd / 2), 0, sd + 11, 1.0f);
+        /* outputs [2]: 0 = old launchers, 1 = m3g_attn_prologue */
+        float *qo[2], *iqo[2], *vc32[2], *kc32[2], *ikc[2];
+        uint16_t *vc16[2], *kc16[2], *ik16[2];
+        unsigned *rng[2];
+        int32_t *pt = NULL, hp[64];
+        for (int p = 0; p < npg; p++)
+            hp[p] = cf[c].perm ? npg - 1 - p : p;
+        if (!q || !iq || !v || !k || !ik || !qn || !kn || !iqn || !ikn || !ct || !sn || npg > 64 ||
+            hipMalloc((void **)&pt, 4 * (size_t)npg) != hipSuccess ||
+            hipMemcpy(pt, hp, 4 * (size_t)npg, hipMemcpyHostToDevice) != hipSuccess)
+            return 1;
+        for (int s = 0; s < 2; s++) {
+            const size_t nq = (size_t)T * nh * hd * 4, niq = (size_t)T * G * ihd * 4;
+            if (hipMalloc((void **)&qo[s], nq) != hipSuccess ||
+                hipMalloc((void **)&iqo[s], niq) != hipSuccess ||
+                hipMalloc((void **)&vc32[s], slots * kvw * 4) != hipSuccess ||
+                hipMalloc((void **)&kc32[s], slots * kvw * 4) != hipSuccess ||
+                hipMalloc((void **)&ikc[s], slots * ihd * 4) != hipSuccess ||
+                hipMalloc((void **)&vc16[s], slots * kvw * 2) != hipSuccess ||
+                hipMalloc((void **)&kc16[s], slots * kvw * 2) != hipSuccess ||
+                hipMalloc((void **)&ik16[s], slots * ihd * 2) != hipSuccess ||
+                hipMalloc((void **)&rng[s], 8) != hipSuccess)
+                return 1;
+            M3_HIP_CHECK(hipMemcpy(qo[s], q, nq, hipMemcpyDeviceToDevice));
+            M3_HIP_CHECK(hipMemcpy(iqo[s], iq, niq, hipMemcpyDeviceToDevice));
+            M3_HIP_CHECK(hipMemset(vc32[s], 0, slots * kvw * 4));
+            M3_HIP_CHECK(hipMemset(kc32[s], 0, slots * kvw * 4));
+            M3_HIP_CHECK(hipMemset(ikc[s], 0, slots * ihd * 4));
+            M3_HIP_CHECK(hipMemset(vc16[s], 0, slots * kvw * 2));
+            M3_HIP_CHECK(hipMemset(kc16[s], 0, slots * kvw * 2));
+            M3_HIP_CHECK(hipMemset(ik16[s], 0, slots * ihd * 2));
+            M3_HIP_CHECK(m3g_ik_range_reset(rng[s], st));
+        }
+        const float eps = 1e-6f;
+        /* old: the separate launches m3-gpu made before */
+        M3_HIP_CHECK(m3g_headnorm_rope(qo[0], qo[0], NULL, B, pos0, qn, M3G_BF16, T, nh, hd, rd,
+                                       ct, sn, eps, mode, st));
+        M3_HIP_CHECK(m3g_headnorm_rope(iqo[0], iqo[0], NULL, B, pos0, iqn, M3G_F32, T, G, ihd, rd,
+                                       ct, sn, eps, mode, st));
+        M3_HIP_CHECK(m3g_to_bf16(vc16[0] + pos0 * kvw, v, (int64_t)T * kvw, st));
+        M3_HIP_CHECK(hipMemcpyAsync(vc32[0] + pos0 * kvw, v, (size_t)T * kvw * 4,
+                                    hipMemcpyDeviceToDevice, st));
+        M3_HIP_CHECK(m3g_headnorm_rope_bf16(k, kc16[0], pt, B, pos0, kn, M3G_BF16, T, nkv, hd, rd,
+                                            ct, sn, eps, mode, st));
+        M3_HIP_CHECK(m3g_headnorm_rope(k, kc32[0], pt, B, pos0, kn, M3G_BF16, T, nkv, hd, rd, ct,
+                                       sn, eps, mode, st));
+        M3_HIP_CHECK(m3g_headnorm_rope(ik, ikc[0], pt, B, pos0, ikn, M3G_BF16, T, 1, ihd, rd, ct,
+                                       sn, eps, mode, st));
+        for (int t = 0; t < T; t++) { /* the bf16 copy of row t (contiguous) from its slot */
+            const int64_t p = pos0 + t, slot = (int64_t)hp[p / B] * B + p % B;
+            M3_HIP_CHECK(m3g_to_bf16_ranged(ik16[0] + p * ihd, ikc[0] + slot * ihd, ihd, rng[0],
+                                            st));
+        }
+        /* new: two launches of m3g_attn_prologue (6 + 1 jobs) */
+        m3g_prologue pr;
+        memset(&pr, 0, sizeof pr);
+        pr.T = T, pr.B = B, pr.rd = rd, pr.mode = mode, pr.pos0 = pos0, pr.page_table = pt;
+        pr.cos_t = ct, pr.sin_t = sn, pr.eps = eps;
+        m3g_pro_job *j = pr.job;
+        j[0].src = j[0].dst = qo[1], j[0].w = qn, j[0].w_dtype = M3G_BF16, j[0].nheads = nh;
+        j[0].hd = hd;
+        j[1].src = j[1].dst = iqo[1], j[1].w = iqn, j[1].w_dtype = M3G_F32, j[1].nheads = G;
+        j[1].hd = ihd;
+        j[2].src = v, j[2].dst16 = vc16[1] + pos0 * kvw, j[2].nheads = nkv, j[2].hd = hd;
+        j[3].src = v, j[3].dst = vc32[1] + pos0 * kvw, j[3].nheads = nkv, j[3].hd = hd;
+        j[4].src = k, j[4].dst16 = kc16[1], j[4].paged = 2, j[4].w = kn, j[4].w_dtype = M3G_BF16;
+        j[4].nheads = nkv, j[4].hd = hd;
+        j[5].src = ik, j[5].dst = ikc[1], j[5].paged = 1, j[5].dst16 = ik16[1] + pos0 * ihd;
+        j[5].rng = rng[1], j[5].w = ikn, j[5].w_dtype = M3G_BF16, j[5].nheads = 1, j[5].hd = ihd;
+        pr.njobs = 6;
+        M3_HIP_CHECK(m3g_attn_prologue(&pr, st));
+        memset(pr.job, 0, sizeof pr.job);
+        j[0].src = k, j[0].dst = kc32[1], j[0].paged = 1, j[0].w = kn, j[0].w_dtype = M3G_BF16;
+        j[0].nheads = nkv, j[0].hd = hd;
+        pr.njobs = 1;
+        M3_HIP_CHECK(m3g_attn_prologue(&pr, st));
+        fz_reg r[2][9];
+        for (int s = 0; s < 2; s++) {
+            fz_reg *x = r[s];
+            x[0].p = qo[s], x[0].n = (size_t)T * nh * hd * 4, x[0].what = "q";
+            x[1].p = iqo[s], x[1].n = (size_t)T * G * ihd * 4, x[1].what = "iq";
+            x[2].p = vc16[s], x[2].n = slots * kvw * 2, x[2].what = "v16";
+            x[3].p = vc32[s], x[3].n = slots * kvw * 4, x[3].what = "v32";
+            x[4].p = kc16[s], x[4].n = slots * kvw * 2, x[4].what = "k16";
+            x[5].p = kc32[s], x[5].n = slots * kvw * 4, x[5].what = "k32";
+            x[6].p = ikc[s], x[6].n = slots * ihd * 4, x[6].what = "ikc";
+            x[7].p = ik16[s], x[7].n = slots * ihd * 2, x[7].what = "ik16";
+            x[8].p = rng[s], x[8].n = 8, x[8].what = "range";
+        }
+        size_t tot = 0;
+        for (int i = 0; i < 9; i++)
+            tot += r[0][i].n;
+        unsigned char *a = (unsigned char *)malloc(tot), *b = (unsigned char *)malloc(tot);
+        if (!a || !b || fz_grab(r[0], 9, a, st) || fz_grab(r[1], 9, b, st))
+            return 1;
+        char what[200];
+        snprintf(what, sizeof what,
+                 "attn prologue edge %zu (T %d nh %d hd %d G %d ihd %d nkv %d rd %d B %d pos0 %d "
+                 "%s%s)",
+                 c, T, nh, hd, G, ihd, nkv, rd, B, (int)pos0, mode ? "bf16" : "fp32",
+                 cf[c].perm ? ", permuted pages" : "");
+        bad |= fz_cmp(what, r[0], 9, a, b);
+        free(a), free(b);
+        void *fr[] = {q, iq, v, k, ik, qn, kn, iqn, ikn, ct, sn, pt};
+        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+            (void)hipFree(fr[i]);
+        for (int s = 0; s < 2; s++) {
+            void *f2[] = {qo[s], iqo[s], vc32[s], kc32[s], ikc[s], vc16[s], kc16[s], ik16[s], rng[s]};
+            for (size_t i = 0; i < sizeof f2 / sizeof f2[0]; i++)
+                (void)hipFree(f2[i]);
+        }
+    }
+    return bad;
+}
+
+/* m3g_gemv_grouped_swiglu against m3g_gemv_grouped (gate, up) + m3g_swiglu
+ * at edge shapes: T > 1, rows not a multiple of 8, cols not a multiple of 8
+ * (the scalar lane path), fp32 weights, fp32 mode, one input per slot. */
+static int check_grouped_swiglu_edges(hipStream_t st)
+{
+    static const struct {
+        int T, k, E, rows, cols, bf, mode, perslot;
+    } cf[] = {{3, 2, 5, 20, 72, 1, 1, 0}, {2, 3, 4, 13, 70, 1, 1, 1}, {1, 4, 6, 24, 64, 0, 0, 0},
+              {2, 2, 3, 9, 33, 0, 1, 1},  {1, 4, 8, 200, 512, 1, 0, 1}};
+    int bad = 0;
+    for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
+        const int T = cf[c].T, k = cf[c].k, E = cf[c].E, rows = cf[c].rows, cols = cf[c].cols;
+        const int dt = cf[c].bf ? M3G_BF16 : M3G_F32, mode = cf[c].mode;
+        const int64_t es = (int64_t)rows * cols, xs = cf[c].perslot ? (int64_t)k * cols : cols;
+        const int64_t xk = cf[c].perslot ? cols : 0;
+        const uint32_t sd = 0x5300u + 16u * (uint32_t)c;
+        void *wg = dev_rand((size_t)E * es, cf[c].bf, sd + 1, 2.0f);
+        void *wu = dev_rand((size_t)E * es, cf[c].bf, sd + 2, 2.0f);
+        float *X = (float *)dev_rand((size_t)T * xs, 0, sd + 3, 1.0f);
+        const size_t ny = (size_t)T * k * rows;
+        float *g = NULL, *u = NULL, *act = NULL;
+        int32_t *idx = NULL, hi[32];
+        for (int t = 0; t < T; t++)
+            for (int s = 0; s < k; s++)
+                hi[t * k + s] = (s * 2 + t) % E; /* ascending for these shapes or not: any */
+        if (!wg || !wu || !X || hipMalloc((void **)&g, 4 * ny) != hipSuccess ||
+            hipMalloc((void **)&u, 4 * ny) != hipSuccess ||
+            hipMalloc((void **)&act, 4 * ny) != hipSuccess ||
+            hipMalloc((void **)&idx, 4 * (size_t)T * k) != hipSuccess ||
+            hipMemcpy(idx, hi, 4 * (size_t)T * k, hipMemcpyHostToDevice) != hipSuccess)
+            return 1;
+        M3_HIP_CHECK(hipMemset(act, 0xff, 4 * ny));
+        M3_HIP_CHECK(m3g_gemv_grouped(g, X, xs, xk, wg, es, dt, rows, cols, idx, T, k, mode, st));
+        M3_HIP_CHECK(m3g_gemv_grouped(u, X, xs, xk, wu, es, dt, rows, cols, idx, T, k, mode, st));
+        M3_HIP_CHECK(m3g_swiglu(g, g, u, (int64_t)ny, 1.702f, 7.0f, 1.0f, mode, st));
+        M3_HIP_CHECK(m3g_gemv_grouped_swiglu(act, X, xs, xk, wg, wu, es, dt, rows, cols, idx, T, k,
+                                             1.702f, 7.0f, 1.0f, mode, st));
+        fz_reg ra, rb;
+        ra.p = g, rb.p = act, ra.n = rb.n = 4 * ny, ra.what = rb.what = "act";
+        unsigned char *a = (unsigned char *)malloc(4 * ny), *b = (unsigned char *)malloc(4 * ny);
+        if (!a || !b || fz_grab(&ra, 1, a, st) || fz_grab(&rb, 1, b, st))
+            return 1;
+        int clamp = 0; /* how many gate values hit the limit (the clamp is exercised) */
+        float *ug = (float *)malloc(4 * ny);
+        if (ug) {
+            M3_HIP_CHECK(m3g_gemv_grouped(u, X, xs, xk, wg, es, dt, rows, cols, idx, T, k, mode,
+                                          st));
+            M3_HIP_CHECK(hipStreamSynchronize(st));
+            M3_HIP_CHECK(hipMemcpy(ug, u, 4 * ny, hipMemcpyDeviceToHost));
+            for (size_t i = 0; i < ny; i++)
+                clamp += ug[i] > 7.0f;
+            free(ug);
+        }
+        char what[200];
+        snprintf(what, sizeof what,
+                 "grouped gate+up+swiglu edge %zu (T %d k %d rows %d cols %d %s weights, %s, "
+                 "%s input; %d of %zu gates clamped)",
+                 c, T, k, rows, cols, cf[c].bf ? "bf16" : "fp32", mode ? "bf16" : "fp32",
+                 cf[c].perslot ? "per-slot" : "shared", clamp, ny);
+        bad |= fz_cmp(what, &ra, 1, a, b);
+        free(a), free(b);
+        void *fr[] = {wg, wu, X, g, u, act, idx};
+        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+            (void)hipFree(fr[i]);
+    }
+    return bad;
 }
 
 /* ---- one vision encoder layer (m3g_vision_layer), bf16 mode ----------------------- */
@@ -2668,6 +3039,19 @@ int main(int argc, char **argv)
                 mx = (const moe_ctx *)cases[i].ctx;
         bad |= make_layer(&cases[n++], "layer decode 128K MSA + MoE", 1, 1, 131072, mx);
         bad |= make_layer(&cases[n++], "layer decode 128K dense attn + MLP", 0, 0, 131072, NULL);
+        if (!bad) { /* the same layers through the previous launch sequence (separate
+                     * QK-norm / RoPE / cache writes, routed gate / up + SwiGLU) */
+            const int i0 = n - 2;
+            bad |= make_layer_alt(&cases[n++], "layer decode 128K MSA + MoE old seq",
+                                  &cases[i0], 3);
+            bad |= make_layer_alt(&cases[n++], "layer decode 128K dense attn + MLP old seq",
+                                  &cases[i0 + 1], 3);
+            /* the fused launches without the norms' / prologue's early PDL release */
+            bad |= make_layer_alt(&cases[n++], "layer decode 128K MSA + MoE no release",
+                                  &cases[i0], 2);
+            bad |= make_layer_alt(&cases[n++], "layer decode 128K dense attn + MLP no release",
+                                  &cases[i0 + 1], 2);
+        }
     }
     /* vision tower attention (M3: 16 heads of 80; 5,184 patches = one
      * 1008 x 1008 image) in bf16 mode: the default (tensor cores on NVIDIA)
@@ -2750,6 +3134,17 @@ int main(int argc, char **argv)
             if (!strcmp(cases[i].name, "vision layer 1024 patches"))
                 cb |= check_vis_layer((const vl_ctx *)cases[i].ctx, st);
         printf("vision self-check: %s\n", cb ? "FAILED" : "pass");
+    }
+    if (!only || !strncmp(only, "layer", strlen(only) < 5 ? strlen(only) : 5)) {
+        /* the fused launches (m3g_attn_prologue, m3g_gemv_grouped_swiglu) bitwise
+         * against the previous sequence: edge shapes, then both whole layers */
+        int cb = check_prologue_edges(st);
+        cb |= check_grouped_swiglu_edges(st);
+        for (int i = 0; i < n; i++)
+            if (!strcmp(cases[i].name, "layer decode 128K MSA + MoE") ||
+                !strcmp(cases[i].name, "layer decode 128K dense attn + MLP"))
+                cb |= check_layer_fused((const layer_ctx *)cases[i].ctx, cases[i].name, st);
+        printf("layer fusion self-check: %s\n", cb ? "FAILED" : "pass");
     }
     for (int i = 0; i < n; i++) {
         if (only && strncmp(cases[i].name, only, strlen(only)) != 0)

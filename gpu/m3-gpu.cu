@@ -39,7 +39,9 @@
  *    gpu_step_batch stacks the rows of all sequences for the linear layers,
  *    norms, router/MoE and lm_head (one launch each) and runs cache writes,
  *    indexer, selection and attention per sequence (seq_attention over a
- *    seq_view). Every command runs a batch: one prompt is a batch of one
+ *    seq_view). QK-norm + RoPE of q / index q and, for a single sequence,
+ *    its K / V / index-K cache writes are one m3g_attn_prologue launch
+ *    (batches: one more per sequence for the cache writes). Every command runs a batch: one prompt is a batch of one
  *    (forward_run, generate_run). forward takes several --tokens (dump OUT
  *    becomes OUT.S per sequence S), generate several --tokens / --prompt
  *    (each step batches the unfinished sequences; a single prompt streams
@@ -657,49 +659,98 @@ static gpu_sess seq_view(const gpu_sess *b, int off, int slot)
     return v;
 }
 
+/* The common part of an attention prologue for the T rows of one sequence
+ * at positions pos0.. (b: its seq_view: page table and RoPE tables); no jobs. */
+static void seq_prologue_init(const gpu_sess *b, int T, int pos0, m3g_prologue *p)
+{
+    const m3_text_config *c = &b->m->cfg.text;
+    memset(p, 0, sizeof *p);
+    p->T = T;
+    p->B = c->index_block_size > 0 ? c->index_block_size : 128;
+    p->rd = c->rotary_dim;
+    p->mode = b->mode;
+    p->pos0 = pos0;
+    p->page_table = b->pages;
+    p->cos_t = b->cos_t;
+    p->sin_t = b->sin_t;
+    p->eps = c->rms_norm_eps;
+}
+
+/* Append layer l's cache writes for that sequence to p (P0: the cache row
+ * of position pos0, identity paging inside the sequence's region): V into
+ * its cache (bf16 conversion, or the fp32 copy of the staged rows; none
+ * when the projection wrote it there), QK-norm + RoPE of K into the paged K
+ * cache, and on sparse layers of index K into the paged index-K cache and
+ * its bf16 copy (with the range words). Needs 3 free job slots. */
+static void seq_cache_jobs(const gpu_sess *b, const dev_layer *d, int l, size_t P0,
+                           m3g_prologue *p)
+{
+    const m3_text_config *c = &b->m->cfg.text;
+    const int nkv = c->num_kv_heads, hd = c->head_dim, ihd = c->index_head_dim;
+    m3g_pro_job *j = &p->job[p->njobs];
+    if (b->vraw) { /* V rows staged: bf16 cache rows, or copied into this region */
+        memset(j, 0, sizeof *j);
+        j->src = b->vraw;
+        j->nheads = nkv, j->hd = hd;
+        if (b->vc16)
+            j->dst16 = b->vc16[l] + P0 * nkv * hd;
+        else
+            j->dst = b->vc[l] + P0 * nkv * hd;
+        j++;
+    }
+    memset(j, 0, sizeof *j); /* K: the bf16 cache written by the RoPE epilogue, or fp32 */
+    j->src = b->kraw;
+    j->w = d->k_norm, j->w_dtype = d->k_norm_dt;
+    j->nheads = nkv, j->hd = hd;
+    if (b->kc16)
+        j->dst16 = b->kc16[l], j->paged = 2;
+    else
+        j->dst = b->kc[l], j->paged = 1;
+    j++;
+    if (c->layer_sparse[l]) {
+        memset(j, 0, sizeof *j);
+        j->src = b->ikraw;
+        j->w = d->ik_norm, j->w_dtype = d->ik_norm_dt;
+        j->nheads = 1, j->hd = ihd;
+        j->dst = b->ikc[l], j->paged = 1;
+        if (b->ik16[l]) { /* bf16 mode: the indexer streams a bf16 copy (same values) */
+            j->dst16 = b->ik16[l] + P0 * ihd;
+            j->rng = b->ikr + 2 * l;
+        }
+        j++;
+    }
+    p->njobs = (int)(j - p->job);
+}
+
 /* The per-sequence part of layer l's attention for the T rows of one
  * sequence at positions pos0.. (b: its seq_view; P0: the cache row of
  * position pos0, identity paging inside the sequence's region): V / K /
- * index-K cache writes, MSA indexer + selection, attention into b->att.
- * q / kraw / vraw / iq / ikraw hold the projections (q and iq with QK-norm
- * and RoPE already applied). */
+ * index-K cache writes (one m3g_attn_prologue launch; skipped when
+ * cache_done: the caller's prologue did them), MSA indexer + selection,
+ * attention into b->att. q / kraw / vraw / iq / ikraw hold the projections
+ * (q and iq with QK-norm and RoPE already applied). */
 static int seq_attention(gpu_sess *b, const dev_layer *d, int l, int T, int pos0, size_t P0,
-                         m3_st_writer *dump)
+                         int cache_done, m3_st_writer *dump)
 {
     const m3_text_config *c = &b->m->cfg.text;
     hipStream_t st = b->st;
     const int mode = b->mode;
-    const int nh = c->num_heads, nkv = c->num_kv_heads, hd = c->head_dim, rd = c->rotary_dim;
+    const int nh = c->num_heads, nkv = c->num_kv_heads, hd = c->head_dim;
     const int G = c->index_n_heads, ihd = c->index_head_dim, K = c->index_topk;
     const int B = c->index_block_size > 0 ? c->index_block_size : 128;
-    const float eps = c->rms_norm_eps;
     const int sparse = c->layer_sparse[l] != 0;
-    const size_t N = (size_t)T;
     const int nbmax = (pos0 + T - 1) / B + 1;
     char name[160];
 
-    if (b->vc16) /* bf16 V cache rows (identity pages; exact: V is rounded) */
-        CK(m3g_to_bf16(b->vc16[l] + P0 * nkv * hd, b->vraw, (int64_t)N * nkv * hd, st));
-    else if (b->vraw) /* batch: V rows staged, copied into this sequence's region */
-        CK(hipMemcpyAsync(b->vc[l] + P0 * nkv * hd, b->vraw, N * nkv * hd * sizeof(float),
-                          hipMemcpyDeviceToDevice, st));
-    if (b->kc16) /* bf16 K cache written by the RoPE epilogue */
-        CK(m3g_headnorm_rope_bf16(b->kraw, b->kc16[l], b->pages, B, pos0, d->k_norm,
-                                  d->k_norm_dt, T, nkv, hd, rd, b->cos_t, b->sin_t, eps, mode,
-                                  st));
-    else
-        CK(m3g_headnorm_rope(b->kraw, b->kc[l], b->pages, B, pos0, d->k_norm, d->k_norm_dt,
-                             T, nkv, hd, rd, b->cos_t, b->sin_t, eps, mode, st));
+    if (!cache_done) { /* V / K / index-K cache writes in one launch */
+        m3g_prologue pro;
+        seq_prologue_init(b, T, pos0, &pro);
+        seq_cache_jobs(b, d, l, P0, &pro);
+        CK(m3g_attn_prologue(&pro, st));
+    }
     {
         const int32_t *blocks = NULL;
         if (sparse) {
-            CK(m3g_headnorm_rope(b->ikraw, b->ikc[l], b->pages, B, pos0, d->ik_norm,
-                                 d->ik_norm_dt, T, 1, ihd, rd, b->cos_t, b->sin_t, eps, mode,
-                                 st));
-            if (b->ik16[l]) { /* bf16 mode: the indexer streams a bf16 copy (same values) */
-                CK(m3g_to_bf16_ranged(b->ik16[l] + P0 * ihd, b->ikc[l] + P0 * ihd,
-                                      (int64_t)N * ihd, b->ikr + 2 * l, st));
-            }
             /* block scores + golden-order top-K in one launch (falls back to the two
              * launchers for shapes the fused kernel does not take) */
             CK(m3g_msa_indexer_ex(b->blk, b->bs, b->iq,
@@ -877,22 +928,41 @@ static int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, 
             CK(m3g_linear(b->vraw ? b->vraw : b->vc[l] + P0 * nkv * hd, nkv * hd, b->xn, d->v, T,
                           mode, blas, st));
         }
-        /* QK-norm + RoPE of the queries of all rows (per-row tables) */
-        CK(m3g_headnorm_rope(b->q, b->q, NULL, B, bt->pos0[0], d->q_norm, d->q_norm_dt, T, nh, hd,
-                             rd, b->cos_t, b->sin_t, eps, mode, st));
-        if (sparse) {
-            if (d->nqkv != 5) { /* else already done by the fused projection */
-                CK(m3g_linear(b->iq, G * ihd, b->xn, d->iq, T, mode, blas, st));
-                CK(m3g_linear(b->ikraw, ihd, b->xn, d->ik, T, mode, blas, st));
-            }
-            CK(m3g_headnorm_rope(b->iq, b->iq, NULL, B, bt->pos0[0], d->iq_norm, d->iq_norm_dt,
-                                 T, G, ihd, rd, b->cos_t, b->sin_t, eps, mode, st));
+        if (sparse && d->nqkv != 5) { /* else already done by the fused projection */
+            CK(m3g_linear(b->iq, G * ihd, b->xn, d->iq, T, mode, blas, st));
+            CK(m3g_linear(b->ikraw, ihd, b->xn, d->ik, T, mode, blas, st));
         }
-        /* per sequence: cache writes, indexer + selection, attention */
+        /* QK-norm + RoPE of the queries (and index queries) of all rows (per-row
+         * tables) in one launch (m3g_attn_prologue); with one sequence the same
+         * launch also writes its V / K / index-K cache rows */
+        {
+            gpu_sess sv0 = seq_view(b, 0, bt->slot[0]);
+            m3g_prologue pro;
+            seq_prologue_init(ns == 1 ? &sv0 : b, T, bt->pos0[0], &pro);
+            m3g_pro_job *j = &pro.job[0];
+            memset(j, 0, 2 * sizeof *j);
+            j[0].src = j[0].dst = b->q;
+            j[0].w = d->q_norm, j[0].w_dtype = d->q_norm_dt;
+            j[0].nheads = nh, j[0].hd = hd;
+            pro.njobs = 1;
+            if (sparse) {
+                j[1].src = j[1].dst = b->iq;
+                j[1].w = d->iq_norm, j[1].w_dtype = d->iq_norm_dt;
+                j[1].nheads = G, j[1].hd = ihd;
+                pro.njobs = 2;
+            }
+            if (ns == 1) {
+                const size_t P0s = (size_t)bt->slot[0] * b->npages * B + (size_t)bt->pos0[0];
+                seq_cache_jobs(&sv0, d, l, P0s, &pro);
+            }
+            CK(m3g_attn_prologue(&pro, st));
+        }
+        /* per sequence: cache writes (batches), indexer + selection, attention */
         for (int s = 0; s < ns; s++) {
             gpu_sess sv = seq_view(b, off[s], bt->slot[s]);
             const size_t P0s = (size_t)bt->slot[s] * b->npages * B + (size_t)bt->pos0[s];
-            if (seq_attention(&sv, d, l, bt->T[s], bt->pos0[s], P0s, bt->dump ? bt->dump[s] : NULL))
+            if (seq_attention(&sv, d, l, bt->T[s], bt->pos0[s], P0s, ns == 1,
+                              bt->dump ? bt->dump[s] : NULL))
                 goto fail;
         }
         CK(m3g_linear(b->tmp, H, b->att, d->o, T, mode, blas, st));
@@ -913,12 +983,10 @@ static int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, 
             CK(m3g_router(b->ridx, b->rw, b->rscores, b->xn, d->router,
                           c->use_routing_bias ? d->rbias : NULL, d->rbias_dt, T, kx, st));
             const int64_t es = (int64_t)I * H;
-            CK(m3g_gemv_grouped(b->g, b->xn, H, 0, d->eg, es, d->edt, I, H, b->ridx, T, kx, mode,
-                                st));
-            CK(m3g_gemv_grouped(b->u, b->xn, H, 0, d->eu, es, d->edt, I, H, b->ridx, T, kx, mode,
-                                st));
-            CK(m3g_swiglu(b->g, b->g, b->u, (int64_t)N * kx * I, c->swiglu_alpha, c->swiglu_limit,
-                          c->swiglu_beta, mode, st));
+            /* gate + up + SwiGLU of the routed experts in one launch */
+            CK(m3g_gemv_grouped_swiglu(b->g, b->xn, H, 0, d->eg, d->eu, es, d->edt, I, H,
+                                       b->ridx, T, kx, c->swiglu_alpha, c->swiglu_limit,
+                                       c->swiglu_beta, mode, st));
             CK(m3g_gemv_grouped(b->ye, b->g, (int64_t)kx * I, I, d->ed, es, d->edt, H, I, b->ridx,
                                 T, kx, mode, st));
             const float *shared = NULL;

@@ -31,6 +31,14 @@ typedef struct m3g_blas m3g_blas;
 hipError_t m3g_residual_rmsnorm(float *x, const float *y, float *out, const void *w, int w_dtype,
                                 int T, int n, float eps, int mode, hipStream_t st);
 
+/* The same with a benchmark knob: release 1 (m3g_residual_rmsnorm's
+ * choice) lets the next kernel of the stream launch at once when it was
+ * launched with programmatic dependent launch (NVIDIA; it must wait before
+ * touching this kernel's data, as every gpu/ PDL kernel does), 0 not. */
+hipError_t m3g_residual_rmsnorm_ex(float *x, const float *y, float *out, const void *w,
+                                   int w_dtype, int T, int n, float eps, int mode, int release,
+                                   hipStream_t st);
+
 /* Per-head QK-norm then partial rotate-half RoPE (ref m3_rmsnorm_heads +
  * m3_rope_apply; M3-ATTN-QKNORM-1, M3-ROPE-1..3). src [T, nheads, hd];
  * result row t goes to dst + slot(t) * nheads * hd, slot(t) = the paged slot
@@ -47,6 +55,44 @@ hipError_t m3g_headnorm_rope_bf16(const float *src, uint16_t *dst, const int32_t
                                   int B, int64_t pos0, const void *w, int w_dtype, int T,
                                   int nheads, int hd, int rd, const float *cos_t,
                                   const float *sin_t, float eps, int mode, hipStream_t st);
+
+/* One job of m3g_attn_prologue over src [T, nheads, hd]. w != NULL: QK-norm
+ * + RoPE as m3g_headnorm_rope (norm weight w of w_dtype); w NULL: the row
+ * as is (a copy / bf16 conversion). Outputs (each may be NULL): dst fp32
+ * [rows, nheads, hd], dst16 raw bf16 bits of round_bf16(result); row =
+ * slot(t) (the paged slot of pos0 + t) when paged bit 0 (dst) / bit 1
+ * (dst16) is set, else t. rng != NULL (with dst16): dst16's values folded
+ * into those exponent range words, as m3g_to_bf16_ranged. */
+#define M3G_PRO_MAXJ 6
+typedef struct m3g_pro_job {
+    const float *src;
+    float *dst;
+    uint16_t *dst16;
+    unsigned *rng;
+    const void *w;
+    int w_dtype, nheads, hd, paged;
+} m3g_pro_job;
+
+/* The attention prologue (QK-norm + RoPE of q / k / index q / index k, the
+ * cache writes, bf16 copies): njobs <= M3G_PRO_MAXJ jobs sharing T rows,
+ * the page table (pages of B positions, first position pos0), rd and the
+ * RoPE tables cos_t/sin_t [T, rd/2], eps, mode. */
+typedef struct m3g_prologue {
+    m3g_pro_job job[M3G_PRO_MAXJ];
+    int njobs, T, B, rd, mode;
+    int64_t pos0;
+    const int32_t *page_table;
+    const float *cos_t, *sin_t;
+    float eps;
+    int no_release; /* benchmark knob: 1 = do not release the next kernel early (PDL) */
+} m3g_prologue;
+
+/* All jobs of p in one launch, each result bitwise that of the separate
+ * launchers (m3g_headnorm_rope / _bf16, m3g_to_bf16, m3g_to_bf16_ranged,
+ * a copy). Jobs must not write what another job reads; dst may be src.
+ * NVIDIA: releases the next kernel at its start (PDL, as
+ * m3g_residual_rmsnorm_ex) unless no_release. */
+hipError_t m3g_attn_prologue(const m3g_prologue *p, hipStream_t st);
 
 /* ---- attention.cu ------------------------------------------------------ */
 /* out [T, nh, hd] for queries q [T, nh, hd] at positions pos0 + t over the
@@ -317,6 +363,16 @@ hipError_t m3g_linear_swiglu(float *act, int ld, float *up_tmp, const float *X, 
 hipError_t m3g_gemv_grouped(float *Y, const float *X, int64_t xs, int64_t xk, const void *base,
                             int64_t expert_stride, int dtype, int rows, int cols,
                             const int32_t *idx, int T, int k, int mode, hipStream_t st);
+
+/* act [T, k, rows] = round(SwiGLU-OAI(gate, up)) with gate / up the grouped
+ * GEMVs of gate_base / up_base (same expert stride, dtype, shape): bitwise
+ * m3g_gemv_grouped twice + m3g_swiglu, in one launch (M3-MOE-EXPERT-1,
+ * M3-MLP-SWIGLU-1). act must not overlap X. */
+hipError_t m3g_gemv_grouped_swiglu(float *act, const float *X, int64_t xs, int64_t xk,
+                                   const void *gate_base, const void *up_base,
+                                   int64_t expert_stride, int dtype, int rows, int cols,
+                                   const int32_t *idx, int T, int k, float alpha, float limit,
+                                   float beta, int mode, hipStream_t st);
 
 /* Benchmark / tuning only (gpu/bench.cu): the bf16-mode streaming GEMV
  * (T <= 8, bf16 weights) of m3g_linear_multi, or of m3g_linear_swiglu when

@@ -1096,6 +1096,83 @@ hipError_t m3g_gemv_grouped(float *Y, const float *X, int64_t xs, int64_t xk, co
     return hipGetLastError();
 }
 
+/* Gate and up partials of one lane at once (bf16, cols % 8 == 0): each
+ * accumulator gets exactly gemv_lane<1>'s operations in its order (the X
+ * loads are shared), so the sums are bitwise those of two gemv_lane calls. */
+__device__ __forceinline__ void gemv_lane_gu(float &ag, float &au, const uint16_t *wg,
+                                             const uint16_t *wu, int cols, const float *X,
+                                             int lane)
+{
+    const uint4 *rg = (const uint4 *)wg, *ru = (const uint4 *)wu;
+    for (int c8 = lane; c8 < cols / 8; c8 += 32) {
+        const uint4 p = rg[c8], q = ru[c8];
+        const uint32_t pu[4] = {p.x, p.y, p.z, p.w}, qu[4] = {q.x, q.y, q.z, q.w};
+        float wv[8], vv[8];
+        for (int i = 0; i < 4; i++) {
+            wv[2 * i] = __uint_as_float(pu[i] << 16);
+            wv[2 * i + 1] = __uint_as_float(pu[i] & 0xffff0000u);
+            vv[2 * i] = __uint_as_float(qu[i] << 16);
+            vv[2 * i + 1] = __uint_as_float(qu[i] & 0xffff0000u);
+        }
+        const float4 *xr = (const float4 *)X + 2 * c8;
+        const float4 a = xr[0], b = xr[1];
+        ag += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x +
+              wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+        au += vv[0] * a.x + vv[1] * a.y + vv[2] * a.z + vv[3] * a.w + vv[4] * b.x +
+              vv[5] * b.y + vv[6] * b.z + vv[7] * b.w;
+    }
+}
+
+/* grid (ceil(rows / 8), k, T), block 256: warp = output row `row` of slot
+ * s: gate row and up row of expert e as k_gemv_grouped, then swiglu1. */
+__global__ void k_gemv_grouped_swiglu(float *Y, const float *X, int64_t xs, int64_t xk,
+                                      const void *gbase, const void *ubase, int64_t estride,
+                                      int dtype, int rows, int cols, const int32_t *idx, int k,
+                                      gemv_out o, int mode)
+{
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * GEMV_ROWS + (threadIdx.x >> 5);
+    const int s = blockIdx.y, t = blockIdx.z;
+    if (row >= rows)
+        return;
+    const int e = idx[(size_t)t * k + s];
+    const size_t esz = dtype == M3G_BF16 ? 2 : 4;
+    const size_t eoff = (size_t)e * (size_t)estride * esz;
+    const void *Wg = (const char *)gbase + eoff, *Wu = (const char *)ubase + eoff;
+    const float *xr = X + t * xs + s * xk;
+    float ag = 0.0f, au = 0.0f;
+    if (dtype == M3G_BF16 && (cols & 7) == 0) {
+        gemv_lane_gu(ag, au, (const uint16_t *)Wg + (size_t)row * cols,
+                     (const uint16_t *)Wu + (size_t)row * cols, cols, xr, lane);
+    } else {
+        float a1[1] = {0.0f}, a2[1] = {0.0f};
+        gemv_lane<1>(a1, Wg, dtype, cols, (size_t)row, xr, 0, lane);
+        gemv_lane<1>(a2, Wu, dtype, cols, (size_t)row, xr, 0, lane);
+        ag = a1[0], au = a2[0];
+    }
+    const float gs = m3d_warp_sum(ag), us = m3d_warp_sum(au);
+    if (lane == 0)
+        Y[((size_t)t * k + s) * rows + row] =
+            swiglu1(m3d_round(gs, mode), m3d_round(us, mode), o, mode);
+}
+
+hipError_t m3g_gemv_grouped_swiglu(float *act, const float *X, int64_t xs, int64_t xk,
+                                   const void *gate_base, const void *up_base,
+                                   int64_t expert_stride, int dtype, int rows, int cols,
+                                   const int32_t *idx, int T, int k, float alpha, float limit,
+                                   float beta, int mode, hipStream_t st)
+{
+    if (T <= 0 || k <= 0)
+        return hipSuccess;
+    gemv_out o;
+    memset(&o, 0, sizeof o);
+    o.alpha = alpha, o.limit = limit, o.beta = beta;
+    hipLaunchKernelGGL(k_gemv_grouped_swiglu, dim3((rows + GEMV_ROWS - 1) / GEMV_ROWS, k, T),
+                       dim3(32 * GEMV_ROWS), 0, st, act, X, xs, xk, gate_base, up_base,
+                       expert_stride, dtype, rows, cols, idx, k, o, mode);
+    return hipGetLastError();
+}
+
 /* ---- fallback GEMM: Y [T, rows] = X [T, cols] W^T ----------------------- */
 #define GT 64 /* output tile edge */
 #define GK 16 /* K slice */

@@ -14,9 +14,11 @@
  *
  * The router runs as two launches: scores spread over E / 8 blocks per token
  * (one block per token streamed the 3 MB fp32 router through one SM), then
- * the selection; the arithmetic is unchanged. Tuning next: a GEMM for the
- * prefill router; SwiGLU should be fused into the gate/up GEMV epilogue
- * (interleave gate/up rows at upload so one GEMV produces both).
+ * the selection; the arithmetic is unchanged. The routed experts' gate /
+ * up GEMVs and k_swiglu run fused as linear.cu m3g_gemv_grouped_swiglu in
+ * bin/m3-gpu (bitwise the same; m3g_swiglu stays for the prefill paths and
+ * the dense MLP). Tuning next: a GEMM for the prefill router; PDL on the
+ * router and combine (their successors are plain launches today).
  */
 #include <math.h>
 #include "common.cuh"
