@@ -81,4 +81,60 @@ __device__ __forceinline__ int64_t m3d_slot(const int32_t *page_table, int64_t p
     return (int64_t)page_table[pos / B] * B + pos % B;
 }
 
+/* ---- exponent range words of a bf16 index-K cache (msa.cu "FMA exactness") ----
+ * rng[0] = min over the nonzero values written of max(exponent field, 1)
+ * (M3G_IKR_NONE when none), rng[1] = max exponent field (0 when none).
+ * Written by msa.cu (m3g_to_bf16_ranged, m3g_ik_range_scan) and norm_rope.cu
+ * (m3g_attn_prologue), read by the streaming indexer. */
+#define M3G_IKR_NONE 0x1ffu
+
+__device__ __forceinline__ void m3d_atomic_min_u(unsigned *p, unsigned v)
+{
+#if defined(M3_EMU)
+    unsigned o = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v < o && !__atomic_compare_exchange_n(p, &o, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        ;
+#else
+    atomicMin(p, v);
+#endif
+}
+
+__device__ __forceinline__ void m3d_atomic_max_u(unsigned *p, unsigned v)
+{
+#if defined(M3_EMU)
+    unsigned o = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v > o && !__atomic_compare_exchange_n(p, &o, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        ;
+#else
+    atomicMax(p, v);
+#endif
+}
+
+/* Fold one bf16 value h into a thread's (lo, hi). */
+__device__ __forceinline__ void m3d_ikr_acc(unsigned &lo, unsigned &hi, unsigned h)
+{
+    const unsigned f = (h >> 7) & 0xffu;
+    if (h & 0x7fffu)
+        lo = (f > 1u ? f : 1u) < lo ? (f > 1u ? f : 1u) : lo;
+    hi = f > hi ? f : hi;
+}
+
+/* Warp min / max of (lo, hi), then one atomic pair per warp into rng. Every
+ * thread of the block must call it (warp shuffles). */
+__device__ __forceinline__ void m3d_ikr_publish(unsigned *rng, unsigned lo, unsigned hi)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned l2 = (unsigned)m3_shfl_xor_i((int)lo, o); /* values <= 0x1ff */
+        const unsigned h2 = (unsigned)m3_shfl_xor_i((int)hi, o);
+        lo = l2 < lo ? l2 : lo;
+        hi = h2 > hi ? h2 : hi;
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (lo != M3G_IKR_NONE)
+            m3d_atomic_min_u(&rng[0], lo);
+        if (hi != 0)
+            m3d_atomic_max_u(&rng[1], hi);
+    }
+}
+
 #endif

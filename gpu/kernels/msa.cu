@@ -312,57 +312,6 @@ hipError_t m3g_to_bf16(uint16_t *dst, const float *src, int64_t n, hipStream_t s
  * the streaming indexer's section for how k_idx uses them. Updated with
  * atomic min / max: a superset of the range is always safe (it can only
  * make the indexer fall back to multiply-then-add). */
-#define M3G_IKR_NONE 0x1ffu
-
-static __device__ __forceinline__ void ikr_atomic_min(unsigned *p, unsigned v)
-{
-#if defined(M3_EMU)
-    unsigned o = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v < o && !__atomic_compare_exchange_n(p, &o, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-        ;
-#else
-    atomicMin(p, v);
-#endif
-}
-
-static __device__ __forceinline__ void ikr_atomic_max(unsigned *p, unsigned v)
-{
-#if defined(M3_EMU)
-    unsigned o = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v > o && !__atomic_compare_exchange_n(p, &o, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-        ;
-#else
-    atomicMax(p, v);
-#endif
-}
-
-/* fold one bf16 value h into (lo, hi) */
-static __device__ __forceinline__ void ikr_acc(unsigned &lo, unsigned &hi, unsigned h)
-{
-    const unsigned f = (h >> 7) & 0xffu;
-    if (h & 0x7fffu)
-        lo = (f > 1u ? f : 1u) < lo ? (f > 1u ? f : 1u) : lo;
-    hi = f > hi ? f : hi;
-}
-
-/* warp min / max of (lo, hi), then one atomic pair per warp. Every thread of
- * the block must call it (warp shuffles). */
-static __device__ __forceinline__ void ikr_publish(unsigned *rng, unsigned lo, unsigned hi)
-{
-    for (int o = 16; o > 0; o >>= 1) {
-        const unsigned l2 = (unsigned)m3_shfl_xor_i((int)lo, o); /* values <= 0x1ff */
-        const unsigned h2 = (unsigned)m3_shfl_xor_i((int)hi, o);
-        lo = l2 < lo ? l2 : lo;
-        hi = h2 > hi ? h2 : hi;
-    }
-    if ((threadIdx.x & 31) == 0) {
-        if (lo != M3G_IKR_NONE)
-            ikr_atomic_min(&rng[0], lo);
-        if (hi != 0)
-            ikr_atomic_max(&rng[1], hi);
-    }
-}
-
 __global__ void k_ikr_reset(unsigned *rng)
 {
     if (threadIdx.x == 0)
@@ -377,9 +326,9 @@ __global__ void k_msa_to_bf16_r(uint16_t *dst, const float *src, int64_t n, unsi
          i += (int64_t)gridDim.x * blockDim.x) {
         const unsigned h = __float_as_uint(m3d_round_bf16(src[i])) >> 16;
         dst[i] = (uint16_t)h;
-        ikr_acc(lo, hi, h);
+        m3d_ikr_acc(lo, hi, h);
     }
-    ikr_publish(rng, lo, hi);
+    m3d_ikr_publish(rng, lo, hi);
 }
 
 __global__ void k_ikr_scan(unsigned *rng, const uint16_t *src, int64_t n)
@@ -387,8 +336,8 @@ __global__ void k_ikr_scan(unsigned *rng, const uint16_t *src, int64_t n)
     unsigned lo = M3G_IKR_NONE, hi = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        ikr_acc(lo, hi, src[i]);
-    ikr_publish(rng, lo, hi);
+        m3d_ikr_acc(lo, hi, src[i]);
+    m3d_ikr_publish(rng, lo, hi);
 }
 
 hipError_t m3g_ik_range_reset(unsigned *rng, hipStream_t st)

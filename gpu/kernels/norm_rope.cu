@@ -219,55 +219,14 @@ hipError_t m3g_headnorm_rope_bf16(const float *src, uint16_t *dst, const int32_t
  * blockDim = the largest hd rounded up to 32 (extra threads add zeros to
  * the reduction, see nr_head). */
 
-#define PRO_IKR_NONE 0x1ffu /* = msa.cu M3G_IKR_NONE (the empty range) */
-
-static __device__ __forceinline__ void pro_atomic_min(unsigned *p, unsigned v)
-{
-#if defined(M3_EMU)
-    unsigned o = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v < o && !__atomic_compare_exchange_n(p, &o, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-        ;
-#else
-    atomicMin(p, v);
-#endif
-}
-
-static __device__ __forceinline__ void pro_atomic_max(unsigned *p, unsigned v)
-{
-#if defined(M3_EMU)
-    unsigned o = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v > o && !__atomic_compare_exchange_n(p, &o, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-        ;
-#else
-    atomicMax(p, v);
-#endif
-}
-
-/* The range words' fold (msa.cu ikr_acc / ikr_publish): lo = min over the
- * nonzero bf16 values h of max(exponent field, 1), hi = max exponent
- * field; a warp min / max, then one atomic pair per warp. Every thread of
- * the block calls it (shuffles); threads without a value pass none = 1. */
+/* The range words' fold of one value per thread (none: this thread has no
+ * value); common.cuh m3d_ikr_*. Every thread of the block calls it. */
 static __device__ __forceinline__ void pro_range(unsigned *rng, unsigned h, int none)
 {
-    unsigned lo = PRO_IKR_NONE, hi = 0;
-    if (!none) {
-        const unsigned f = (h >> 7) & 0xffu;
-        if (h & 0x7fffu)
-            lo = f > 1u ? f : 1u;
-        hi = f;
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        const unsigned l2 = (unsigned)m3_shfl_xor_i((int)lo, o); /* values <= 0x1ff */
-        const unsigned h2 = (unsigned)m3_shfl_xor_i((int)hi, o);
-        lo = l2 < lo ? l2 : lo;
-        hi = h2 > hi ? h2 : hi;
-    }
-    if ((threadIdx.x & 31) == 0) {
-        if (lo != PRO_IKR_NONE)
-            pro_atomic_min(&rng[0], lo);
-        if (hi != 0)
-            pro_atomic_max(&rng[1], hi);
-    }
+    unsigned lo = M3G_IKR_NONE, hi = 0;
+    if (!none)
+        m3d_ikr_acc(lo, hi, h);
+    m3d_ikr_publish(rng, lo, hi);
 }
 
 __global__ void k_attn_prologue(m3g_prologue p)
