@@ -793,6 +793,93 @@ __device__ __forceinline__ void msa_exact_half(const float s[8][4], uint32_t pa[
  * rows) and the producer; RR <= 11 (at most 3 warps per SM sub-partition,
  * so ptxas may use 168 registers per thread). ONLINE 0: k_msa_ws (two
  * passes, exact p); ONLINE 1: k_msa_os (one pass, online softmax; below). */
+/* The 64-key piece pipeline of k_msa_ws, shared by ONLINE 2 (one pass) and
+ * ONLINE 3's second pass: over the nU union blocks, starting at ring
+ * position c, Q K^T of piece i + 1 on the tensor cores interleaved with P V
+ * of piece i. EXACT 0: p by the online update of the running (m, l) per
+ * head; EXACT 1: p exactly from the rows' final max and 1 / L (m0, m1, il0,
+ * il1; ref's rounding). A row that did not choose a block releases its
+ * slots; the last owed P V is settled before returning. */
+template <int HD, int EXACT>
+__device__ __forceinline__ void msa_piece_pipe(float o[HD / 8][4], float &m0, float &m1, float &l0,
+                                               float &l1, float il0, float il1, int c, int nU,
+                                               const int *ulist, const int *umask, uint64_t *full,
+                                               uint64_t *empty, const uint16_t *S0,
+                                               const uint16_t *Qw, int64_t pos, int B, int t,
+                                               int T, int w, int lane, float c2)
+{
+    constexpr int LD = HD + 8, SLOT = MSA_KT * LD;
+    int pend = 0, pv_slot = 0; /* pend: P V of the last piece (its V slot) owed */
+    uint32_t pa[4][4];
+    for (int u = 0; u < nU; u++) {
+        const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
+        const int ks = c % MSA_NS, vs = (c + 1) % MSA_NS;
+        msa_bar_wait(&full[ks], (uint32_t)((c / MSA_NS) & 1));
+        if (!sel) { /* settle what is owed first, so no slot is held across a skip */
+            if (pend) {
+                msa_pv_half<HD>(o, pa, S0 + pv_slot * SLOT, 1, lane);
+                __syncwarp();
+                if (lane == 0)
+                    msa_bar_arrive(&empty[pv_slot]);
+                pend = 0;
+            }
+            __syncwarp();
+            if (lane == 0)
+                msa_bar_arrive(&empty[ks]);
+            msa_bar_wait(&full[vs], (uint32_t)(((c + 1) / MSA_NS) & 1));
+            __syncwarp();
+            if (lane == 0)
+                msa_bar_arrive(&empty[vs]);
+            c += 2;
+            continue;
+        }
+        const int64_t k0 = (int64_t)ulist[u] * B;
+        const int lim = (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B); /* >= 1 */
+        for (int hk = 0; hk < 2; hk++) {
+            float sc[8][4];
+            if (hk == 1) /* P V of piece 0 of this block needs its V */
+                msa_bar_wait(&full[vs], (uint32_t)(((c + 1) / MSA_NS) & 1));
+            if (pend) /* hk 0: the previous block's piece 1; hk 1: this block's piece 0 */
+                msa_fused<HD, true>(sc, Qw, S0 + ks * SLOT, hk, o, pa, S0 + pv_slot * SLOT,
+                                    1 - hk, lane);
+            else
+                msa_fused<HD, false>(sc, Qw, S0 + ks * SLOT, hk, o, pa, S0 + ks * SLOT, 0,
+                                     lane);
+            if (hk == 0 && pend) { /* the previous block's V slot is done */
+                __syncwarp();
+                if (lane == 0)
+                    msa_bar_arrive(&empty[pv_slot]);
+            }
+            if (hk == 1) { /* this block's K slot is done */
+                __syncwarp();
+                if (lane == 0)
+                    msa_bar_arrive(&empty[ks]);
+            }
+            if (lim < 64 * (hk + 1)) {
+#pragma unroll
+                for (int nn = 0; nn < 8; nn++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (64 * hk + 8 * nn + 2 * (lane & 3) + (e & 1) >= lim)
+                            sc[nn][e] = -INFINITY;
+            }
+            if (EXACT)
+                msa_exact_half(sc, pa, m0, m1, il0, il1, c2);
+            else
+                msa_soft_half<HD>(sc, pa, m0, m1, l0, l1, o, c2);
+            pend = 1;
+            pv_slot = vs;
+        }
+        c += 2;
+    }
+    if (pend) {
+        msa_pv_half<HD>(o, pa, S0 + pv_slot * SLOT, 1, lane);
+        __syncwarp();
+        if (lane == 0)
+            msa_bar_arrive(&empty[pv_slot]);
+    }
+}
+
 template <int HD, int KVBF, int ONLINE, int RR>
 __global__ void __launch_bounds__((RR + 1) * 32, 1)
     k_msa_ws(float *out, const float *q, const void *kc, const void *vc,
@@ -910,72 +997,8 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
 
     if (ONLINE == 2) { /* k_msa_os pipelined: 64-key pieces, Q K^T of piece i + 1 on the
                         * tensor cores interleaved with P V of piece i */
-        int c = 0, pend = 0, pv_slot = 0; /* pend: P V of the last piece (its V slot) owed */
-        uint32_t pa[4][4];
-        for (int u = 0; u < nU; u++) {
-            const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
-            const int ks = c % MSA_NS, vs = (c + 1) % MSA_NS;
-            msa_bar_wait(&full[ks], (uint32_t)((c / MSA_NS) & 1));
-            if (!sel) { /* settle what is owed first, so no slot is held across a skip */
-                if (pend) {
-                    msa_pv_half<HD>(o, pa, S0 + pv_slot * SLOT, 1, lane);
-                    __syncwarp();
-                    if (lane == 0)
-                        msa_bar_arrive(&empty[pv_slot]);
-                    pend = 0;
-                }
-                __syncwarp();
-                if (lane == 0)
-                    msa_bar_arrive(&empty[ks]);
-                msa_bar_wait(&full[vs], (uint32_t)(((c + 1) / MSA_NS) & 1));
-                __syncwarp();
-                if (lane == 0)
-                    msa_bar_arrive(&empty[vs]);
-                c += 2;
-                continue;
-            }
-            const int64_t k0 = (int64_t)ulist[u] * B;
-            const int lim = (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B); /* >= 1 */
-            for (int hk = 0; hk < 2; hk++) {
-                float sc[8][4];
-                if (hk == 1) /* P V of piece 0 of this block needs its V */
-                    msa_bar_wait(&full[vs], (uint32_t)(((c + 1) / MSA_NS) & 1));
-                if (pend) /* hk 0: the previous block's piece 1; hk 1: this block's piece 0 */
-                    msa_fused<HD, true>(sc, Qw, S0 + ks * SLOT, hk, o, pa, S0 + pv_slot * SLOT,
-                                        1 - hk, lane);
-                else
-                    msa_fused<HD, false>(sc, Qw, S0 + ks * SLOT, hk, o, pa, S0 + ks * SLOT, 0,
-                                         lane);
-                if (hk == 0 && pend) { /* the previous block's V slot is done */
-                    __syncwarp();
-                    if (lane == 0)
-                        msa_bar_arrive(&empty[pv_slot]);
-                }
-                if (hk == 1) { /* this block's K slot is done */
-                    __syncwarp();
-                    if (lane == 0)
-                        msa_bar_arrive(&empty[ks]);
-                }
-                if (lim < 64 * (hk + 1)) {
-#pragma unroll
-                    for (int nn = 0; nn < 8; nn++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            if (64 * hk + 8 * nn + 2 * (lane & 3) + (e & 1) >= lim)
-                                sc[nn][e] = -INFINITY;
-                }
-                msa_soft_half<HD>(sc, pa, m0, m1, l0, l1, o, c2);
-                pend = 1;
-                pv_slot = vs;
-            }
-            c += 2;
-        }
-        if (pend) {
-            msa_pv_half<HD>(o, pa, S0 + pv_slot * SLOT, 1, lane);
-            __syncwarp();
-            if (lane == 0)
-                msa_bar_arrive(&empty[pv_slot]);
-        }
+        msa_piece_pipe<HD, 0>(o, m0, m1, l0, l1, 0.0f, 0.0f, 0, nU, ulist, umask, full, empty, S0,
+                              Qw, pos, B, t, T, w, lane, c2);
         m3t_row_sum(l0, l1);
         il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
         il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
@@ -1156,72 +1179,9 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
             m0 = 0.0f;
         if (m1 == -INFINITY)
             m1 = 0.0f;
-        int cc = nU, pend = 0, pv_slot = 0; /* slot uses continue after pass 1's nU */
-        uint32_t pa[4][4];
-        for (int u = 0; u < nU; u++) {
-            const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
-            const int ks = cc % MSA_NS, vs = (cc + 1) % MSA_NS;
-            msa_bar_wait(&full[ks], (uint32_t)((cc / MSA_NS) & 1));
-            if (!sel) { /* settle what is owed first, so no slot is held across a skip */
-                if (pend) {
-                    msa_pv_half<HD>(o, pa, S0 + pv_slot * SLOT, 1, lane);
-                    __syncwarp();
-                    if (lane == 0)
-                        msa_bar_arrive(&empty[pv_slot]);
-                    pend = 0;
-                }
-                __syncwarp();
-                if (lane == 0)
-                    msa_bar_arrive(&empty[ks]);
-                msa_bar_wait(&full[vs], (uint32_t)(((cc + 1) / MSA_NS) & 1));
-                __syncwarp();
-                if (lane == 0)
-                    msa_bar_arrive(&empty[vs]);
-                cc += 2;
-                continue;
-            }
-            const int64_t k0 = (int64_t)ulist[u] * B;
-            const int lim = (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B); /* >= 1 */
-            for (int hk = 0; hk < 2; hk++) {
-                float sc[8][4];
-                if (hk == 1) /* P V of piece 0 of this block needs its V */
-                    msa_bar_wait(&full[vs], (uint32_t)(((cc + 1) / MSA_NS) & 1));
-                if (pend) /* hk 0: the previous block's piece 1; hk 1: this block's piece 0 */
-                    msa_fused<HD, true>(sc, Qw, S0 + ks * SLOT, hk, o, pa, S0 + pv_slot * SLOT,
-                                        1 - hk, lane);
-                else
-                    msa_fused<HD, false>(sc, Qw, S0 + ks * SLOT, hk, o, pa, S0 + ks * SLOT, 0,
-                                         lane);
-                if (hk == 0 && pend) { /* the previous block's V slot is done */
-                    __syncwarp();
-                    if (lane == 0)
-                        msa_bar_arrive(&empty[pv_slot]);
-                }
-                if (hk == 1) { /* this block's K slot is done */
-                    __syncwarp();
-                    if (lane == 0)
-                        msa_bar_arrive(&empty[ks]);
-                }
-                if (lim < 64 * (hk + 1)) {
-#pragma unroll
-                    for (int nn = 0; nn < 8; nn++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            if (64 * hk + 8 * nn + 2 * (lane & 3) + (e & 1) >= lim)
-                                sc[nn][e] = -INFINITY;
-                }
-                msa_exact_half(sc, pa, m0, m1, il0, il1, c2);
-                pend = 1;
-                pv_slot = vs;
-            }
-            cc += 2;
-        }
-        if (pend) {
-            msa_pv_half<HD>(o, pa, S0 + pv_slot * SLOT, 1, lane);
-            __syncwarp();
-            if (lane == 0)
-                msa_bar_arrive(&empty[pv_slot]);
-        }
+        /* ring positions continue after pass 1's nU */
+        msa_piece_pipe<HD, 1>(o, m0, m1, l0, l1, il0, il1, nU, nU, ulist, umask, full, empty, S0,
+                              Qw, pos, B, t, T, w, lane, c2);
     }
     if (t >= T)
         return;
