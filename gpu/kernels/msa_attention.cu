@@ -298,6 +298,23 @@ __device__ __forceinline__ void msa_stage(uint16_t *Ks, uint16_t *Vs, const void
 
 /* S[16 heads][128 keys] = Q K^T for this warp's row: s[n][e] is key
  * 8n + 2(lane%4) + (e&1), head lane/4 + 8(e>>1). */
+/* Causal mask of one staged MSA block b (its MSA_KT key slots from b * B)
+ * in the mma accumulator layout s[16][4] (16 heads x 128 keys of a warp):
+ * keys after position pos, and slots >= B, set to -inf. */
+__device__ __forceinline__ void msa_mask_keys(float s[16][4], int b, int64_t pos, int B, int lane)
+{
+    const int64_t k0 = (int64_t)b * B;
+    const int lim = (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B); /* visible keys, >= 1 */
+    if (lim < MSA_KT) {
+#pragma unroll
+        for (int nn = 0; nn < 16; nn++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (8 * nn + 2 * (lane & 3) + (e & 1) >= lim)
+                    s[nn][e] = -INFINITY;
+    }
+}
+
 template <int HD>
 __device__ __forceinline__ void msa_qk(float s[16][4], const uint32_t qa[HD / 16][4],
                                        const uint16_t *Ks, int lane)
@@ -452,17 +469,7 @@ __global__ void __launch_bounds__(MSA_R * 32, 1)
             const int b = ulist[u];
             float sc[16][4];
             msa_qk<HD>(sc, qa, Ks, lane);
-            /* mask: keys past pos (own block) and slots >= B */
-            const int64_t k0 = (int64_t)b * B;
-            const int lim = (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B); /* visible keys */
-            if (lim < MSA_KT) {
-#pragma unroll
-                for (int nn = 0; nn < 16; nn++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (8 * nn + 2 * (lane & 3) + (e & 1) >= lim)
-                            sc[nn][e] = -INFINITY;
-            }
+            msa_mask_keys(sc, b, pos, B, lane);
             if (!pass2) {
                 float x0, x1;
                 m3t_row_max<16>(sc, x0, x1);
@@ -1020,16 +1027,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
             if (sel) {
                 const int b = ulist[u];
                 msa_qk_s<HD>(sc, Qw, S0 + ks * SLOT, lane);
-                const int64_t k0 = (int64_t)b * B;
-                const int lim = (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B); /* >= 1 */
-                if (lim < MSA_KT) {
-#pragma unroll
-                    for (int nn = 0; nn < 16; nn++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            if (8 * nn + 2 * (lane & 3) + (e & 1) >= lim)
-                                sc[nn][e] = -INFINITY;
-                }
+                msa_mask_keys(sc, b, pos, B, lane);
             }
             __syncwarp();
             if (lane == 0)
@@ -1103,16 +1101,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
         if (sel) {
             const int b = ulist[u];
             msa_qk_s<HD>(sc, Qw, S0 + ks * SLOT, lane);
-            const int64_t k0 = (int64_t)b * B;
-            const int lim = (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B); /* visible keys */
-            if (lim < MSA_KT) {
-#pragma unroll
-                for (int nn = 0; nn < 16; nn++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (8 * nn + 2 * (lane & 3) + (e & 1) >= lim)
-                            sc[nn][e] = -INFINITY;
-            }
+            msa_mask_keys(sc, b, pos, B, lane);
         }
         __syncwarp();
         if (lane == 0)
