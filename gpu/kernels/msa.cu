@@ -683,6 +683,24 @@ static __device__ __forceinline__ mix_u64 mix_warp_max_u64(mix_u64 v)
     return v;
 }
 
+/* A lower bound for the need-th largest key of a warp, from each lane's
+ * largest key lm (0: none): the need-th largest of the lanes' maxima (the
+ * lanes holding the need largest maxima hold at least need keys >= it); 1
+ * (every nonzero key) when fewer than need lanes hold a key. Every lane of
+ * the warp calls it and gets the same value. */
+static __device__ __forceinline__ mix_u64 mix_lane_bound(mix_u64 lm, int need)
+{
+    int rank = 0, nz = lm != 0;
+    for (int o = 1; o < 32; o++) {
+        const mix_u64 x = mix_shfl_xor_u64(lm, o);
+        rank += x > lm;
+        nz += x != 0;
+    }
+    mix_u64 m = (lm != 0 && rank == need - 1) ? lm : 0;
+    m = mix_warp_max_u64(m);
+    return nz < need ? 1 : m;
+}
+
 static __device__ __forceinline__ mix_u64 mix_ld_other_u64(const mix_u64 *p)
 {
 #if MIX_CPASYNC
@@ -1066,16 +1084,7 @@ MSA_UNROLL
             gv[i] = c < P ? mix_ld_other_u64(gm + (size_t)g * P + c) : 0;
             lm = gv[i] > lm ? gv[i] : lm;
         }
-        int rank = 0, nz = lm != 0;
-        for (int o = 1; o < 32; o++) {
-            const mix_u64 x = mix_shfl_xor_u64(lm, o);
-            rank += x > lm;
-            nz += x != 0;
-        }
-        mix_u64 m = (lm != 0 && rank == need - 1) ? lm : 0;
-        m = mix_warp_max_u64(m);
-        if (nz < need) /* fewer non-empty lanes than needed: every valid key */
-            m = 1;
+        const mix_u64 m = mix_lane_bound(lm, need);
         const float *srow = bsrow + (size_t)g * nbmax;
 MSA_UNROLL
         for (int i = 0; i < MIX_PCMAX; i++) {
@@ -1629,16 +1638,7 @@ static __device__ IDX_NOINLINE int idx_wsel(const mix_u64 *a, int nl, int len, i
         const mix_u64 K = a[(size_t)c * len];
         lm = K > lm ? K : lm;
     }
-    int rank = 0, nzl = lm != 0;
-    for (int s = 1; s < 32; s++) {
-        const mix_u64 x = mix_shfl_xor_u64(lm, s);
-        rank += x > lm;
-        nzl += x != 0;
-    }
-    mix_u64 m = (lm != 0 && rank == need - 1) ? lm : 0;
-    m = mix_warp_max_u64(m);
-    if (nzl < need)
-        m = 1; /* every nonzero key survives */
+    const mix_u64 m = mix_lane_bound(lm, need);
     if (lane == 0)
         *scnt = 0;
     idx_syncwarp();
