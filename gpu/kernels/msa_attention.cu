@@ -800,6 +800,30 @@ __device__ __forceinline__ void msa_exact_half(const float s[8][4], uint32_t pa[
  * rows) and the producer; RR <= 11 (at most 3 warps per SM sub-partition,
  * so ptxas may use 168 registers per thread). ONLINE 0: k_msa_ws (two
  * passes, exact p); ONLINE 1: k_msa_os (one pass, online softmax; below). */
+/* One K slot of k_msa_ws's ring (position c, then c + 1): wait for it, S of
+ * union block ulist[u] for the warp's 16 heads with the causal mask when the
+ * row chose the block (sel; sc untouched otherwise), then release the slot
+ * (S is in registers). */
+template <int HD>
+__device__ __forceinline__ void msa_score_slot(float sc[16][4], int sel, const int *ulist, int u,
+                                               int &c,
+                                               uint64_t *full, uint64_t *empty, const uint16_t *S0,
+                                               const uint16_t *Qw, int64_t pos, int B, int lane)
+{
+    constexpr int LD = HD + 8, SLOT = MSA_KT * LD;
+    const int ks = c % MSA_NS;
+    msa_bar_wait(&full[ks], (uint32_t)((c / MSA_NS) & 1));
+    if (sel) {
+        const int b = ulist[u];
+        msa_qk_s<HD>(sc, Qw, S0 + ks * SLOT, lane);
+        msa_mask_keys(sc, b, pos, B, lane);
+    }
+    __syncwarp();
+    if (lane == 0)
+        msa_bar_arrive(&empty[ks]);
+    c++;
+}
+
 /* The 64-key piece pipeline of k_msa_ws, shared by ONLINE 2 (one pass) and
  * ONLINE 3's second pass: over the nU union blocks, starting at ring
  * position c, Q K^T of piece i + 1 on the tensor cores interleaved with P V
@@ -1021,18 +1045,8 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
         int c = 0;
         for (int u = 0; u < nU; u++) {
             const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
-            const int ks = c % MSA_NS;
-            msa_bar_wait(&full[ks], (uint32_t)((c / MSA_NS) & 1));
             float sc[16][4];
-            if (sel) {
-                const int b = ulist[u];
-                msa_qk_s<HD>(sc, Qw, S0 + ks * SLOT, lane);
-                msa_mask_keys(sc, b, pos, B, lane);
-            }
-            __syncwarp();
-            if (lane == 0)
-                msa_bar_arrive(&empty[ks]); /* K slot free: S is in registers */
-            c++;
+            msa_score_slot<HD>(sc, sel, ulist, u, c, full, empty, S0, Qw, pos, B, lane);
             if (sel) { /* new running max (finite: key k0 <= pos is visible) */
                 float x0, x1;
                 m3t_row_max<16>(sc, x0, x1);
@@ -1095,18 +1109,8 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
             if (m1 == -INFINITY)
                 m1 = 0.0f;
         }
-        const int ks = c % MSA_NS;
-        msa_bar_wait(&full[ks], (uint32_t)((c / MSA_NS) & 1));
         float sc[16][4];
-        if (sel) {
-            const int b = ulist[u];
-            msa_qk_s<HD>(sc, Qw, S0 + ks * SLOT, lane);
-            msa_mask_keys(sc, b, pos, B, lane);
-        }
-        __syncwarp();
-        if (lane == 0)
-            msa_bar_arrive(&empty[ks]); /* K slot free: S is in registers */
-        c++;
+        msa_score_slot<HD>(sc, sel, ulist, u, c, full, empty, S0, Qw, pos, B, lane);
         if (!pass2) {
             if (sel) {
                 float x0, x1;
