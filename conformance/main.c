@@ -2,13 +2,17 @@
  *
  *   m3-conform check --case DIR --dump FILE [--profile fp32|bf16] [--json OUT]
  *                    [--junit OUT] [--plot OUT.png] [--teacher-forced]
+ *                    [--tie-dump FILE | --no-settle]
  *   m3-conform run [DIR|MANIFEST...] [--profile P] [--target ref] [--json OUT]
  *                  [--junit OUT] [--plot OUT.png] [--teacher-forced]
  *
  * check exits 0 when the dump conforms, 1 when it does not, 2 for usage
  * errors and bad input (unreadable case, dump, tolerances) or an internal
  * error, 3 when it is inconclusive: TieDiverged, everything conforms except
- * rows that a tie-accepted choice reaches (M3-TOL-8). run exits 0 when every
+ * rows that a tie-accepted choice reaches (M3-TOL-8), but only with
+ * --no-settle: by default check settles a TieDiverged dump in the same call by
+ * judging it teacher-forced (or --tie-dump FILE, the implementation's own
+ * teacher-forced dump of the case) and exits 0 or 1 on that. run exits 0 when every
  * case conforms and every mutant behaves as its mutant.json says, else 1
  * (2 for usage errors). Spec: M3-VEC-*, M3-DUMP-*, M3-TOL-*; the pass rule
  * is written in docs/validating-a-port.md.
@@ -25,9 +29,10 @@
 
 typedef struct opts {
     const char *cmd;
-    const char *case_dir, *dump, *profile, *json, *junit, *plot, *tolerances, *target, *caps_file;
+    const char *case_dir, *dump, *tie_dump, *profile, *json, *junit, *plot, *tolerances, *target,
+        *caps_file;
     char unsupported[1024];
-    int teacher_forced, verbose, quiet, no_hash, no_mutants;
+    int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle;
     const char *paths[256];
     int npaths;
 } opts;
@@ -39,14 +44,16 @@ static void usage(FILE *f)
             "  m3-conform check --case DIR --dump FILE [--profile fp32|bf16] [--json OUT]\n"
             "                   [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                   [--declare-unsupported CAP,...] [--capabilities FILE]\n"
-            "                   [--tolerances FILE] [--verbose]\n"
+            "                   [--tolerances FILE] [--tie-dump FILE | --no-settle] [--verbose]\n"
             "  m3-conform run [DIR|MANIFEST...] [--profile fp32|bf16] [--target ref]\n"
             "                 [--json OUT] [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                 [--no-mutants] [--tolerances FILE] [--verbose] [--quiet]\n"
             "  m3-conform version\n"
             "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input,\n"
-            "       3 = inconclusive (TieDiverged: only rows an accepted tie reaches differ;\n"
-            "           re-run with --teacher-forced).\n"
+            "       3 = inconclusive (TieDiverged, only with --no-settle: only rows an\n"
+            "           accepted tie reaches differ). Without --no-settle check settles such a\n"
+            "           dump itself: it judges it (or --tie-dump FILE, the port's own\n"
+            "           teacher-forced dump) teacher-forced, and exits 0 or 1 on that.\n"
             "Capabilities a port may declare absent: block_indices router eagle3 greedy vision.\n"
             "Docs: docs/validating-a-port.md\n");
 }
@@ -160,6 +167,7 @@ static int parse_args(opts *o, int argc, char **argv)
     }
         VAL("--case", case_dir)
         VAL("--dump", dump)
+        VAL("--tie-dump", tie_dump)
         VAL("--profile", profile)
         VAL("--json", json)
         VAL("--junit", junit)
@@ -176,6 +184,8 @@ static int parse_args(opts *o, int argc, char **argv)
             append_caps(o->unsupported, sizeof o->unsupported, argv[++i]);
         } else if (strcmp(a, "--teacher-forced") == 0) {
             o->teacher_forced = 1;
+        } else if (strcmp(a, "--no-settle") == 0) {
+            o->no_settle = 1;
         } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
             o->verbose = 1;
         } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
@@ -312,12 +322,70 @@ static int open_model(m3_model *m, const cf_case *cs, m3_err *e)
 }
 
 /* ---- check ---------------------------------------------------------------------------- */
+/* Judge the dump file `path` of case cs against its golden outputs (teacher-forced: against
+ * the reference run on the dump's own layer inputs), print and keep the report, and store its
+ * verdict. Returns -1 with e set on bad input or allocation failure. */
+static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m3_model *model,
+                      const cf_tset *golden, const cf_tset *ref_out, const char *path, int tf,
+                      const char *unsupported_in, cf_result *verdict, m3_err *e)
+{
+    cf_tset dump = {0}, tf_golden = {0};
+    char meta[512], unsupported[1024];
+    cf_report r;
+    int rc = -1;
+    double t0 = now();
+    snprintf(unsupported, sizeof unsupported, "%s", unsupported_in);
+    init_report(&r, cs, tf ? "#teacher-forced" : "", prof->name, "dump");
+    if (cf_tset_load(&dump, path, e) || cf_st_meta(path, "m3.unsupported", meta, sizeof meta, e))
+        goto out;
+    append_caps(unsupported, sizeof unsupported, meta);
+    const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf};
+    if (tf) {
+        /* golden per layer = the reference layer run on the dump's own layer input */
+        if (cf_ref_teacher_forced(model, cs->mode, &dump, &tf_golden, e))
+            goto out;
+        const cf_tensor *emb = cf_tset_get(golden, "embeddings");
+        if (emb && cf_tset_add_f(&tf_golden, "embeddings", emb->ndim, emb->shape, emb->f, e))
+            goto out;
+        if (cf_judge(&r, &jc, &dump, &tf_golden, e))
+            goto out;
+    } else if (cf_judge(&r, &jc, &dump, golden, e)) {
+        goto out;
+    }
+    r.seconds = now() - t0;
+    emit(c, &r, 1, 1);
+    if (!keep(c, &r)) {
+        m3_fail(e, "out of memory keeping the report of %s", path);
+        goto out;
+    }
+    *verdict = r.result;
+    rc = 0;
+out:
+    if (rc)
+        cf_report_free(&r);
+    cf_tset_free(&dump);
+    cf_tset_free(&tf_golden);
+    return rc;
+}
+
+/* check's exit status for a verdict. */
+static int check_status(cf_result res)
+{
+    return res == CF_INTERNAL_ERROR ? 2 : cf_result_conforms(res) ? 0 : res == CF_TIE_DIVERGED ? 3 : 1;
+}
+
 static int cmd_check(ctx *c)
 {
     opts *o = c->o;
     if (!o->case_dir || !o->dump || o->npaths) {
         fprintf(stderr, "m3-conform check: needs --case DIR and --dump FILE (and no other arguments)\n");
         usage(stderr);
+        return 2;
+    }
+    if (o->tie_dump && (o->teacher_forced || o->no_settle)) {
+        fprintf(stderr, "m3-conform check: --tie-dump settles a TieDiverged free-running --dump; it "
+                        "does not combine with %s\n",
+                o->teacher_forced ? "--teacher-forced" : "--no-settle");
         return 2;
     }
     m3_err e = {{0}};
@@ -327,24 +395,23 @@ static int cmd_check(ctx *c)
         return 2;
     }
     int rc = 2, is_model = strcmp(cs.component, "model") == 0, computed = 0;
-    cf_tset dump = {0}, golden = {0}, aux = {0}, tf = {0};
+    cf_tset golden = {0}, aux = {0};
     m3_model model;
     int have_model = 0;
-    cf_report r;
-    char meta[512];
-    double t0 = now();
+    cf_result res = CF_INTERNAL_ERROR;
     const cf_profile *prof = pick_profile(c, &cs, o->profile, &e);
     if (!prof)
         goto bad;
-    init_report(&r, &cs, o->teacher_forced ? "#teacher-forced" : "", prof->name, "dump");
-    if (cf_tset_load(&dump, o->dump, &e) || cf_st_meta(o->dump, "m3.unsupported", meta, sizeof meta, &e))
-        goto bad;
-    append_caps(o->unsupported, sizeof o->unsupported, meta);
+    if ((o->teacher_forced || o->tie_dump) && !is_model) {
+        fprintf(stderr, "m3-conform: %s applies to model cases only\n",
+                o->teacher_forced ? "--teacher-forced" : "--tie-dump");
+        goto bad_quiet;
+    }
     if (is_model) {
         if (open_model(&model, &cs, &e)) {
             char p[2300];
             snprintf(p, sizeof p, "%s/expected.safetensors", cs.dir);
-            if (!exists(p) || o->teacher_forced)
+            if (!exists(p) || o->teacher_forced || o->tie_dump)
                 goto bad;
             fprintf(stderr, "m3-conform: note: %s; ties are judged strictly\n", e.msg);
         } else {
@@ -355,45 +422,39 @@ static int cmd_check(ctx *c)
         goto bad;
     if (!is_model && !computed && cf_ref_component(&cs, &aux, &e))
         goto bad;
-    cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, o->unsupported,
-                       o->teacher_forced};
-    if (o->teacher_forced) {
-        if (!is_model) {
-            fprintf(stderr, "m3-conform: --teacher-forced applies to model cases only\n");
-            goto bad_quiet;
-        }
-        /* golden per layer = the reference layer run on the dump's own layer input */
-        if (cf_ref_teacher_forced(&model, cs.mode, &dump, &tf, &e))
-            goto bad;
-        const cf_tensor *emb = cf_tset_get(&golden, "embeddings");
-        if (emb && cf_tset_add_f(&tf, "embeddings", emb->ndim, emb->shape, emb->f, &e))
-            goto bad;
-        if (cf_judge(&r, &jc, &dump, &tf, &e))
-            goto bad;
-    } else if (cf_judge(&r, &jc, &dump, &golden, &e)) {
+    const m3_model *mp = have_model ? &model : NULL;
+    const cf_tset *ref_out = computed ? &golden : &aux;
+    if (judge_dump(c, &cs, prof, mp, &golden, ref_out, o->dump, o->teacher_forced, o->unsupported,
+                   &res, &e))
         goto bad;
+    rc = check_status(res);
+    if (rc == 3 && !o->no_settle) {
+        /* M3-TOL-8 4: settle it teacher-forced, every layer judged from its own input (the
+         * dump's, or the port's teacher-forced dump's); greedy tokens are a free-running
+         * output, judged above, so they are left out of this judgement. */
+        const char *tf_path = o->tie_dump ? o->tie_dump : o->dump;
+        char caps[1024];
+        snprintf(caps, sizeof caps, "%s", o->unsupported);
+        append_caps(caps, sizeof caps, "greedy");
+        printf("m3-conform: TieDiverged; settling it teacher-forced (M3-TOL-8): %s\n", tf_path);
+        if (judge_dump(c, &cs, prof, mp, &golden, ref_out, tf_path, 1, caps, &res, &e))
+            goto bad;
+        rc = check_status(res) == 0 ? 0 : check_status(res) == 2 ? 2 : 1;
+        printf("m3-conform: %s\n",
+               rc == 0   ? "conforms: every difference is a consequence of accepted ties (M3-TOL-8)"
+               : rc == 1 ? "does not conform: the teacher-forced judgement fails"
+                         : "internal error in the teacher-forced judgement");
+    } else if (o->tie_dump) {
+        printf("m3-conform: not TieDiverged; --tie-dump %s was not needed\n", o->tie_dump);
     }
-    r.seconds = now() - t0;
-    emit(c, &r, 1, 1);
-    cf_report *kept = keep(c, &r);
-    if (!kept) {
-        cf_report_free(&r);
-        goto bad_quiet;
-    }
-    rc = r.result == CF_INTERNAL_ERROR ? 2
-         : cf_result_conforms(r.result) ? 0
-         : r.result == CF_TIE_DIVERGED ? 3
-         : 1;
     goto done;
 bad:
     fprintf(stderr, "m3-conform: %s\n", e.msg);
 bad_quiet:
     rc = 2;
 done:
-    cf_tset_free(&dump);
     cf_tset_free(&golden);
     cf_tset_free(&aux);
-    cf_tset_free(&tf);
     if (have_model)
         m3_model_close(&model);
     cf_case_free(&cs);

@@ -111,8 +111,8 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
     if (r->result == CF_TIE_DIVERGED && r->first_diverged >= 0 && r->first_diverged < r->nrec) {
         const cf_record *d = &r->rec[r->first_diverged];
         fprintf(f, "  inconclusive (M3-TOL-8): %s row %ld was accepted as a tie (M3-TOL-3); %d later tensor%s "
-                   "differ only in rows that tie reaches (first: %s). Everything else conforms. Re-run with "
-                   "--teacher-forced to judge them.\n",
+                   "differ only in rows that tie reaches (first: %s). Everything else conforms. They are "
+                   "judged teacher-forced (M3-TOL-8 4).\n",
                 d->reach_tie, d->reach_tie_row, r->ndiverged, r->ndiverged == 1 ? "" : "s", d->tensor);
     }
     if (r->tensors_excluded) {

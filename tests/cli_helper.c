@@ -15,6 +15,12 @@
  *       pixel_values / image_grid_thw of a --pixels input file
  *   cli_helper same DUMP1 DUMP2 NAME
  *       exit 0 iff tensor NAME has the same dtype, shape and bytes in both
+ *   cli_helper edit IN OUT OP...
+ *       copy the tensors of IN (not its metadata) to OUT, edited by each OP:
+ *       other:NAME:ROW:COL  in the I32 [rows, k] tensor NAME, replace element
+ *                           (ROW, COL) by the smallest id absent from the row
+ *       bump:NAME:FROM:TO:D add D to every element of rows FROM .. TO - 1 of
+ *                           the F32 tensor NAME (rows = the first dimension)
  * Prints "ok ..." and exits 0, or prints the problem and exits 1.
  */
 #include <stdio.h>
@@ -271,8 +277,99 @@ done:
     return rc;
 }
 
+/* One edit of cmd_edit on the tensor data x (a copy of t). */
+static int apply_edit(const char *op, const m3_tensor *t, void *x)
+{
+    char name[256];
+    long long a = 0, b = 0;
+    double d = 0.0;
+    const int64_t rows = t->ndim ? t->shape[0] : 1, cols = rows ? m3_tensor_numel(t) / rows : 0;
+    if (sscanf(op, "other:%255[^:]:%lld:%lld", name, &a, &b) == 3) {
+        int32_t *v = x;
+        if (t->dtype != M3_I32 || a < 0 || a >= rows || b < 0 || b >= cols) {
+            fprintf(stderr, "cli_helper edit: %s: needs an I32 tensor and an element inside it\n", op);
+            return -1;
+        }
+        int32_t id = 0;
+        for (int found = 1; found; id += found) {
+            found = 0;
+            for (int64_t j = 0; j < cols; j++)
+                found |= v[a * cols + j] == id;
+        }
+        v[a * cols + b] = id;
+        return 0;
+    }
+    if (sscanf(op, "bump:%255[^:]:%lld:%lld:%lf", name, &a, &b, &d) == 4) {
+        float *v = x;
+        if (t->dtype != M3_F32 || a < 0 || b > rows || a >= b) {
+            fprintf(stderr, "cli_helper edit: %s: needs an F32 tensor and rows inside it\n", op);
+            return -1;
+        }
+        for (int64_t i = a * cols; i < b * cols; i++)
+            v[i] += (float)d;
+        return 0;
+    }
+    fprintf(stderr, "cli_helper edit: unknown edit %s\n", op);
+    return -1;
+}
+
+static int cmd_edit(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: cli_helper edit IN OUT OP...\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    m3_store *in = NULL;
+    m3_st_writer *w = m3_st_writer_new();
+    int rc = 1, used = 0;
+    if (!w || m3_store_open(&in, argv[0], &e) != 0) {
+        fprintf(stderr, "cli_helper edit: %s\n", w ? e.msg : "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < m3_store_count(in); i++) {
+        const m3_tensor *t = m3_store_at(in, i);
+        void *x = malloc(t->nbytes ? t->nbytes : 1);
+        if (!x)
+            goto done;
+        memcpy(x, t->data, t->nbytes);
+        int bad = 0;
+        for (int k = 2; k < argc && !bad; k++) {
+            const char *c = strchr(argv[k], ':');
+            const size_t n = strlen(t->name);
+            if (c && strncmp(c + 1, t->name, n) == 0 && c[1 + n] == ':') {
+                bad = apply_edit(argv[k], t, x) != 0;
+                used++;
+            }
+        }
+        if (!bad && m3_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, x, &e) != 0) {
+            fprintf(stderr, "cli_helper edit: %s\n", e.msg);
+            bad = 1;
+        }
+        free(x);
+        if (bad)
+            goto done;
+    }
+    if (used != argc - 2) {
+        fprintf(stderr, "cli_helper edit: %d of %d edits name a tensor of %s\n", used, argc - 2, argv[0]);
+        goto done;
+    }
+    if (m3_st_writer_save(w, argv[1], &e) != 0) {
+        fprintf(stderr, "cli_helper edit: %s\n", e.msg);
+        goto done;
+    }
+    printf("ok edit %s (%d edits)\n", argv[1], used);
+    rc = 0;
+done:
+    m3_st_writer_free(w);
+    m3_store_close(in);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "edit"))
+        return cmd_edit(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "pixels"))
         return cmd_pixels(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "same"))

@@ -67,17 +67,19 @@ judge() { # case_dir mode label
   fi
   e=$(date +%s.%N)
   bin/m3-conform check --case "$c" --dump /tmp/gd.safetensors --profile "$mode" \
-      --declare-unsupported greedy >/tmp/gc.out 2>&1
+      --declare-unsupported greedy --no-settle >/tmp/gc.out 2>&1
   rc=$?
   log "$label ($mode, gpu forward $(awk "BEGIN{printf \"%.2f\", $e - $s}") s): rc=$rc $(tail -1 /tmp/gc.out)"
   [ $rc -eq 0 ] || grep -v ' Pass ' /tmp/gc.out | head -12 >>"$out/summary.txt"
   [ $rc -eq 3 ] && tie_rejudge "$c" "$mode" "$label" "$ids"
 }
 
-# m3-conform exits 3 (TieDiverged, M3-TOL-8) when every failure of a
-# free-running dump can be the consequence of a near-tie choice it accepted:
-# judge the rest layer by layer, with every layer of bin/m3-gpu started from
-# the golden input (the reference's dump, or the case's expected file)
+# m3-conform check --no-settle exits 3 (TieDiverged, M3-TOL-8) when every
+# failure of a free-running dump can be the consequence of a near-tie choice it
+# accepted. Settle it both ways m3-conform offers: teacher-forced on the same
+# dump (check's default), and on bin/m3-gpu's own teacher-forced dump (every
+# layer started from the golden input: the reference's dump, or the case's
+# expected file) through --tie-dump
 tie_rejudge() { # case_dir mode label ids
   c=$1 mode=$2 label=$3 ids=$4
   g=$c/expected.safetensors
@@ -89,10 +91,15 @@ tie_rejudge() { # case_dir mode label ids
   bin/m3-gpu forward --model "$c" --tokens "$ids" --dtype "$mode" --teacher-forced $g \
       --dump /tmp/gt.safetensors >/tmp/gt.out 2>&1 ||
     { log "$label ($mode) teacher-forced: m3-gpu FAILED: $(tail -2 /tmp/gt.out | tr '\n' ' ')"; return; }
-  bin/m3-conform check --case "$c" --dump /tmp/gt.safetensors --profile "$mode" --teacher-forced \
+  bin/m3-conform check --case "$c" --dump /tmp/gd.safetensors --profile "$mode" \
       --declare-unsupported greedy >/tmp/gc.out 2>&1
   rc=$?
-  log "$label ($mode) after TieDiverged, teacher-forced: rc=$rc $(tail -1 /tmp/gc.out)"
+  log "$label ($mode) after TieDiverged, settled on the same dump: rc=$rc $(tail -1 /tmp/gc.out)"
+  [ $rc -eq 0 ] || grep -v ' Pass ' /tmp/gc.out | head -12 >>"$out/summary.txt"
+  bin/m3-conform check --case "$c" --dump /tmp/gd.safetensors --tie-dump /tmp/gt.safetensors \
+      --profile "$mode" --declare-unsupported greedy >/tmp/gc.out 2>&1
+  rc=$?
+  log "$label ($mode) after TieDiverged, settled on m3-gpu's teacher-forced dump: rc=$rc $(tail -1 /tmp/gc.out)"
   [ $rc -eq 0 ] || grep -v ' Pass ' /tmp/gc.out | head -12 >>"$out/summary.txt"
 }
 

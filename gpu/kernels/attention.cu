@@ -1565,6 +1565,28 @@ __device__ __forceinline__ float2 ad_ml(float2 a, float2 b)
     return make_float2(m, l);
 }
 
+/* The running (max, sum of exp) pair ml of one head, extended by four of its scores. */
+__device__ __forceinline__ float2 ad_ml_add4(float2 ml, float a, float b, float c, float d)
+{
+    const float t = fmaxf(fmaxf(a, b), fmaxf(c, d));
+    if (t > -INFINITY) {
+        const float m = fmaxf(ml.x, t);
+        const float e = (expf(a - m) + expf(b - m)) + (expf(c - m) + expf(d - m));
+        ml.y = (ml.y > 0.0f ? ml.y * expf(ml.x - m) : 0.0f) + e;
+        ml.x = m;
+    }
+    return ml;
+}
+
+/* ml merged with the pair of the lane whose index differs in bit o. */
+__device__ __forceinline__ float2 ad_ml_xor(float2 ml, int o)
+{
+    float2 x;
+    x.x = __shfl_xor_sync(0xffffffffu, ml.x, o);
+    x.y = __shfl_xor_sync(0xffffffffu, ml.y, o);
+    return ad_ml(ml, x);
+}
+
 /* Copy tile it (keys it * TK .. + TK - 1, TK = 16 NW / GW) of groups g0 .. g0 + GW - 1 from
  * the paged cache into dst [TK][GW * HD + 8] bf16; keys >= nkeys zero-filled. */
 template <int HD, int GW, int NW>
@@ -1686,33 +1708,14 @@ k_ad_scores(float *ws_s, float2 *ws_st, const float *q, const uint16_t *kc,
                 *(float2 *)(sr1 + k1 + 8 * n + 2 * qc) = make_float2(s[n][2], s[n][3]);
         }
         /* running (max, sum of exp) of this lane's keys, heads qr and qr + 8 */
-        const float t0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-        const float t1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
-        if (t0 > -INFINITY) {
-            const float m = fmaxf(ml0.x, t0);
-            const float e = (expf(s[0][0] - m) + expf(s[0][1] - m)) +
-                            (expf(s[1][0] - m) + expf(s[1][1] - m));
-            ml0.y = (ml0.y > 0.0f ? ml0.y * expf(ml0.x - m) : 0.0f) + e;
-            ml0.x = m;
-        }
-        if (t1 > -INFINITY) {
-            const float m = fmaxf(ml1.x, t1);
-            const float e = (expf(s[0][2] - m) + expf(s[0][3] - m)) +
-                            (expf(s[1][2] - m) + expf(s[1][3] - m));
-            ml1.y = (ml1.y > 0.0f ? ml1.y * expf(ml1.x - m) : 0.0f) + e;
-            ml1.x = m;
-        }
+        ml0 = ad_ml_add4(ml0, s[0][0], s[0][1], s[1][0], s[1][1]);
+        ml1 = ad_ml_add4(ml1, s[0][2], s[0][3], s[1][2], s[1][3]);
     }
     m3t_cp_wait<0>();
 #pragma unroll
     for (int o = 1; o <= 2; o <<= 1) { /* the quad (lanes with the same heads) */
-        float2 x;
-        x.x = __shfl_xor_sync(0xffffffffu, ml0.x, o);
-        x.y = __shfl_xor_sync(0xffffffffu, ml0.y, o);
-        ml0 = ad_ml(ml0, x);
-        x.x = __shfl_xor_sync(0xffffffffu, ml1.x, o);
-        x.y = __shfl_xor_sync(0xffffffffu, ml1.y, o);
-        ml1 = ad_ml(ml1, x);
+        ml0 = ad_ml_xor(ml0, o);
+        ml1 = ad_ml_xor(ml1, o);
     }
     if (qc == 0) {
         wst[w][qr] = ml0;
