@@ -247,7 +247,7 @@ HIPCC ?= $(shell command -v hipcc 2>/dev/null)
 GPU_BUILD   := gpu/build
 GPU_KSRC    := $(sort $(wildcard gpu/kernels/*.cu))
 GPU_HDR     := gpu/hip_compat.h $(wildcard gpu/kernels/*.h gpu/kernels/*.cuh)
-GPU_ALLSRC  := $(GPU_KSRC) gpu/m3-gpu.cu gpu/vision.cu gpu/bench.cu
+GPU_ALLSRC  := $(GPU_KSRC) gpu/m3-gpu.cu gpu/vision.cu gpu/drafter.cu gpu/bench.cu
 HIP_ARCHS   ?= gfx90a gfx940
 # --fmad=false / -ffp-contract=off: no fused multiply-add, as the reference (-ffp-contract=off)
 NVCC_FLAGS  := -std=c++17 -O2 -arch=sm_90 --fmad=false -DM3_HAVE_BLAS \
@@ -262,7 +262,10 @@ GPU_HIP_OBJ := $(patsubst gpu/kernels/%.cu,$(GPU_BUILD)/hip/%.o,$(GPU_KSRC))
 $(GPU_BUILD)/nv/%.o: gpu/kernels/%.cu $(GPU_HDR)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
-$(GPU_BUILD)/nv/m3-gpu.o: gpu/m3-gpu.cu gpu/vision.h $(GPU_HDR) $(wildcard ref/*.h)
+$(GPU_BUILD)/nv/m3-gpu.o: gpu/m3-gpu.cu gpu/vision.h gpu/drafter.h $(GPU_HDR) $(wildcard ref/*.h)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
+$(GPU_BUILD)/nv/drafter.o: gpu/drafter.cu gpu/drafter.h $(GPU_HDR) $(wildcard ref/*.h)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
 $(GPU_BUILD)/nv/host_vision.o: gpu/vision.cu gpu/vision.h $(GPU_HDR) $(wildcard ref/*.h)
@@ -274,7 +277,10 @@ $(GPU_BUILD)/nv/bench.o: gpu/bench.cu $(GPU_HDR)
 $(GPU_BUILD)/hip/%.o: gpu/kernels/%.cu $(GPU_HDR)
 	@mkdir -p $(@D)
 	$(HIPCC) $(HIPCC_FLAGS) -c -o $@ $<
-$(GPU_BUILD)/hip/m3-gpu.o: gpu/m3-gpu.cu gpu/vision.h $(GPU_HDR) $(wildcard ref/*.h)
+$(GPU_BUILD)/hip/m3-gpu.o: gpu/m3-gpu.cu gpu/vision.h gpu/drafter.h $(GPU_HDR) $(wildcard ref/*.h)
+	@mkdir -p $(@D)
+	$(HIPCC) $(HIPCC_FLAGS) -c -o $@ $<
+$(GPU_BUILD)/hip/drafter.o: gpu/drafter.cu gpu/drafter.h $(GPU_HDR) $(wildcard ref/*.h)
 	@mkdir -p $(@D)
 	$(HIPCC) $(HIPCC_FLAGS) -c -o $@ $<
 $(GPU_BUILD)/hip/host_vision.o: gpu/vision.cu gpu/vision.h $(GPU_HDR) $(wildcard ref/*.h)
@@ -285,15 +291,15 @@ $(GPU_BUILD)/hip/bench.o: gpu/bench.cu $(GPU_HDR)
 	$(HIPCC) $(HIPCC_FLAGS) -c -o $@ $<
 
 ifneq ($(NVCC),)
-gpu: $(GPU_NV_OBJ) $(GPU_BUILD)/nv/m3-gpu.o $(GPU_BUILD)/nv/host_vision.o $(LIB)
+gpu: $(GPU_NV_OBJ) $(GPU_BUILD)/nv/m3-gpu.o $(GPU_BUILD)/nv/host_vision.o $(GPU_BUILD)/nv/drafter.o $(LIB)
 	@mkdir -p bin
-	$(NVCC) -arch=sm_90 -o bin/m3-gpu $(GPU_BUILD)/nv/m3-gpu.o $(GPU_BUILD)/nv/host_vision.o $(GPU_NV_OBJ) $(LIB) -lcublas -lcublasLt $(LDLIBS)
+	$(NVCC) -arch=sm_90 -o bin/m3-gpu $(GPU_BUILD)/nv/m3-gpu.o $(GPU_BUILD)/nv/host_vision.o $(GPU_BUILD)/nv/drafter.o $(GPU_NV_OBJ) $(LIB) -lcublas -lcublasLt $(LDLIBS)
 $(GPU_BUILD)/bench-gpu: $(GPU_NV_OBJ) $(GPU_BUILD)/nv/bench.o
 	$(NVCC) -arch=sm_90 -o $@ $^ -lcublas -lcublasLt -lm
 else ifneq ($(HIPCC),)
-gpu: $(GPU_HIP_OBJ) $(GPU_BUILD)/hip/m3-gpu.o $(GPU_BUILD)/hip/host_vision.o $(LIB)
+gpu: $(GPU_HIP_OBJ) $(GPU_BUILD)/hip/m3-gpu.o $(GPU_BUILD)/hip/host_vision.o $(GPU_BUILD)/hip/drafter.o $(LIB)
 	@mkdir -p bin
-	$(HIPCC) $(addprefix --offload-arch=,$(HIP_ARCHS)) -o bin/m3-gpu $(GPU_BUILD)/hip/m3-gpu.o $(GPU_BUILD)/hip/host_vision.o $(GPU_HIP_OBJ) $(LIB) $(LDLIBS)
+	$(HIPCC) $(addprefix --offload-arch=,$(HIP_ARCHS)) -o bin/m3-gpu $(GPU_BUILD)/hip/m3-gpu.o $(GPU_BUILD)/hip/host_vision.o $(GPU_BUILD)/hip/drafter.o $(GPU_HIP_OBJ) $(LIB) $(LDLIBS)
 $(GPU_BUILD)/bench-gpu: $(GPU_HIP_OBJ) $(GPU_BUILD)/hip/bench.o
 	$(HIPCC) $(addprefix --offload-arch=,$(HIP_ARCHS)) -o $@ $^ -lm
 else
@@ -327,10 +333,10 @@ GPU_EMU_CASES ?= vectors/model/tiny_fp32 vectors/model/layer_sparse_moe_bf16 vec
                  vectors/model/vision_tiny_fp32 vectors/vision/layer_fp32 vectors/vision/tower_video_fp32 \
                  vectors/vision/tower_2img_bf16 vectors/vision/projector_bf16
 CXX ?= g++
-$(GPU_BUILD)/emu/m3-gpu-emu: $(GPU_KSRC) gpu/m3-gpu.cu gpu/vision.cu gpu/vision.h gpu/emu/hip_emu.h $(GPU_HDR) $(LIB)
+$(GPU_BUILD)/emu/m3-gpu-emu: $(GPU_KSRC) gpu/m3-gpu.cu gpu/vision.cu gpu/vision.h gpu/drafter.cu gpu/drafter.h gpu/emu/hip_emu.h $(GPU_HDR) $(LIB)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++20 -O2 -ffp-contract=off -DM3_EMU -Wall -Wextra -Werror -Igpu -Iref -I/usr/include/cjson \
-	  -x c++ $(GPU_KSRC) gpu/m3-gpu.cu gpu/vision.cu -x none $(LIB) $(LDLIBS) -pthread -o $@
+	  -x c++ $(GPU_KSRC) gpu/m3-gpu.cu gpu/vision.cu gpu/drafter.cu -x none $(LIB) $(LDLIBS) -pthread -o $@
 
 .PHONY: gpu-emu-test
 gpu-emu-test: $(GPU_BUILD)/emu/m3-gpu-emu bin/m3-conform bin/m3-ref

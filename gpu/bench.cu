@@ -84,6 +84,21 @@ static int cmp_f(const void *a, const void *b)
 }
 
 /* Graph capture, warm-ups, timed replays, and the report line. */
+/* The case table of main: the GEMV cases with their variants take at most
+ * BENCH_GEMV_CASES slots, every other case one slot of the rest. */
+enum { BENCH_MAX_CASES = 400, BENCH_GEMV_CASES = 130 };
+
+/* The next free slot of cases[BENCH_MAX_CASES] (*n counts the used ones); a
+ * table too small for the cases is a bug in this file: say so and stop. */
+static bench_case *next_case(bench_case *cases, int *n)
+{
+    if (*n >= BENCH_MAX_CASES) {
+        fprintf(stderr, "bench-gpu: more than %d cases; raise BENCH_MAX_CASES\n", BENCH_MAX_CASES);
+        exit(2);
+    }
+    return &cases[(*n)++];
+}
+
 static int run_case(const bench_case *bc, int reps, hipStream_t st, double *med_us)
 {
     hipGraph_t graph;
@@ -1079,6 +1094,43 @@ static int check_msa_prefill(pf_ctx *p, const char *name, hipStream_t st)
     return nmse <= 1e-5 ? 0 : -1;
 }
 
+/* The whole output of case p's variant against variant 5's (two passes,
+ * exact p) on rotation 0: the number of output words that are bitwise equal,
+ * in 16 MiB chunks. must: the variant claims 5's results bit for bit (7, 8
+ * and the default), so any difference fails; else the count is reported. */
+static int check_msa_bitwise(pf_ctx *p, const char *name, int must, hipStream_t st)
+{
+    const size_t nel = (size_t)p->T * NH * HD, ch = (size_t)1 << 22;
+    float *d5 = NULL;
+    uint32_t *a = (uint32_t *)malloc(4 * ch), *b = (uint32_t *)malloc(4 * ch);
+    if (!a || !b)
+        return -1;
+    pf_ctx p5 = *p;
+    p5.variant = 5;
+    M3_HIP_CHECK(hipMalloc((void **)&d5, 4 * nel));
+    M3_HIP_CHECK(hipMemset(p->out, 0xff, 4 * nel));
+    M3_HIP_CHECK(pf_launch(&p5, 0, st));
+    M3_HIP_CHECK(hipStreamSynchronize(st));
+    M3_HIP_CHECK(hipMemcpy(d5, p->out, 4 * nel, hipMemcpyDeviceToDevice));
+    M3_HIP_CHECK(hipMemset(p->out, 0xff, 4 * nel));
+    M3_HIP_CHECK(pf_launch(p, 0, st));
+    M3_HIP_CHECK(hipStreamSynchronize(st));
+    size_t same = 0;
+    for (size_t i = 0; i < nel; i += ch) {
+        const size_t m = nel - i < ch ? nel - i : ch;
+        M3_HIP_CHECK(hipMemcpy(a, d5 + i, 4 * m, hipMemcpyDeviceToHost));
+        M3_HIP_CHECK(hipMemcpy(b, p->out + i, 4 * m, hipMemcpyDeviceToHost));
+        for (size_t j = 0; j < m; j++)
+            same += a[j] == b[j];
+    }
+    (void)hipFree(d5);
+    free(a), free(b);
+    printf("check %s (variant %d) vs variant 5, every output: bitwise equal %zu of %zu%s\n",
+           name, p->variant, same, nel,
+           !must ? " (not claimed)" : same == nel ? ": pass" : ": FAILED");
+    return !must || same == nel ? 0 : -1;
+}
+
 /* Edge shapes of m3g_msa_attention_prefill against the host golden: every
  * row and head; lists with -1, repeated ids and blocks past the query's own
  * block; partial last tiles; fp32 and bf16 caches. */
@@ -1992,7 +2044,8 @@ typedef struct layer_ctx {
     int old_seq; /* bit 0: the previous sequence (separate QK-norm / RoPE / cache-write
                     launches, routed gate and up GEMVs + m3g_swiglu), else m3-gpu's fused
                     launches; bit 1: the norms and the prologue without their early PDL
-                    release (3 = exactly the previous sequence) */
+                    release; bit 2: the router, the grouped expert GEMVs and the combine as
+                    plain launches, without PDL (7 = exactly the previous sequence) */
 } layer_ctx;
 
 static hipError_t layer_launch(void *c, int r, hipStream_t st)
@@ -2012,6 +2065,7 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
             return e;                                                                           \
     } while (0)
     const int rel = !(x->old_seq & 2);
+    const int mp = !(x->old_seq & 4); /* PDL launches of the MoE kernels */
     LK(m3g_residual_rmsnorm_ex(x->h, x->tmp, x->xn, x->in_norm, M3G_BF16, 1, H, eps, 1, rel, st));
     LK(m3g_linear_multi(x->xn, x->qkv, seg, x->sparse ? 5 : 3, 1, 1, NULL, st));
     if (x->old_seq & 1) {
@@ -2066,23 +2120,23 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
     if (x->moe) {
         const moe_ctx *m = x->experts;
         const int64_t es = (int64_t)I * H;
-        LK(m3g_router(x->ridx, x->rw, x->rscores, x->xn, x->router, x->rbias, M3G_F32, 1, TOPK_E,
-                      st));
+        LK(m3g_router_ex(x->ridx, x->rw, x->rscores, x->xn, x->router, x->rbias, M3G_F32, 1,
+                         TOPK_E, mp, st));
         if (x->old_seq & 1) {
-            LK(m3g_gemv_grouped(x->g, x->xn, H, 0, m->eg, es, M3G_BF16, I, H, x->ridx, 1, TOPK_E,
-                                1, st));
-            LK(m3g_gemv_grouped(x->u, x->xn, H, 0, m->eu, es, M3G_BF16, I, H, x->ridx, 1, TOPK_E,
-                                1, st));
+            LK(m3g_gemv_grouped_ex(x->g, x->xn, H, 0, m->eg, es, M3G_BF16, I, H, x->ridx, 1,
+                                   TOPK_E, 1, mp, st));
+            LK(m3g_gemv_grouped_ex(x->u, x->xn, H, 0, m->eu, es, M3G_BF16, I, H, x->ridx, 1,
+                                   TOPK_E, 1, mp, st));
             LK(m3g_swiglu(x->g, x->g, x->u, (int64_t)TOPK_E * I, al, lim, be, 1, st));
         } else { /* gate + up + SwiGLU in one grouped GEMV (m3-gpu) */
-            LK(m3g_gemv_grouped_swiglu(x->g, x->xn, H, 0, m->eg, m->eu, es, M3G_BF16, I, H,
-                                       x->ridx, 1, TOPK_E, al, lim, be, 1, st));
+            LK(m3g_gemv_grouped_swiglu_ex(x->g, x->xn, H, 0, m->eg, m->eu, es, M3G_BF16, I, H,
+                                          x->ridx, 1, TOPK_E, al, lim, be, 1, mp, st));
         }
-        LK(m3g_gemv_grouped(x->ye, x->g, (int64_t)TOPK_E * I, I, m->ed, es, M3G_BF16, H, I,
-                            x->ridx, 1, TOPK_E, 1, st));
+        LK(m3g_gemv_grouped_ex(x->ye, x->g, (int64_t)TOPK_E * I, I, m->ed, es, M3G_BF16, H, I,
+                               x->ridx, 1, TOPK_E, 1, mp, st));
         LK(m3g_linear_swiglu(x->g, I, x->u, x->xn, x->sgu, 1, al, lim, be, 1, NULL, st));
         LK(m3g_linear(x->sh, H, x->g, x->sd, 1, 1, NULL, st));
-        LK(m3g_moe_combine(x->tmp, x->ye, x->rw, x->sh, 1, TOPK_E, H, 2.0f, 1, st));
+        LK(m3g_moe_combine_ex(x->tmp, x->ye, x->rw, x->sh, 1, TOPK_E, H, 2.0f, 1, mp, st));
     } else {
         LK(m3g_linear(x->g, ID, x->xn, x->gate, 1, 1, NULL, st));
         LK(m3g_linear(x->u, ID, x->xn, x->up, 1, 1, NULL, st));
@@ -2203,7 +2257,7 @@ static int make_layer(bench_case *bc, const char *name, int sparse, int moe, int
 }
 
 /* The layer of base through another launch sequence (layer_ctx.old_seq;
- * 3: exactly the previous launches), on the same data. */
+ * 7: exactly the previous launches), on the same data. */
 static int make_layer_alt(bench_case *bc, const char *name, const bench_case *base, int old_seq)
 {
     layer_ctx *x = (layer_ctx *)malloc(sizeof *x);
@@ -2265,7 +2319,7 @@ static int fz_cmp(const char *what, const fz_reg *r, int nr, const unsigned char
 static int check_layer_fused(const layer_ctx *x0, const char *name, hipStream_t st)
 {
     layer_ctx xo = *x0, xn = *x0;
-    xo.old_seq = 3, xn.old_seq = 0;
+    xo.old_seq = 7, xn.old_seq = 0;
     const int64_t pos0 = x0->ctx_len - 1; /* identity pages: slot = position */
     fz_reg r[20];
     int nr = 0;
@@ -2835,6 +2889,20 @@ static void print_targets(const bench_case *cases, const double *med, int n)
     printf("targets met: %d of %d judged in this run\n", met, judged);
 }
 
+/* Whether --case `only` selects the case `name`: the cases whose names start
+ * with it; "msa prefill s6" selects the pooled MSA prefill cases (the 2,048-row
+ * slab and the whole prompt) through every variant except the one-pass one. */
+static int case_on(const char *name, const char *only)
+{
+    if (!only)
+        return 1;
+    if (!strcmp(only, "msa prefill s6"))
+        return (!strncmp(name, "msa prefill x2048 pool24", 24) ||
+                !strncmp(name, "msa prefill 128K full pool24", 28)) &&
+               !strstr(name, "1-pass");
+    return !strncmp(name, only, strlen(only));
+}
+
 int main(int argc, char **argv)
 {
     int reps = 20;
@@ -2868,51 +2936,51 @@ int main(int argc, char **argv)
     printf("| case | median us | min us | max us | cv | GB/s | of 4.8 TB/s | TFLOP/s | of 989 | rot |\n"
            "|---|---|---|---|---|---|---|---|---|---|\n");
 
-    bench_case cases[320];
-    double med[320]; /* median us of each case run; 0: not run */
+    bench_case cases[BENCH_MAX_CASES];
+    double med[BENCH_MAX_CASES]; /* median us of each case run; 0: not run */
     memset(med, 0, sizeof med);
     int n = 0, bad = 0;
     /* decode GEMVs (bf16 weights, bf16 mode, T = 1) */
-    bad |= make_linear(&cases[n++], "gemv q_proj 8192x6144", NH * HD, H, 1, l2, blas);
-    bad |= make_linear(&cases[n++], "gemv k_proj 512x6144", NKV * HD, H, 1, l2, blas);
-    bad |= make_linear(&cases[n++], "gemv o_proj 6144x8192", H, NH * HD, 1, l2, blas);
-    bad |= make_linear(&cases[n++], "gemv dense gate 12288x6144", ID, H, 1, l2, blas);
-    bad |= make_linear(&cases[n++], "gemv dense down 6144x12288", H, ID, 1, l2, blas);
-    bad |= make_linear(&cases[n++], "gemv shared gate 3072x6144", I, H, 1, l2, blas);
-    bad |= make_linear(&cases[n++], "gemv lm_head 200064x6144", V, H, 1, l2, blas);
+    bad |= make_linear(next_case(cases, &n), "gemv q_proj 8192x6144", NH * HD, H, 1, l2, blas);
+    bad |= make_linear(next_case(cases, &n), "gemv k_proj 512x6144", NKV * HD, H, 1, l2, blas);
+    bad |= make_linear(next_case(cases, &n), "gemv o_proj 6144x8192", H, NH * HD, 1, l2, blas);
+    bad |= make_linear(next_case(cases, &n), "gemv dense gate 12288x6144", ID, H, 1, l2, blas);
+    bad |= make_linear(next_case(cases, &n), "gemv dense down 6144x12288", H, ID, 1, l2, blas);
+    bad |= make_linear(next_case(cases, &n), "gemv shared gate 3072x6144", I, H, 1, l2, blas);
+    bad |= make_linear(next_case(cases, &n), "gemv lm_head 200064x6144", V, H, 1, l2, blas);
     { /* fused decode GEMVs (one pass over the concatenated weight) */
         const int qkv[5] = {NH * HD, NKV * HD, NKV * HD, G * IHD, IHD}, gu[2] = {I, I};
-        bad |= make_fused(&cases[n++], "gemv qkv 9216x6144", qkv, 3, 0, H, 1, l2);
-        bad |= make_fused(&cases[n++], "gemv qkv+index 9856x6144", qkv, 5, 0, H, 1, l2);
-        bad |= make_fused(&cases[n++], "gemv shared gate+up 6144x6144", gu, 2, 1, H, 1, l2);
+        bad |= make_fused(next_case(cases, &n), "gemv qkv 9216x6144", qkv, 3, 0, H, 1, l2);
+        bad |= make_fused(next_case(cases, &n), "gemv qkv+index 9856x6144", qkv, 5, 0, H, 1, l2);
+        bad |= make_fused(next_case(cases, &n), "gemv shared gate+up 6144x6144", gu, 2, 1, H, 1, l2);
     }
     if (!bad && (!only || !strncmp(only, "gemv", strlen(only) < 4 ? strlen(only) : 4))) {
         /* the same GEMVs through the previous kernel (every configuration
          * when the run is limited to the GEMVs) */
         M3_HIP_CHECK(hipDeviceSynchronize());
-        n = add_gemv_variants(cases, 0, n, 130, only != NULL, st); /* + <= 190 cases below */
+        n = add_gemv_variants(cases, 0, n, BENCH_GEMV_CASES, only != NULL, st);
     }
-    bad |= make_moe(&cases[n++]);
+    bad |= make_moe(next_case(cases, &n));
     if (!bad) {
         const bench_case *routed = &cases[n - 1];
-        bad |= make_moe_shared(&cases[n++], routed);
+        bad |= make_moe_shared(next_case(cases, &n), routed);
     }
-    bad |= make_msa_decode(&cases[n++], "msa decode attention 16x128 keys", 131072, l2, 0, NULL);
+    bad |= make_msa_decode(next_case(cases, &n), "msa decode attention 16x128 keys", 131072, l2, 0, NULL);
     if (!bad) { /* same data: fp32 cache, and the previous 3-launch split path */
         const int ia = n - 1;
-        bad |= make_msa_decode(&cases[n++], "msa decode attention bf16 2-launch", 131072, l2, 3,
+        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention bf16 2-launch", 131072, l2, 3,
                                &cases[ia]);
-        bad |= make_msa_decode(&cases[n++], "msa decode attention fp32 cache", 131072, l2, 1,
+        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention fp32 cache", 131072, l2, 1,
                                &cases[ia]);
-        bad |= make_msa_decode(&cases[n++], "msa decode attention old split fp32", 131072, l2, 2,
+        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention old split fp32", 131072, l2, 2,
                                &cases[ia]);
-        bad |= make_msa_decode(&cases[n++], "msa decode attention old cluster", 131072, l2, 4,
+        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention old cluster", 131072, l2, 4,
                                &cases[ia]);
-        bad |= make_msa_decode(&cases[n++], "msa decode attention tc PDL early", 131072, l2, 5,
+        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention tc PDL early", 131072, l2, 5,
                                &cases[ia]);
-        bad |= make_msa_decode(&cases[n++], "msa decode attention tc no PDL", 131072, l2, 6,
+        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention tc no PDL", 131072, l2, 6,
                                &cases[ia]);
-        bad |= make_msa_decode(&cases[n++], "msa decode attention tc 1 block/SM", 131072, l2, 7,
+        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention tc 1 block/SM", 131072, l2, 7,
                                &cases[ia]);
     }
     { /* dense decode attention (layers 0-2): default path and the alternatives */
@@ -2942,16 +3010,16 @@ int main(int argc, char **argv)
             const int same = base >= 0 && ((dd_ctx *)cases[base].ctx)->ctx_len == dv[k].ctx;
             if (!same)
                 base = n;
-            bad |= make_dense_decode(&cases[n++], dv[k].name, dv[k].ctx, l2, dv[k].variant,
+            bad |= make_dense_decode(next_case(cases, &n), dv[k].name, dv[k].ctx, l2, dv[k].variant,
                                      same ? &cases[base] : NULL);
         }
     }
-    bad |= make_indexer(&cases[n++], "indexer decode 128K", 131072, l2);
-    bad |= make_indexer(&cases[n++], "indexer decode 1M", 1048576, l2);
+    bad |= make_indexer(next_case(cases, &n), "indexer decode 128K", 131072, l2);
+    bad |= make_indexer(next_case(cases, &n), "indexer decode 1M", 1048576, l2);
     if (!bad) { /* the same data through the old two-launch path and the variants */
         const int i128 = n - 2, i1m = n - 1;
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 128K old 2-launch", &cases[i128], 1, 0);
-        bad |= make_indexer_alt(&cases[n++], "indexer decode 1M old 2-launch", &cases[i1m], 1, 0);
+        bad |= make_indexer_alt(next_case(cases, &n), "indexer decode 128K old 2-launch", &cases[i128], 1, 0);
+        bad |= make_indexer_alt(next_case(cases, &n), "indexer decode 1M old 2-launch", &cases[i1m], 1, 0);
         /* variant bits (kernels.h m3g_msa_indexer_tuned / _ex; the default passes the
          * cache's range words, so FMA where proven exact, and takes 4 keys per lane up to
          * 16 MSA blocks per SM, else 2): 1024 multiply then add (no FMA), 8 the previous
@@ -2984,52 +3052,68 @@ int main(int argc, char **argv)
             {"indexer decode 128K stream ceiling x8 no pdl",
              "indexer decode 1M stream ceiling x8 no pdl", 2048 | 12288 | 32}};
         for (size_t k = 0; k < sizeof iv / sizeof iv[0]; k++) {
-            bad |= make_indexer_alt(&cases[n++], iv[k].n128, &cases[i128], 0, iv[k].v);
-            bad |= make_indexer_alt(&cases[n++], iv[k].n1m, &cases[i1m], 0, iv[k].v);
+            bad |= make_indexer_alt(next_case(cases, &n), iv[k].n128, &cases[i128], 0, iv[k].v);
+            bad |= make_indexer_alt(next_case(cases, &n), iv[k].n1m, &cases[i1m], 0, iv[k].v);
         }
     }
     /* prefill GEMMs at M = 4096 */
-    bad |= make_linear(&cases[n++], "gemm M4096 q_proj 8192x6144", NH * HD, H, 4096, l2, blas);
-    bad |= make_linear(&cases[n++], "gemm M4096 dense gate 12288x6144", ID, H, 4096, l2, blas);
+    bad |= make_linear(next_case(cases, &n), "gemm M4096 q_proj 8192x6144", NH * HD, H, 4096, l2, blas);
+    bad |= make_linear(next_case(cases, &n), "gemm M4096 dense gate 12288x6144", ID, H, 4096, l2, blas);
     if (blas_nolt) { /* the previous BLAS path (cublasGemmEx) for comparison */
-        bad |= make_linear(&cases[n++], "gemm M4096 q_proj GemmEx (no Lt)", NH * HD, H, 4096, l2,
+        bad |= make_linear(next_case(cases, &n), "gemm M4096 q_proj GemmEx (no Lt)", NH * HD, H, 4096, l2,
                            blas_nolt);
-        bad |= make_linear(&cases[n++], "gemm M4096 dense gate GemmEx (no Lt)", ID, H, 4096, l2,
+        bad |= make_linear(next_case(cases, &n), "gemm M4096 dense gate GemmEx (no Lt)", ID, H, 4096, l2,
                            blas_nolt);
     }
     /* MSA prefill attention: last 2048 rows of a 128K sequence (tensor cores) */
-    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows indep", 0, PF_ROWS, 0);
-    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows pool24", 24, PF_ROWS, 0);
-    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K x2048 rows shared", PF_RAND, PF_ROWS, 0);
+    bad |= make_msa_prefill(next_case(cases, &n), "msa prefill 128K x2048 rows indep", 0, PF_ROWS, 0);
+    bad |= make_msa_prefill(next_case(cases, &n), "msa prefill 128K x2048 rows pool24", 24, PF_ROWS, 0);
+    bad |= make_msa_prefill(next_case(cases, &n), "msa prefill 128K x2048 rows shared", PF_RAND, PF_ROWS, 0);
     if (!bad) { /* the same slabs through variant 6 (msa_attention.cu): one pass with
                  * online softmax (p rounded on the running max's scale), 11 rows per
                  * CTA, pipelined: faster, not the default (its header says why) */
         const int i0 = n - 3;
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 indep 1-pass online",
+        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 indep 1-pass online",
                                     &cases[i0], 6);
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 pool24 1-pass online",
+        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 pool24 1-pass online",
                                     &cases[i0 + 1], 6);
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 shared 1-pass online",
+        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 shared 1-pass online",
                                     &cases[i0 + 2], 6);
-        /* variant 5, the previous default (two passes, pass 2 not pipelined;
-         * bitwise the same results as the default 7) */
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 indep 2-pass v5", &cases[i0],
+        /* variant 5, a previous default (two passes, pass 2 not pipelined;
+         * bitwise the same results as 7 and the default 8) */
+        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 indep 2-pass v5", &cases[i0],
                                     5);
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 pool24 2-pass v5",
+        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 pool24 2-pass v5",
                                     &cases[i0 + 1], 5);
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill x2048 shared 2-pass v5",
+        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 shared 2-pass v5",
                                     &cases[i0 + 2], 5);
+        /* 7 (pass 2 pipelined; the default before 8), 8 (7 with the cheap
+         * tile prologue) and 9 (8 with the union in ascending block id),
+         * msa_attention.cu */
+        static const char *const v7on[3][3] = {
+            {"msa prefill x2048 indep v7", "msa prefill x2048 pool24 v7",
+             "msa prefill x2048 shared v7"},
+            {"msa prefill x2048 indep v8", "msa prefill x2048 pool24 v8",
+             "msa prefill x2048 shared v8"},
+            {"msa prefill x2048 indep v9", "msa prefill x2048 pool24 v9",
+             "msa prefill x2048 shared v9"}};
+        for (int vi = 0; vi < 3; vi++)
+            for (int k = 0; k < 3; k++)
+                bad |= make_msa_prefill_alt(next_case(cases, &n), v7on[vi][k], &cases[i0 + k], 7 + vi);
     }
     /* the whole 131,072-row prefill (all 1,024 query blocks; compare with
      * tools/bench_torch.py's measured "sdpa causal full 131072") */
-    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K full pool24", 24, PF_CTX, 0);
-    bad |= make_msa_prefill(&cases[n++], "msa prefill 128K full indep", 0, PF_CTX, 0);
+    bad |= make_msa_prefill(next_case(cases, &n), "msa prefill 128K full pool24", 24, PF_CTX, 0);
+    bad |= make_msa_prefill(next_case(cases, &n), "msa prefill 128K full indep", 0, PF_CTX, 0);
     if (!bad) { /* the pooled whole prefill through variant 6 (one pass, see the slabs) */
         const int i1 = n - 2;
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill 128K full pool24 1-pass online",
+        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill 128K full pool24 1-pass online",
                                     &cases[i1], 6);
-        bad |= make_msa_prefill_alt(&cases[n++], "msa prefill 128K full pool24 2-pass v5",
+        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill 128K full pool24 2-pass v5",
                                     &cases[i1], 5);
+        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill 128K full pool24 v7", &cases[i1], 7);
+        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill 128K full pool24 v8", &cases[i1], 8);
+        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill 128K full pool24 v9", &cases[i1], 9);
     }
     { /* whole decoder layers at decode, 128K context (m3-gpu's launch
        * sequence; the decode estimate in docs/performance.md uses these) */
@@ -3037,37 +3121,40 @@ int main(int argc, char **argv)
         for (int i = 0; i < n; i++)
             if (!strcmp(cases[i].name, "moe decode 4 experts (no shared)"))
                 mx = (const moe_ctx *)cases[i].ctx;
-        bad |= make_layer(&cases[n++], "layer decode 128K MSA + MoE", 1, 1, 131072, mx);
-        bad |= make_layer(&cases[n++], "layer decode 128K dense attn + MLP", 0, 0, 131072, NULL);
+        bad |= make_layer(next_case(cases, &n), "layer decode 128K MSA + MoE", 1, 1, 131072, mx);
+        bad |= make_layer(next_case(cases, &n), "layer decode 128K dense attn + MLP", 0, 0, 131072, NULL);
         if (!bad) { /* the same layers through the previous launch sequence (separate
                      * QK-norm / RoPE / cache writes, routed gate / up + SwiGLU) */
             const int i0 = n - 2;
-            bad |= make_layer_alt(&cases[n++], "layer decode 128K MSA + MoE old seq",
-                                  &cases[i0], 3);
-            bad |= make_layer_alt(&cases[n++], "layer decode 128K dense attn + MLP old seq",
-                                  &cases[i0 + 1], 3);
+            bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K MSA + MoE old seq",
+                                  &cases[i0], 7);
+            bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K dense attn + MLP old seq",
+                                  &cases[i0 + 1], 7);
             /* the fused launches without the norms' / prologue's early PDL release */
-            bad |= make_layer_alt(&cases[n++], "layer decode 128K MSA + MoE no release",
+            bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K MSA + MoE no release",
                                   &cases[i0], 2);
-            bad |= make_layer_alt(&cases[n++], "layer decode 128K dense attn + MLP no release",
+            bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K dense attn + MLP no release",
                                   &cases[i0 + 1], 2);
+            /* the router, grouped expert GEMVs and combine without PDL (before this session) */
+            bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K MSA + MoE no moe pdl",
+                                  &cases[i0], 4);
         }
     }
     /* vision tower attention (M3: 16 heads of 80; 5,184 patches = one
      * 1008 x 1008 image) in bf16 mode: the default (tensor cores on NVIDIA)
      * and, at 1,024 patches, the exact kernel it replaced */
-    bad |= make_vis_attention(&cases[n++], "vision attention 5184x16x80", 5184, 16, 80, 0, l2);
-    bad |= make_vis_attention(&cases[n++], "vision attention 1024x16x80", 1024, 16, 80, 0, l2);
-    bad |= make_vis_attention(&cases[n++], "vision attention 1024x16x80 exact", 1024, 16, 80, 1,
+    bad |= make_vis_attention(next_case(cases, &n), "vision attention 5184x16x80", 5184, 16, 80, 0, l2);
+    bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80", 1024, 16, 80, 0, l2);
+    bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80 exact", 1024, 16, 80, 1,
                               l2);
     /* one whole encoder layer (M3 dims) in bf16: vendor-GEMM linears and
      * tensor-core attention (the default), and at 1,024 patches with the
      * exact mode-0 linears for comparison */
-    bad |= make_vis_layer(&cases[n++], "vision layer 5184 patches", 5184, blas, l2, NULL);
-    bad |= make_vis_layer(&cases[n++], "vision layer 1024 patches", 1024, blas, l2, NULL);
+    bad |= make_vis_layer(next_case(cases, &n), "vision layer 5184 patches", 5184, blas, l2, NULL);
+    bad |= make_vis_layer(next_case(cases, &n), "vision layer 1024 patches", 1024, blas, l2, NULL);
     if (!bad) {
         const vl_ctx *v1024 = (const vl_ctx *)cases[n - 1].ctx;
-        bad |= make_vis_layer(&cases[n++], "vision layer 1024 patches exact linears", 1024, NULL,
+        bad |= make_vis_layer(next_case(cases, &n), "vision layer 1024 patches exact linears", 1024, NULL,
                               l2, v1024);
     }
     if (bad) {
@@ -3120,12 +3207,18 @@ int main(int argc, char **argv)
          * every variant when the whole group runs; each case that will be timed */
         int cb = 0;
         if (!only || strlen(only) <= 11)
-            for (int v = 1; v <= 7; v++) /* every tensor-core variant */
+            for (int v = 1; v <= 9; v++) /* every tensor-core variant */
+                cb |= check_msa_prefill_edges(st, v);
+        else if (!strcmp(only, "msa prefill s6")) /* this session's variants */
+            for (int v = 8; v <= 9; v++)
                 cb |= check_msa_prefill_edges(st, v);
         for (int i = 0; i < n; i++)
-            if (!strncmp(cases[i].name, "msa prefill", 11) &&
-                (!only || !strncmp(cases[i].name, only, strlen(only))))
-                cb |= check_msa_prefill((pf_ctx *)cases[i].ctx, cases[i].name, st);
+            if (!strncmp(cases[i].name, "msa prefill", 11) && case_on(cases[i].name, only)) {
+                pf_ctx *pc = (pf_ctx *)cases[i].ctx;
+                cb |= check_msa_prefill(pc, cases[i].name, st);
+                if (pc->variant == 0 || pc->variant >= 7)
+                    cb |= check_msa_bitwise(pc, cases[i].name, pc->variant != 9, st);
+            }
         printf("msa prefill self-check: %s\n", cb ? "FAILED" : "pass");
     }
     if (!only || !strncmp(only, "vision", strlen(only) < 6 ? strlen(only) : 6)) {
@@ -3147,7 +3240,7 @@ int main(int argc, char **argv)
         printf("layer fusion self-check: %s\n", cb ? "FAILED" : "pass");
     }
     for (int i = 0; i < n; i++) {
-        if (only && strncmp(cases[i].name, only, strlen(only)) != 0)
+        if (!case_on(cases[i].name, only))
             continue;
         if (run_case(&cases[i], reps, st, &med[i]) != 0)
             return 1;

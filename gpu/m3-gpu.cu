@@ -12,6 +12,7 @@
  *                   [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE] [--vision-joint]
  *                   [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]
  *                   [--print-ids] [--dtype fp32|bf16] [--lenient-config]
+ *                   [--draft DIR [--spec-tokens K]]
  *
  * Exit status: 0 success, 1 model or run error, 2 bad command line.
  *
@@ -66,10 +67,16 @@
  *    timestamps from the tokenizer of a --prompt, as m3-ref); `m3-gpu
  *    vision-case --case DIR --dump OUT` runs the vision component vectors.
  *  - --lenient-config (forward, generate) as m3-ref.
+ *  - generate --draft DIR [--spec-tokens K] (one token prompt): Eagle3
+ *    speculative decoding, M3-EAGLE-VERIFY-1/2, the loop of
+ *    ref/speculative.c (m3_spec_run) over the device target (taps copied in
+ *    gpu_step_batch, verification = one multi-row step with past, rollback =
+ *    the cached length) and drafter (gpu/drafter.h, fp32); same ids,
+ *    statistics line and errors as m3-ref (see "generate --draft" below).
  *  - NOT done: chunked prefill (the whole prompt is one call), batches
  *    with vision inputs (a usage error), teacher forcing of a batch,
- *    speculative decoding (generate --draft DIR / --spec-tokens K: a usage
- *    error pointing to bin/m3-ref), CUDA-graph capture of the decode step,
+ *    --draft with a batch or vision inputs (errors, as m3-ref for vision),
+ *    CUDA-graph capture of the decode step,
  *    memory for full M3 (all weights are uploaded: only tiny / layer-pruned
  *    checkpoints fit one GPU).
  */
@@ -85,6 +92,7 @@ extern "C" {
 #include "model.h"
 #include "rope.h"
 #include "sampling.h"
+#include "speculative.h"
 #include "prompt.h"
 #include "tokenizer.h"
 #include "tokens.h"
@@ -95,6 +103,7 @@ extern "C" {
 #include "kernels/common.cuh"
 #include "kernels/kernels.h"
 #include "vision.h" /* the vision tower and --image/--pixels front end */
+#include "drafter.h" /* the Eagle3 drafter (generate --draft) */
 
 #define EXIT_RUN 1
 #define EXIT_USAGE 2
@@ -420,6 +429,10 @@ typedef struct gpu_sess {
     float *hbuf, *ct, *stb; /* host staging [tmax, H], [tmax, rd/2] x 2 */
     const m3g_vision_feats *vis; /* vision rows placed into the pos0-0 embeddings, or NULL */
     int msa_variant; /* m3g_msa_attention_prefill_tuned's variant (0: the default kernel) */
+    float *eagle_aux;  /* NULL, or device [3, eagle_rows, H]: gpu_step_batch (one sequence)
+                          copies the residual streams entering layers eagle_taps[j] of its
+                          rows into rows 0.. of tap j (M3-EAGLE-TAP-1; generate --draft) */
+    int eagle_rows, eagle_taps[3];
 } gpu_sess;
 
 static int dalloc(dev_model *dm, void **p, size_t bytes)
@@ -840,6 +853,12 @@ static int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, 
         free(off);
         return 0;
     }
+    if (b->eagle_aux && (ns != 1 || T > b->eagle_rows)) {
+        fprintf(stderr, "m3-gpu: Eagle3 taps of %d sequences / %d rows (one sequence of at most "
+                        "%d rows)\n", ns, T, b->eagle_rows);
+        free(off);
+        return -1;
+    }
     /* embeddings and RoPE tables on the host (exact, as ref) */
     for (int s = 0; s < ns; s++)
         for (int t = 0; t < bt->T[s]; t++) {
@@ -884,6 +903,11 @@ static int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, 
         /* residual of the previous layer's FFN fused with this layer's input norm */
         CK(m3g_residual_rmsnorm(b->h, l > 0 && !bt->tf ? b->tmp : NULL, b->xn, d->in_norm,
                                 d->in_norm_dt, T, H, eps, mode, st));
+        if (b->eagle_aux) /* Eagle3 taps: the residual stream entering layer l */
+            for (int j = 0; j < 3; j++)
+                if (b->eagle_taps[j] == l)
+                    CK(hipMemcpyAsync(b->eagle_aux + (size_t)j * b->eagle_rows * H, b->h,
+                                      N * H * sizeof(float), hipMemcpyDeviceToDevice, st));
         if (dump) {
             if (l > 0 && !bt->tf) {
                 snprintf(name, sizeof name, "layers.%d.output", l - 1);
@@ -1103,6 +1127,7 @@ static const char *USAGE =
     "                       [--vision-joint]\n"
     "                       [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]\n"
     "                       [--print-ids] [--dtype fp32|bf16] [--lenient-config]\n"
+    "                       [--draft DIR [--spec-tokens K]]\n"
     "forward: run the T token ids through the model on the GPU in one pass (positions\n"
     "0..T-1); print T and the top-5 of the last row; --dump writes the activations under the\n"
     "names of bin/m3-ref forward (spec/dump.md), to be judged by bin/m3-conform.\n"
@@ -1126,9 +1151,11 @@ static const char *USAGE =
     "else temperature 1.0, top_p 0.95, top_k 40; --print-ids prints only the generated ids,\n"
     "comma-separated. --chat renders every --prompt as the user turn of a conversation\n"
     "(--system, --thinking). --image/--video/--pixels take a single prompt, not a batch.\n"
-    "Each option means what it means in 'bin/m3-ref generate --help'. Not on the GPU:\n"
-    "--draft DIR / --spec-tokens K (Eagle3 speculative decoding): use bin/m3-ref generate.\n"
-    "Environment (developer knob): M3G_MSA_PREFILL_VARIANT=N (0..7, forward only) runs the bf16\n"
+    "Each option means what it means in 'bin/m3-ref generate --help'. --draft DIR\n"
+    "[--spec-tokens K] (one token prompt): Eagle3 speculative decoding as bin/m3-ref (the same\n"
+    "loop, ref/speculative.c, with the target and the drafter on the GPU; drafter in fp32;\n"
+    "greedy output identical to plain decoding; statistics line on stderr at the end).\n"
+    "Environment (developer knob): M3G_MSA_PREFILL_VARIANT=N (0..9, forward only) runs the bf16\n"
     "MSA prefill with that kernel variant (see gpu/kernels/kernels.h); 0 or unset: the default.\n"
     "See the header of gpu/m3-gpu.cu for what is complete.\n";
 
@@ -1299,8 +1326,8 @@ static int msa_variant_env(int *variant)
         return 0;
     char *end = NULL;
     const long x = strtol(v, &end, 10);
-    if (end == v || *end != '\0' || x < 0 || x > 7) {
-        fprintf(stderr, "m3-gpu: M3G_MSA_PREFILL_VARIANT must be an integer 0..7, got \"%s\"\n",
+    if (end == v || *end != '\0' || x < 0 || x > 9) {
+        fprintf(stderr, "m3-gpu: M3G_MSA_PREFILL_VARIANT must be an integer 0..9, got \"%s\"\n",
                 v);
         return -1;
     }
@@ -1647,7 +1674,185 @@ typedef struct gen_opts {
     long long top_k, seed, max_new;
     const m3_prompt_opts *po;       /* --chat / --system / --thinking for every --prompt */
     const m3g_vision_request *vreq; /* images / video / pixels of a single prompt, or NULL */
+    const char *draft;              /* --draft DIR (Eagle3 speculative decoding), or NULL */
+    long long spec_k;               /* --spec-tokens K (default 3) */
 } gen_opts;
+
+/* ---- generate --draft: Eagle3 speculative decoding ------------------------
+ * The loop is ref/speculative.c's (m3_spec_run: drafting, sampling,
+ * acceptance, rollback, statistics), over this backend: the target is
+ * gpu_step_batch on one cache region (a verification of [last, d_1..d_K]
+ * is one call of K + 1 rows at the next position, the multi-row step with
+ * past the prefill and batches already use. fp32: its linear layers give
+ * each row the bits of a decode row (ref's 8-partial order for any T);
+ * norms (block tree sums) and attention / SwiGLU (device expf, split-key
+ * softmax sums) keep the GPU's own per-row order, not ref's, as in plain
+ * generate. bf16: K + 1 > 8 rows take the GEMM instead of the GEMV, which
+ * may differ from a decode row by a bf16 step), with the Eagle3 taps
+ * copied on the device (gpu_sess.eagle_aux); the drafter is gpu/drafter.h.
+ * Rollback: the target and the drafter keep their lengths here; positions
+ * past a length are rewritten by the next call before anything reads them
+ * (attention, the indexer and block selection see keys <= the query's
+ * position only; the bf16 index-K range words may keep a superset of the
+ * range, which kernels.h allows). */
+typedef struct gpu_spec {
+    gpu_sess *sess;
+    m3g_eagle3 *dr;
+    float *aux; /* device [3, rows, H] */
+    int rows;
+    int64_t tlen; /* target positions cached */
+} gpu_spec;
+
+static int gs_target(void *ctx, const int32_t *toks, int n, float *logits, int n_logits, m3_err *e)
+{
+    gpu_spec *g = (gpu_spec *)ctx;
+    if (n_logits != 1 && n_logits != n)
+        return m3_fail(e, "m3-gpu: a target forward with logits of %d of its %d rows", n_logits, n);
+    const int32_t *idp = toks;
+    int T = n, p0 = (int)g->tlen, slot = 0;
+    const gpu_batch bt = {1, &idp, &T, &p0, &slot, NULL, NULL};
+    g->sess->eagle_aux = g->aux;
+    g->sess->eagle_rows = g->rows;
+    const int rc = gpu_step_batch(g->sess, &bt, logits, n_logits == 1 ? 1 : 0);
+    g->sess->eagle_aux = NULL;
+    if (rc != 0) /* gpu_step_batch printed why */
+        return m3_fail(e, "the target forward of %d tokens at position %d failed", n, p0);
+    g->tlen += n;
+    return 0;
+}
+
+static int gs_seed(void *ctx, const int32_t *toks, int n, float *dlog, m3_err *e)
+{
+    gpu_spec *g = (gpu_spec *)ctx;
+    return m3g_eagle3_seed(g->dr, g->aux, g->rows, toks, n, dlog, e);
+}
+
+static int gs_step(void *ctx, int32_t token, float *dlog, m3_err *e)
+{
+    return m3g_eagle3_step(((gpu_spec *)ctx)->dr, token, dlog, e);
+}
+
+static int64_t gs_len(void *ctx) { return ((gpu_spec *)ctx)->tlen; }
+
+static void gs_truncate(void *ctx, int64_t tlen, int64_t dlen)
+{
+    gpu_spec *g = (gpu_spec *)ctx;
+    if (tlen >= 0 && tlen < g->tlen)
+        g->tlen = tlen;
+    if (dlen >= 0)
+        m3g_eagle3_truncate(g->dr, dlen);
+}
+
+/* generate --draft for one prompt ids [T] over the session (empty caches of
+ * cap positions, rows >= max(T, K + 1)): open the drafter, run the loop,
+ * print the ids / text and the statistics line as bin/m3-ref. 0 or EXIT_RUN
+ * after printing. */
+static int spec_generate(const gen_opts *go, const m3_model *m, dev_model *dm, gpu_sess *sess,
+                         const int32_t *ids, int T, int cap, m3_sampler *sp,
+                         const m3_gen_defaults *g, const m3_tokenizer *tokzr,
+                         m3_decode_stream *ds, hipStream_t st)
+{
+    const m3_text_config *c = &m->cfg.text;
+    const int V = c->vocab_size, H = c->hidden_size;
+    const int64_t maxpos = c->max_position_embeddings;
+    const int capped = maxpos > 0 && (int64_t)T + go->max_new > maxpos;
+    long long n_max = go->max_new;
+    if (capped && n_max > cap - T + 1) /* what plain decoding can reach */
+        n_max = cap - T + 1;
+    m3_err e;
+    memset(&e, 0, sizeof e);
+    m3_eagle3 d;
+    memset(&d, 0, sizeof d);
+    const m3_eagle3_opts dop = {go->lenient};
+    m3g_eagle3 *dr = NULL;
+    int32_t *out = (int32_t *)malloc((size_t)(n_max > 0 ? n_max : 1) * sizeof(int32_t));
+    int n_out = 0, rc = EXIT_RUN;
+    m3_spec_stats sst;
+    memset(&sst, 0, sizeof sst);
+    gpu_spec gs;
+    memset(&gs, 0, sizeof gs);
+    double t0 = now_s(), t_gen = 0.0;
+    if (!out) {
+        m3_fail(&e, "cannot allocate %lld output tokens", n_max);
+        goto fail;
+    }
+    if (m3_eagle3_open(&d, go->draft, m, &dop, &e) != 0)
+        goto fail;
+    for (int i = 0; i < T; i++) /* as m3_spec_generate */
+        if (ids[i] < 0 || ids[i] >= V) {
+            m3_fail(&e, "token %d at index %d is out of range [0, %d)", (int)ids[i], i, V);
+            goto fail;
+        }
+    gs.sess = sess;
+    gs.rows = sess->tmax;
+    if (dalloc(dm, (void **)&gs.aux, (size_t)3 * gs.rows * H * sizeof(float)) != 0) {
+        m3_fail(&e, "device allocation failed for the Eagle3 taps [3, %d, %d]", gs.rows, H);
+        goto fail;
+    }
+    memcpy(sess->eagle_taps, d.cfg.taps, sizeof sess->eagle_taps);
+    dr = m3g_eagle3_new(&d, &m->w.lm_head, dm->lm_head, sess->tmax, cap, st, &e);
+    if (!dr)
+        goto fail;
+    gs.dr = dr;
+    if (n_max > 0) {
+        const m3_spec_backend be = {&gs, gs_target, gs_seed, gs_step, gs_len, gs_truncate};
+        m3_spec_opts so;
+        memset(&so, 0, sizeof so);
+        so.k = (int)go->spec_k;
+        so.max_new_tokens = (int)n_max;
+        so.eos = g->eos;
+        so.n_eos = g->n_eos;
+        if (m3_spec_run(&be, &d, V, ids, T, sp, &so, out, &n_out, &sst, &e) != 0)
+            goto fail;
+    }
+    t_gen = now_s() - t0;
+    {
+        if (!go->print_ids && !tokzr)
+            fprintf(stderr, "m3-gpu: %s has no usable tokenizer; printing token ids\n", go->dir);
+        if (go->is_text[0] && tokzr && !go->print_ids) /* echo the prompt, as m3-ref */
+            fwrite(go->srcs[0], 1, strlen(go->srcs[0]), stdout);
+        int stop_eos = 0;
+        for (int k = 0; k < n_out; k++) {
+            if (emit_token(tokzr, ds, go->print_ids, k, out[k], &e) != 0) {
+                printf("\n");
+                goto fail;
+            }
+            for (int j = 0; j < g->n_eos; j++)
+                stop_eos |= out[k] == g->eos[j];
+        }
+        fflush(stdout);
+        fprintf(stderr,
+                "m3-gpu: speculative (K %lld): %lld tokens in %lld target forwards (%.2f tokens "
+                "per target forward); acceptance %.1f%% (%lld of %lld drafts); %.3f s (%.2f "
+                "tokens/s)\n",
+                go->spec_k, (long long)sst.generated, (long long)sst.target_forwards,
+                sst.tokens_per_forward, 100.0 * sst.acceptance_rate, (long long)sst.accepted,
+                (long long)sst.drafted, t_gen, t_gen > 0 ? (double)sst.generated / t_gen : 0.0);
+        if (tokzr && !go->print_ids) {
+            const char *txt;
+            size_t txtlen;
+            if (m3_decode_stream_flush(ds, &txt, &txtlen, &e) != 0)
+                goto fail;
+            fwrite(txt, 1, txtlen, stdout);
+        }
+        printf("\n");
+        fflush(stdout);
+        if (stop_eos)
+            fprintf(stderr, "m3-gpu: stopped at end-of-sequence token\n");
+        else if (n_out < go->max_new && capped)
+            fprintf(stderr, "m3-gpu: stopped at the context limit (max_position_embeddings "
+                            "%lld)\n", (long long)maxpos);
+    }
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "m3-gpu generate: %s\n", e.msg);
+out:
+    m3g_eagle3_free(dr);
+    m3_eagle3_close(&d);
+    free(out);
+    return rc;
+}
 
 /* The generate command: n prompts (srcs[s]: text when is_text[s], else ids)
  * prefilled as one batch, then decoded together one token per active
@@ -1692,6 +1897,11 @@ static int generate_run(const gen_opts *go)
     if (!ids || !out || !T || !len || !cap || !act || !p0 || !one || !done || !produced || !nxt ||
         !idp || !sp || !ds) {
         fprintf(stderr, "m3-gpu: out of host memory\n");
+        goto out;
+    }
+    if (go->draft && go->vreq) { /* as bin/m3-ref */
+        fprintf(stderr, "m3-gpu generate: --draft works on token prompts only (no --image, "
+                        "--video or --pixels)\n");
         goto out;
     }
     for (int s = 0; s < n; s++)
@@ -1808,11 +2018,18 @@ static int generate_run(const gen_opts *go)
             fprintf(stderr, "m3-gpu: uploading the weights of %s failed (device memory?)\n", dir);
             goto out;
         }
-        /* no vendor BLAS here: every linear runs the fixed-order kernels */
-        if (gpu_sess_init_n(&sess, &m, &dm, Ttot, capmax, n, mode, NULL, st) != 0)
+        /* no vendor BLAS here: every linear runs the fixed-order kernels (--draft: rows
+         * for the prompt and for a verification of K + 1 tokens) */
+        const int tmax = go->draft && go->spec_k + 1 > Ttot ? (int)go->spec_k + 1 : Ttot;
+        if (gpu_sess_init_n(&sess, &m, &dm, tmax, capmax, n, mode, NULL, st) != 0)
             goto out;
         have_sess = 1;
         sess.vis = vis.n > 0 ? &vis : NULL; /* placed into the prompt's embeddings */
+        if (go->draft) { /* Eagle3 speculative decoding of the one prompt */
+            rc = spec_generate(go, &m, &dm, &sess, ids[0], T[0], cap[0], &sp[0], &g, tokzr,
+                               &ds[0], st);
+            goto out;
+        }
         const double t0 = now_s();
         {
             const gpu_batch bt = {n, idp, T, p0, act, NULL, NULL};
@@ -1950,6 +2167,7 @@ static int cmd_generate(int argc, char **argv)
     go.srcs = srcv;
     go.is_text = srctext;
     go.max_new = 32;
+    go.spec_k = 3;
     prompt_args pa; /* chat and vision options as bin/m3-ref generate (ref/prompt.h) */
     prompt_args_init(&pa);
     for (int i = 2; i < argc; i++) {
@@ -1958,14 +2176,6 @@ static int cmd_generate(int argc, char **argv)
             fputs(USAGE, stdout);
             return 0;
         }
-        if (!strcmp(a, "--draft") || !strcmp(a, "--spec-tokens"))
-            return gen_usage(!strcmp(a, "--draft")
-                                 ? "--draft (Eagle3 speculative decoding) is not implemented on "
-                                   "the GPU; use bin/m3-ref generate --draft DIR"
-                                 : "--spec-tokens (Eagle3 speculative decoding, with --draft) is "
-                                   "not implemented on the GPU; use bin/m3-ref generate --draft "
-                                   "DIR --spec-tokens K",
-                             NULL);
         if (!strcmp(a, "--greedy")) {
             go.greedy_flag = 1;
             continue;
@@ -1987,7 +2197,8 @@ static int cmd_generate(int argc, char **argv)
         }
         static const char *const valued[] = {"--model", "--tokens", "--prompt", "--dtype",
                                              "--max-new-tokens", "--temperature", "--top-p",
-                                             "--top-k", "--seed", NULL};
+                                             "--top-k", "--seed", "--draft", "--spec-tokens",
+                                             NULL};
         if (valued_opt("generate", a, v, valued) != 0)
             return EXIT_USAGE;
         i++;
@@ -2020,6 +2231,11 @@ static int cmd_generate(int argc, char **argv)
             if (parse_i64(v, 0, INT64_MAX, &go.seed))
                 return gen_usage("--seed needs an integer >= 0, got", v);
             go.have_seed = 1;
+        } else if (!strcmp(a, "--draft")) {
+            go.draft = v;
+        } else if (!strcmp(a, "--spec-tokens")) {
+            if (parse_i64(v, 1, M3_SPEC_MAX_K, &go.spec_k))
+                return gen_usage("--spec-tokens needs an integer in [1, 32], got", v);
         }
     }
     if (prompt_args_check("generate", &pa, any_text) != 0)
@@ -2033,6 +2249,9 @@ static int cmd_generate(int argc, char **argv)
                          "--seed", NULL);
     if (vision_requested(&pa) && go.n > 1)
         return gen_usage("--image, --video and --pixels take a single prompt (one --tokens or "
+                         "--prompt), not a batch", NULL);
+    if (go.draft && go.n > 1)
+        return gen_usage("--draft (speculative decoding) takes a single prompt (one --tokens or "
                          "--prompt), not a batch", NULL);
     go.po = &pa.po;
     go.vreq = vision_requested(&pa) ? &pa.vreq : NULL;

@@ -25,6 +25,11 @@
  * onto target ids. The first output token (after prefill) is drawn from p with
  * one uniform exactly as m3_sample, so plain and speculative sampling agree on
  * it for the same seed.
+ *
+ * The loop (m3_spec_run) calls the models only through an m3_spec_backend;
+ * m3_spec_generate runs it over the reference (eagle3.h, model.h), and
+ * bin/m3-gpu over its device target and drafter, so both share every
+ * sampling, acceptance and rollback decision.
  */
 #include "speculative.h"
 
@@ -59,14 +64,11 @@ int32_t m3_spec_draw(const float *probs, const int32_t *ord, int n, double u)
 }
 
 /* ------------------------------------------------------------------------ */
-/* the driver                                                               */
+/* the driver (m3_spec_run), over any backend                               */
 
 typedef struct spec_buf {
     float *logits;  /* [K+1, V] verification logits */
-    float *aux;     /* [max(n_prompt, K+1), 3H] */
     float *dlog;    /* [Vd] draft logits */
-    float *feat;    /* [H] recurrent feature */
-    float *g;       /* [H] combined target feature */
     float *p;       /* [V] */
     float *q;       /* [K, V] draft distributions on target ids */
     float *qd;      /* [Vd] draft distribution on draft ids */
@@ -77,10 +79,7 @@ typedef struct spec_buf {
 static void buf_free(spec_buf *b)
 {
     free(b->logits);
-    free(b->aux);
     free(b->dlog);
-    free(b->feat);
-    free(b->g);
     free(b->p);
     free(b->q);
     free(b->qd);
@@ -125,33 +124,9 @@ static int32_t pick_target(m3_sampler *sp, spec_buf *b, const float *logits, int
     return m3_spec_draw(b->p, b->ord, n, m3_sampler_uniform(sp));
 }
 
-/* Run the drafter over n positions: tokens toks[i] with the combined
- * features of aux rows i; the last step leaves its logits in b->dlog and its
- * feature in b->feat. */
-static int seed_drafter(const m3_eagle3 *d, m3_eagle3_state *ds, spec_buf *b, const int32_t *toks,
-                        const float *aux, int n, int H, m3_err *e)
+/* The options and prompt both entry points take: 0, or -1 with e set. */
+static int check_opts(const m3_spec_opts *o, const int32_t *prompt, int n_prompt, m3_err *e)
 {
-    for (int i = 0; i < n; i++) {
-        m3_eagle3_combine(d, ds, aux + (size_t)i * 3 * (size_t)H, b->g);
-        if (m3_eagle3_step(d, ds, toks[i], b->g, i == n - 1 ? b->dlog : NULL,
-                           i == n - 1 ? b->feat : NULL, e) != 0)
-            return -1;
-    }
-    return 0;
-}
-
-int m3_spec_generate(const m3_model *m, m3_state *ts, const m3_eagle3 *d, m3_eagle3_state *ds,
-                     const int32_t *prompt, int n_prompt, m3_sampler *sp,
-                     const m3_spec_opts *o, int32_t *out, int *n_out, m3_spec_stats *st,
-                     m3_err *e)
-{
-    const int H = m->cfg.text.hidden_size, V = m->cfg.text.vocab_size;
-    const int Vd = d->cfg.draft_vocab;
-    *n_out = 0;
-    m3_spec_stats local;
-    if (!st)
-        st = &local;
-    memset(st, 0, sizeof *st);
     if (!o || o->k < 1 || o->k > M3_SPEC_MAX_K)
         return m3_fail(e, "speculative: spec tokens K must be in [1, %d] (got %d)", M3_SPEC_MAX_K,
                        o ? o->k : 0);
@@ -159,26 +134,31 @@ int m3_spec_generate(const m3_model *m, m3_state *ts, const m3_eagle3 *d, m3_eag
         return m3_fail(e, "speculative: max_new_tokens must be >= 1 (got %d)", o->max_new_tokens);
     if (n_prompt < 1 || !prompt)
         return m3_fail(e, "speculative: empty prompt");
-    if (m3_state_len(ts) != 0 || m3_eagle3_state_len(ds) != 0)
-        return m3_fail(e, "speculative: the target and drafter states must be empty");
+    return 0;
+}
+
+int m3_spec_run(const m3_spec_backend *be, const m3_eagle3 *d, int V, const int32_t *prompt,
+                int n_prompt, m3_sampler *sp, const m3_spec_opts *o, int32_t *out, int *n_out,
+                m3_spec_stats *st, m3_err *e)
+{
+    const int Vd = d->cfg.draft_vocab;
+    *n_out = 0;
+    m3_spec_stats local;
+    if (!st)
+        st = &local;
+    memset(st, 0, sizeof *st);
+    if (check_opts(o, prompt, n_prompt, e) != 0)
+        return -1;
     if (sp->vocab != V)
         return m3_fail(e, "speculative: sampler vocabulary %d differs from the target's %d",
                        sp->vocab, V);
-    if (d->target_vocab != V || d->cfg.hidden_size != H)
-        return m3_fail(e, "speculative: drafter %s was opened for another target", d->dir);
-    for (int i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= V)
-            return m3_fail(e, "token %d at index %d is out of range [0, %d)", (int)prompt[i], i, V);
 
     const int K = o->k;
     const size_t rows = (size_t)(n_prompt > K + 1 ? n_prompt : K + 1);
     spec_buf b;
     memset(&b, 0, sizeof b);
     b.logits = malloc(sizeof(float) * (size_t)(K + 1) * (size_t)V);
-    b.aux = malloc(sizeof(float) * rows * 3 * (size_t)H);
     b.dlog = malloc(sizeof(float) * (size_t)Vd);
-    b.feat = malloc(sizeof(float) * (size_t)H);
-    b.g = malloc(sizeof(float) * (size_t)H);
     b.p = malloc(sizeof(float) * (size_t)V);
     b.q = malloc(sizeof(float) * (size_t)K * (size_t)V);
     b.qd = malloc(sizeof(float) * (size_t)Vd);
@@ -186,14 +166,13 @@ int m3_spec_generate(const m3_model *m, m3_state *ts, const m3_eagle3 *d, m3_eag
     b.ord = malloc(sizeof(int32_t) * (size_t)V);
     int32_t *toks = malloc(sizeof(int32_t) * (rows + 1));
     int rc = -1, produced = 0, stop = 0;
-    if (!b.logits || !b.aux || !b.dlog || !b.feat || !b.g || !b.p || !b.q || !b.qd || !b.z ||
-        !b.ord || !toks) {
+    if (!b.logits || !b.dlog || !b.p || !b.q || !b.qd || !b.z || !b.ord || !toks) {
         m3_fail(e, "speculative: out of memory (K %d, vocab %d, prompt %d)", K, V, n_prompt);
         goto out;
     }
 
     /* prefill with taps; the first output token from the last row */
-    if (m3_eagle3_target_forward(m, ts, d->cfg.taps, prompt, n_prompt, b.logits, 1, b.aux, e) != 0)
+    if (be->target(be->ctx, prompt, n_prompt, b.logits, 1, e) != 0)
         goto out;
     st->target_forwards++;
     int32_t last = pick_target(sp, &b, b.logits, V);
@@ -205,24 +184,23 @@ int m3_spec_generate(const m3_model *m, m3_state *ts, const m3_eagle3 *d, m3_eag
         /* seed the drafter: position i takes token i+1 and the feature of position i */
         memcpy(toks, prompt + 1, sizeof(int32_t) * (size_t)(n_prompt - 1));
         toks[n_prompt - 1] = last;
-        if (seed_drafter(d, ds, &b, toks, b.aux, n_prompt, H, e) != 0)
+        if (be->seed(be->ctx, toks, n_prompt, b.dlog, e) != 0)
             goto out;
     }
 
     while (!stop) {
-        const int64_t P = m3_state_len(ts);
+        const int64_t P = be->target_len(be->ctx);
         const int remaining = o->max_new_tokens - produced;
         const int Kr = K < remaining - 1 ? K : remaining - 1;
         /* draft Kr tokens (the drafter cache grows to P + Kr - 1) */
         toks[0] = last;
         for (int k = 0; k < Kr; k++) {
-            if (k > 0 && m3_eagle3_step(d, ds, toks[k], b.feat, b.dlog, b.feat, e) != 0)
+            if (k > 0 && be->step(be->ctx, toks[k], b.dlog, e) != 0)
                 goto out;
             toks[k + 1] = pick_draft(d, sp, &b, b.q + (size_t)k * (size_t)V, V);
         }
         /* verify [last, d_1..d_Kr] in one target forward */
-        if (m3_eagle3_target_forward(m, ts, d->cfg.taps, toks, Kr + 1, b.logits, Kr + 1, b.aux,
-                                     e) != 0)
+        if (be->target(be->ctx, toks, Kr + 1, b.logits, Kr + 1, e) != 0)
             goto out;
         st->target_forwards++;
         st->rounds++;
@@ -282,19 +260,18 @@ int m3_spec_generate(const m3_model *m, m3_state *ts, const m3_eagle3 *d, m3_eag
             stop = is_eos(o, t) || produced >= o->max_new_tokens;
         }
         /* roll back: target keeps [.., last, d_1..d_j]; drafter back to P */
-        m3_state_truncate(ts, P + j + 1);
-        m3_eagle3_state_truncate(ds, P);
+        be->truncate(be->ctx, P + j + 1, P);
         last = bonus;
         if (stop) {
             /* an eos among the accepted drafts: the target keeps only what was output, minus the last */
-            m3_state_truncate(ts, (int64_t)n_prompt + produced - 1);
+            be->truncate(be->ctx, (int64_t)n_prompt + produced - 1, -1);
             break;
         }
         /* re-seed the drafter over P..P+j with the target's features */
         for (int i = 0; i < j; i++)
             toks[i] = toks[i + 1];
         toks[j] = bonus;
-        if (seed_drafter(d, ds, &b, toks, b.aux, j + 1, H, e) != 0)
+        if (be->seed(be->ctx, toks, j + 1, b.dlog, e) != 0)
             goto out;
     }
     rc = 0;
@@ -306,5 +283,101 @@ out:
         st->target_forwards ? (double)produced / (double)st->target_forwards : 0.0;
     buf_free(&b);
     free(toks);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the reference backend (ref/eagle3.h, ref/model.h)                        */
+
+typedef struct ref_backend {
+    const m3_model *m;
+    m3_state *ts;
+    const m3_eagle3 *d;
+    m3_eagle3_state *ds;
+    float *aux;  /* [rows, 3H] taps of the last target forward */
+    float *feat; /* [H] recurrent feature */
+    float *g;    /* [H] combined target feature */
+} ref_backend;
+
+static int ref_target(void *ctx, const int32_t *toks, int n, float *logits, int n_logits, m3_err *e)
+{
+    ref_backend *r = ctx;
+    return m3_eagle3_target_forward(r->m, r->ts, r->d->cfg.taps, toks, n, logits, n_logits,
+                                    r->aux, e);
+}
+
+/* Position i takes toks[i] with the combined features of aux row i; the last
+ * step leaves its logits in dlog and its feature in r->feat. */
+static int ref_seed(void *ctx, const int32_t *toks, int n, float *dlog, m3_err *e)
+{
+    ref_backend *r = ctx;
+    const size_t H = (size_t)r->d->cfg.hidden_size;
+    for (int i = 0; i < n; i++) {
+        m3_eagle3_combine(r->d, r->ds, r->aux + (size_t)i * 3 * H, r->g);
+        if (m3_eagle3_step(r->d, r->ds, toks[i], r->g, i == n - 1 ? dlog : NULL,
+                           i == n - 1 ? r->feat : NULL, e) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int ref_step(void *ctx, int32_t token, float *dlog, m3_err *e)
+{
+    ref_backend *r = ctx;
+    return m3_eagle3_step(r->d, r->ds, token, r->feat, dlog, r->feat, e);
+}
+
+static int64_t ref_target_len(void *ctx)
+{
+    return m3_state_len(((ref_backend *)ctx)->ts);
+}
+
+static void ref_truncate(void *ctx, int64_t tlen, int64_t dlen)
+{
+    ref_backend *r = ctx;
+    if (tlen >= 0)
+        m3_state_truncate(r->ts, tlen);
+    if (dlen >= 0)
+        m3_eagle3_state_truncate(r->ds, dlen);
+}
+
+int m3_spec_generate(const m3_model *m, m3_state *ts, const m3_eagle3 *d, m3_eagle3_state *ds,
+                     const int32_t *prompt, int n_prompt, m3_sampler *sp,
+                     const m3_spec_opts *o, int32_t *out, int *n_out, m3_spec_stats *st,
+                     m3_err *e)
+{
+    const int H = m->cfg.text.hidden_size, V = m->cfg.text.vocab_size;
+    *n_out = 0;
+    if (st)
+        memset(st, 0, sizeof *st);
+    if (check_opts(o, prompt, n_prompt, e) != 0)
+        return -1;
+    if (m3_state_len(ts) != 0 || m3_eagle3_state_len(ds) != 0)
+        return m3_fail(e, "speculative: the target and drafter states must be empty");
+    if (sp->vocab != V)
+        return m3_fail(e, "speculative: sampler vocabulary %d differs from the target's %d",
+                       sp->vocab, V);
+    if (d->target_vocab != V || d->cfg.hidden_size != H)
+        return m3_fail(e, "speculative: drafter %s was opened for another target", d->dir);
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return m3_fail(e, "token %d at index %d is out of range [0, %d)", (int)prompt[i], i, V);
+
+    const size_t rows = (size_t)(n_prompt > o->k + 1 ? n_prompt : o->k + 1);
+    ref_backend r = {m, ts, d, ds, NULL, NULL, NULL};
+    r.aux = malloc(sizeof(float) * rows * 3 * (size_t)H);
+    r.feat = malloc(sizeof(float) * (size_t)H);
+    r.g = malloc(sizeof(float) * (size_t)H);
+    int rc = -1;
+    if (!r.aux || !r.feat || !r.g) {
+        m3_fail(e, "speculative: out of memory (K %d, vocab %d, prompt %d)", o->k, V, n_prompt);
+    } else {
+        const m3_spec_backend be = {&r, ref_target, ref_seed, ref_step, ref_target_len,
+                                    ref_truncate};
+        rc = m3_spec_run(&be, d, V, prompt, n_prompt, sp, o, out, n_out, st, e);
+    }
+    free(r.aux);
+    free(r.feat);
+    free(r.g);
     return rc;
 }

@@ -59,6 +59,40 @@ int m3_spec_generate(const m3_model *m, m3_state *ts, const m3_eagle3 *d, m3_eag
                      const m3_spec_opts *opts, int32_t *out, int *n_out, m3_spec_stats *st,
                      m3_err *e);
 
+/* The model side of the speculative loop, so that another implementation of
+ * the target and the drafter (bin/m3-gpu) runs the very loop of
+ * m3_spec_generate (drafting, sampling, acceptance, rollback, statistics)
+ * through m3_spec_run. Each call returns 0, or -1 with e set. */
+typedef struct m3_spec_backend {
+    void *ctx;
+    /* Target forward of toks [n] at the positions after those cached; logits
+     * [n_logits, V] = the rows of the last n_logits tokens; the aux taps of the
+     * n rows (M3-EAGLE-TAP-1) are kept for the next seed call. */
+    int (*target)(void *ctx, const int32_t *toks, int n, float *logits, int n_logits, m3_err *e);
+    /* Drafter over n positions after those it holds: position i takes toks[i]
+     * and the combined feature (M3-EAGLE-DRAFT-2) of aux row i of the last
+     * target call; dlog [draft_vocab] = the last position's draft logits, whose
+     * feature becomes the recurrent feature. */
+    int (*seed)(void *ctx, const int32_t *toks, int n, float *dlog, m3_err *e);
+    /* One draft step (M3-EAGLE-DRAFT-3) with token and the recurrent feature,
+     * which it replaces by the step's output; dlog [draft_vocab]. */
+    int (*step)(void *ctx, int32_t token, float *dlog, m3_err *e);
+    /* Positions held by the target caches. */
+    int64_t (*target_len)(void *ctx);
+    /* Roll the target back to tlen positions and the drafter to dlen (a
+     * negative length leaves that one as it is). */
+    void (*truncate)(void *ctx, int64_t tlen, int64_t dlen);
+} m3_spec_backend;
+
+/* The loop of m3_spec_generate over be (both sides empty; d: the drafter,
+ * read for its draft vocabulary and d2t only; V: the target vocabulary;
+ * be must take target calls of up to max(n_prompt, opts->k + 1) tokens).
+ * The caller checks that the prompt ids are in range. Same contract as
+ * m3_spec_generate otherwise (the same calls, uniforms and outputs). */
+int m3_spec_run(const m3_spec_backend *be, const m3_eagle3 *d, int V, const int32_t *prompt,
+                int n_prompt, m3_sampler *sp, const m3_spec_opts *opts, int32_t *out,
+                int *n_out, m3_spec_stats *st, m3_err *e);
+
 /* The distribution m3_sample draws from for logits [V] (temperature, top-k,
  * top-p, renormalised; M3-SAMPLE-2): probs [V] dense (0 outside the kept set),
  * ord [V] the kept ids best first; returns how many are kept. z: [V] scratch.

@@ -5,7 +5,8 @@
 # --pixels, also in bf16), the vision component cases (m3-gpu vision-case), and on the ragged
 # lengths 1, 127, 128, 129, 2047, 2048, 2049, 2200 of the deployment-MSA
 # model, compare bin/m3-gpu generate with bin/m3-ref generate on models/demo
-# (greedy and seeded sampling, fp32 and bf16), teacher-forced dumps of the
+# (greedy and seeded sampling, fp32 and bf16; also with --draft
+# models/demo-drafter, Eagle3 speculative decoding), teacher-forced dumps of the
 # model vectors, batches of prompts (forward and generate), then run the benchmarks (gpu/bench.cu and tools/bench_torch.py).
 #
 #   sh tools/gpu_device_check.sh OUTDIR
@@ -193,6 +194,33 @@ for mode in fp32 bf16; do
     if [ "$r" = "$g" ] && [ $grc -eq 0 ]; then v=IDENTICAL; else v=DIFFERENT; fi
     log "generate demo $mode $kind: ids $v (gpu rc=$grc, $(awk "BEGIN{printf \"%.2f\", $e - $s}") s; $(tail -1 /tmp/gg.err))"
     [ $v = IDENTICAL ] || { log "  ref: $r"; log "  gpu: $g"; }
+  done
+done
+
+# generate --draft (Eagle3 speculative decoding with models/demo-drafter):
+# bin/m3-gpu vs bin/m3-ref ids and acceptance (greedy K = 1 and 3, one seeded
+# sampled run at K = 3), fp32 and bf16; greedy also vs m3-gpu's own plain
+# greedy ids (speculation never changes greedy output). As for plain generate
+# above, bf16 may split from m3-ref at a near tie of two logits (logged, not judged).
+for mode in fp32 bf16; do
+  for kind in k1 k3 sampled; do
+    case $kind in
+      k1) opt="--greedy --spec-tokens 1" ;;
+      k3) opt="--greedy --spec-tokens 3" ;;
+      *) opt="--temperature 1 --top-k 40 --top-p 0.95 --seed 7 --spec-tokens 3" ;;
+    esac
+    r=$(bin/m3-ref generate --model models/demo --prompt "$P" $opt --draft models/demo-drafter --max-new-tokens 40 --print-ids --dtype $mode 2>/tmp/gsr.err)
+    s=$(date +%s.%N)
+    g=$(bin/m3-gpu generate --model models/demo --prompt "$P" $opt --draft models/demo-drafter --max-new-tokens 40 --print-ids --dtype $mode 2>/tmp/gsg.err)
+    grc=$? e=$(date +%s.%N)
+    if [ "$r" = "$g" ] && [ $grc -eq 0 ]; then v=IDENTICAL; else v=DIFFERENT; fi
+    st() { grep -o '[0-9]* tokens in [0-9]* target forwards.*drafts)' "$1" | sed 's/ tokens per target forward//'; }
+    log "generate --draft demo $mode $kind: ids $v (gpu rc=$grc, $(awk "BEGIN{printf \"%.2f\", $e - $s}") s; gpu $(st /tmp/gsg.err); ref $(st /tmp/gsr.err))"
+    [ $v = IDENTICAL ] || { log "  ref: $r"; log "  gpu: $g"; tail -2 /tmp/gsg.err >>"$out/summary.txt"; }
+    if [ $kind != sampled ]; then
+      pg=$(bin/m3-gpu generate --model models/demo --prompt "$P" --greedy --max-new-tokens 40 --print-ids --dtype $mode 2>/dev/null)
+      [ "$pg" = "$g" ] && log "  vs m3-gpu plain greedy: EQUAL" || log "  vs m3-gpu plain greedy: DIFFERENT ($pg)"
+    fi
   done
 done
 

@@ -189,11 +189,13 @@ hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc,
                                      int topk, int mode, hipStream_t st);
 
 /* m3g_msa_attention_prefill with a benchmark knob for the tensor-core path:
- * variant 0 = the default (7), 1 = k_msa_tc (two passes, CTA barriers), 2 /
+ * variant 0 = the default (8), 1 = k_msa_tc (two passes, CTA barriers), 2 /
  * 5 = two passes with exact p (ref's rounding), 8 / 11 rows per CTA, 3 / 4 =
  * one pass, 8 / 11 rows, 6 = one pass pipelined, 11 rows, 7 = 5 with its
- * second pass pipelined (bitwise 5's results); no effect where the scalar
- * path is taken. Results within the bf16 profile for every variant. */
+ * second pass pipelined (bitwise 5's results), 8 = 7 with a cheaper tile
+ * prologue (bitwise 5's), 9 = 8 with the row union in ascending block id
+ * (exact p, other fp32 sum order); no effect where the scalar path is taken.
+ * Results within the bf16 profile for every variant. */
 hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
                                            const void *vc, int kv_dtype,
                                            const int32_t *page_table, int B, int64_t pos0, int T,
@@ -302,6 +304,10 @@ hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const vo
  * NULL. k <= 32, E <= 1024. */
 hipError_t m3g_router(int32_t *idx, float *w, float *scores, const float *x, m3g_mat router,
                       const void *bias, int bias_dtype, int T, int k, hipStream_t st);
+/* The same; pdl 0: plain launches (m3g_router: PDL launches on NVIDIA, each
+ * kernel waiting for its predecessor before reading; the same results). */
+hipError_t m3g_router_ex(int32_t *idx, float *w, float *scores, const float *x, m3g_mat router,
+                         const void *bias, int bias_dtype, int T, int k, int pdl, hipStream_t st);
 
 /* act [R, I] = round(SwiGLU-OAI(gate, up)), gate/up [R, I] already rounded
  * linear outputs (ref m3_swiglu_oai; M3-MLP-SWIGLU-1). act may alias gate. */
@@ -313,6 +319,9 @@ hipError_t m3g_swiglu(float *act, const float *gate, const float *up, int64_t n,
  * ye [T, k, H] the expert outputs in ascending expert order; shared may be NULL. */
 hipError_t m3g_moe_combine(float *y, const float *ye, const float *w, const float *shared, int T,
                            int k, int H, float scale, int mode, hipStream_t st);
+/* The same; pdl 0: a plain launch (m3g_moe_combine: PDL on NVIDIA). */
+hipError_t m3g_moe_combine_ex(float *y, const float *ye, const float *w, const float *shared,
+                              int T, int k, int H, float scale, int mode, int pdl, hipStream_t st);
 
 /* ---- gemv.cu / gemm.cu -------------------------------------------------- */
 /* Y [T, W.rows] = X [T, W.cols] W^T, fp32 accumulation, output rounded per
@@ -363,6 +372,12 @@ hipError_t m3g_linear_swiglu(float *act, int ld, float *up_tmp, const float *X, 
 hipError_t m3g_gemv_grouped(float *Y, const float *X, int64_t xs, int64_t xk, const void *base,
                             int64_t expert_stride, int dtype, int rows, int cols,
                             const int32_t *idx, int T, int k, int mode, hipStream_t st);
+/* The same; pdl 0: a plain launch (m3g_gemv_grouped: PDL on NVIDIA, the
+ * kernel waiting for its predecessor before it reads idx or X). */
+hipError_t m3g_gemv_grouped_ex(float *Y, const float *X, int64_t xs, int64_t xk, const void *base,
+                               int64_t expert_stride, int dtype, int rows, int cols,
+                               const int32_t *idx, int T, int k, int mode, int pdl,
+                               hipStream_t st);
 
 /* act [T, k, rows] = round(SwiGLU-OAI(gate, up)) with gate / up the grouped
  * GEMVs of gate_base / up_base (same expert stride, dtype, shape): bitwise
@@ -373,6 +388,12 @@ hipError_t m3g_gemv_grouped_swiglu(float *act, const float *X, int64_t xs, int64
                                    int64_t expert_stride, int dtype, int rows, int cols,
                                    const int32_t *idx, int T, int k, float alpha, float limit,
                                    float beta, int mode, hipStream_t st);
+/* The same; pdl 0: a plain launch (default: PDL on NVIDIA, as above). */
+hipError_t m3g_gemv_grouped_swiglu_ex(float *act, const float *X, int64_t xs, int64_t xk,
+                                      const void *gate_base, const void *up_base,
+                                      int64_t expert_stride, int dtype, int rows, int cols,
+                                      const int32_t *idx, int T, int k, float alpha, float limit,
+                                      float beta, int mode, int pdl, hipStream_t st);
 
 /* Benchmark / tuning only (gpu/bench.cu): the bf16-mode streaming GEMV
  * (T <= 8, bf16 weights) of m3g_linear_multi, or of m3g_linear_swiglu when

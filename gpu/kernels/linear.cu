@@ -85,11 +85,41 @@
  * staged into shared memory by cp.async before the wait (3 or 4 blocks
  * per SM): q_proj 31.9-36.7 us. Kept: the "deep" configuration (3 per SM,
  * 6 or 8 loads per lane) for the grids gemv_pick names.
- * Next: where the fixed ~3.5 us per launch goes (the ceiling shows it is
- * not HBM; a globaltimer trace of k_gemv_pers against the ceiling's);
- * a GEMV whose weight loads, like the ceiling's, need not wait for X
- * (e.g. the next launch's first tiles in registers of blocks that fit
- * beside this one's); PDL release by the norm / SwiGLU kernels before the
+ * Sixth session (two bench-gpu runs, --case gemv / "layer decode" / "moe
+ * decode", T = 1, plus a per-block %globaltimer trace of k_gemv_pers and
+ * the ceiling under the same graph / 3-rotation / PDL protocol, through
+ * the M3_GEMV_STAMP hook below). Where the ~3.5 us go (q_proj, default
+ * kernel, second launch of the graph, times from the replay's first
+ * block): its blocks start in the slots the first launch's blocks free
+ * (p50 25.5 us; that launch's last block ends at 26.7) and request one
+ * window (16 KB per block); the grid-dependency wait returns 0.6 / 2.2 /
+ * 3.2 us (min / p50 / max) after that last block; the first tile then
+ * takes 6.8 us (p50), the three later ones about 5.1 us each (~4.9 TB/s
+ * over all blocks: the steady state is not what is slow); the last block
+ * ends 1.7 us after the median block. So ~2.2 (wait) + ~1.7 (first tile:
+ * the pipeline restarts from one window, and each window of the first
+ * tile meets X columns not yet in L1) + ~1.7 (tail) us per launch. The
+ * ceiling issues all its loads before its wait, so its next launch streams
+ * through the previous one's tail (its waits return 5-8 us after the
+ * previous grid's last block, when the memory system is full, which it
+ * never notices). The stamp loads the launch table from global memory,
+ * so a stamp can be late by one load. Tried, bitwise equal, all slower
+ * (removed; median us q_proj / o_proj / q+k+v+index against the default's
+ * 27.01 / 26.59 / 31.75 in the same run): weight loads that do not
+ * allocate in L1 (ld.global.nc.L1::no_allocate, to keep X in L1) 27.03 /
+ * 28.42 / 32.35, with the 3-per-SM deep setting 34.55 / 43.74 / 40.44;
+ * an L2 bulk prefetch (cp.async.bulk.prefetch.L2) of the block's first
+ * tile before the wait 27.41 / 26.49 / 32.13, with a rolling one-tile
+ * lookahead 33.22 / 31.81 / 38.53 (LM head 819 us); second run (the
+ * unchanged kernel 27.26 / 26.71 / 31.75): each warp's X slice into L1
+ * (prefetch.global.L1) right after the wait 38.94 / 31.10 / 43.44, the
+ * same plus an L2 prefetch of the second and third windows before the
+ * wait 38.86 / 31.35 / 43.90, deep + L1 prefetch 35.51 / 29.96 / 40.97.
+ * Next: more weight bytes in flight across the wait without registers or
+ * the LSU (e.g. the first tile's slices into shared memory by the bulk
+ * copy engine, cp.async.bulk + mbarrier, before the wait, at 4 blocks
+ * per SM); a finer tail (the last tile round split in halves combined in
+ * a fixed order); PDL release by the norm / SwiGLU kernels before the
  * GEMVs (today a GEMV overlaps its predecessor only when that one is a
  * GEMV or the tensor-core attention).
  */
@@ -228,6 +258,16 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 #define M3_PDL 0
 __device__ __forceinline__ void pdl_trigger() {}
 __device__ __forceinline__ void pdl_wait() {}
+#endif
+
+/* Diagnostic hook (not in the product build): a tracing harness that
+ * includes this file defines M3_GEMV_STAMP(k, w) to record %globaltimer
+ * for event k of this block (w: the launch's weight pointer). Events: 0
+ * block start, 1 after the grid-dependency wait, 2 first tile done (the
+ * ceiling: its loads consumed), 3 block end. Used by k_gemv_pers and
+ * k_stream_ceiling; a no-op here (the PTX is the same without it). */
+#ifndef M3_GEMV_STAMP
+#define M3_GEMV_STAMP(k, w) ((void)0)
 #endif
 
 /* Slot gslot of a streaming GEMV: its weight row r (clamped to a valid row
@@ -389,6 +429,7 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
                 int ks_n, int ntiles, int mode)
 {
     __shared__ float red[2][GEMV_ROWS][NT];
+    M3_GEMV_STAMP(0, W);
     pdl_trigger();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int spb = GEMV_ROWS / ks_n, slot = w / ks_n, ks = w % ks_n;
@@ -402,7 +443,8 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
     for (int u = 0; u < U; u++)
         wv[u] = wr[32 * u];
     pdl_wait(); /* X is the previous kernel's output */
-    for (int par = 0;; par ^= 1) {
+    M3_GEMV_STAMP(1, W);
+    for (int par = 0, it = 0;; par ^= 1, it++) {
         const int tn = t + (int)gridDim.x, gsn = tn * spb + slot;
         const bool hn = tn < ntiles; /* block-uniform */
         int rn, jn;
@@ -431,10 +473,13 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
         for (int n = 0; n < NT; n++)
             acc[n] = m3d_warp_sum(acc[n]);
         gemv_finish<NT>(o, red[par], acc, w, lane, slot, ks, ks_n, gslot, r, j, ok, mode);
+        if (it == 0)
+            M3_GEMV_STAMP(2, W);
         if (!hn)
             break;
         t = tn, gslot = gsn, r = rn, j = jn, ok = okn, wr = wn;
     }
+    M3_GEMV_STAMP(3, W);
 }
 
 /* Loads in flight per lane and the K split: from the H200 sweep of this
@@ -469,6 +514,7 @@ template <int U>
 __global__ void M3_BOUNDS(256, 4) k_stream_ceiling(const uint4 *__restrict__ p, int64_t n16,
                                                    float *sink, int nsink)
 {
+    M3_GEMV_STAMP(0, p);
     pdl_trigger();
     const int64_t per = ((n16 + gridDim.x - 1) / gridDim.x + 255) & ~(int64_t)255;
     const int64_t b0 = (int64_t)blockIdx.x * per;
@@ -489,9 +535,12 @@ __global__ void M3_BOUNDS(256, 4) k_stream_ceiling(const uint4 *__restrict__ p, 
         for (int u = 0; u < U; u++)
             a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
+    M3_GEMV_STAMP(2, p);
     pdl_wait();
+    M3_GEMV_STAMP(1, p);
     if (a == 0x9e3779b9u)
         sink[blockIdx.x % nsink] = (float)(a & 0xffu);
+    M3_GEMV_STAMP(3, p);
 }
 
 /* ---- balanced one-wave bf16 kernels (bf16 mode) ---------------------------
@@ -1024,28 +1073,51 @@ static hipError_t gemv_run(const gemv_out &o, const float *X, m3g_mat W, int T, 
 
 /* ---- grouped GEMV (MoE experts) ------------------------------------------ */
 
+/* The bf16 inner loop of the grouped GEMVs: lane-strided 16-byte chunks c8
+ * of NR weight rows wr[q] (cols % 8 == 0), all multiplied by the same X
+ * chunk (loaded once); acc[q][n] += the 8 products of chunk c8, summed left
+ * to right, for token n < NT. NR = 2 (gate and up rows) gives each
+ * accumulator exactly the operations of NR = 1 in the same order (the
+ * loads of X are shared): bitwise two single-row calls. */
+template <int NT, int NR>
+__device__ __forceinline__ void gemv_lane_bf16(float (&acc)[NR][NT], const uint4 *const (&wr)[NR],
+                                               int cols, const float *X, size_t ldx, int lane)
+{
+    for (int c8 = lane; c8 < cols / 8; c8 += 32) {
+        uint4 p[NR];
+        for (int q = 0; q < NR; q++)
+            p[q] = wr[q][c8];
+        float wv[NR][8];
+        for (int q = 0; q < NR; q++) {
+            const uint32_t u[4] = {p[q].x, p[q].y, p[q].z, p[q].w};
+            for (int i = 0; i < 4; i++) {
+                wv[q][2 * i] = __uint_as_float(u[i] << 16);
+                wv[q][2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+            }
+        }
+        for (int n = 0; n < NT; n++) {
+            const float4 *xr = (const float4 *)(X + n * ldx) + 2 * c8;
+            const float4 a = xr[0], b = xr[1];
+            for (int q = 0; q < NR; q++)
+                acc[q][n] += wv[q][0] * a.x + wv[q][1] * a.y + wv[q][2] * a.z + wv[q][3] * a.w +
+                             wv[q][4] * b.x + wv[q][5] * b.y + wv[q][6] * b.z + wv[q][7] * b.w;
+        }
+    }
+}
+
 /* acc[n] += W[row, :] . X[n, :] partials for this lane (n < NT). */
 template <int NT>
 __device__ __forceinline__ void gemv_lane(float acc[NT], const void *W, int dtype, int cols,
                                           size_t row, const float *X, size_t ldx, int lane)
 {
     if (dtype == M3G_BF16 && (cols & 7) == 0) {
-        const uint4 *wr = (const uint4 *)((const uint16_t *)W + row * (size_t)cols);
-        for (int c8 = lane; c8 < cols / 8; c8 += 32) {
-            const uint4 p = wr[c8];
-            const uint32_t u[4] = {p.x, p.y, p.z, p.w};
-            float wv[8];
-            for (int i = 0; i < 4; i++) {
-                wv[2 * i] = __uint_as_float(u[i] << 16);
-                wv[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-            }
-            for (int n = 0; n < NT; n++) {
-                const float4 *xr = (const float4 *)(X + n * ldx) + 2 * c8;
-                const float4 a = xr[0], b = xr[1];
-                acc[n] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w +
-                          wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
-            }
-        }
+        const uint4 *const wr[1] = {(const uint4 *)((const uint16_t *)W + row * (size_t)cols)};
+        float a[1][NT];
+        for (int n = 0; n < NT; n++)
+            a[0][n] = acc[n];
+        gemv_lane_bf16<NT, 1>(a, wr, cols, X, ldx, lane);
+        for (int n = 0; n < NT; n++)
+            acc[n] = a[0][n];
     } else if (dtype == M3G_F32 && (cols & 3) == 0) {
         const float4 *wr = (const float4 *)((const float *)W + row * (size_t)cols);
         for (int c4 = lane; c4 < cols / 4; c4 += 32) {
@@ -1064,16 +1136,27 @@ __device__ __forceinline__ void gemv_lane(float acc[NT], const void *W, int dtyp
     }
 }
 
-/* grid (ceil(rows / 8), k, T), block 256. */
+/* grid (ceil(rows / 8), k, T), block 256. Both grouped kernels release
+ * the next launch at their start and, launched with PDL (the default of
+ * the launchers on NVIDIA; *_ex pdl 0: plain), wait for the previous
+ * kernel before they read idx or X; nothing is read or written before
+ * the wait, so the outputs are the same either way (bench-gpu: both
+ * decode layers bitwise equal to the plain launches). Measured (sixth
+ * session, MSA + MoE decode layer with the router, these two and the
+ * combine launched with / without PDL in the same run): 285.95 / 285.75
+ * us, and 308.38 / 309.18 us in a second run whose GEMV default was a
+ * slower trial: no difference beyond run-to-run noise. */
 __global__ void k_gemv_grouped(float *Y, const float *X, int64_t xs, int64_t xk, const void *base,
                                int64_t estride, int dtype, int rows, int cols,
                                const int32_t *idx, int k, int mode)
 {
+    pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * GEMV_ROWS + (threadIdx.x >> 5);
     const int s = blockIdx.y, t = blockIdx.z;
     if (row >= rows)
         return;
+    pdl_wait(); /* idx and X: earlier kernels' outputs */
     const int e = idx[(size_t)t * k + s];
     const size_t esz = dtype == M3G_BF16 ? 2 : 4;
     const void *W = (const char *)base + (size_t)e * (size_t)estride * esz;
@@ -1084,43 +1167,23 @@ __global__ void k_gemv_grouped(float *Y, const float *X, int64_t xs, int64_t xk,
         Y[((size_t)t * k + s) * rows + row] = m3d_round(sum, mode);
 }
 
+hipError_t m3g_gemv_grouped_ex(float *Y, const float *X, int64_t xs, int64_t xk, const void *base,
+                               int64_t expert_stride, int dtype, int rows, int cols,
+                               const int32_t *idx, int T, int k, int mode, int pdl,
+                               hipStream_t st)
+{
+    if (T <= 0 || k <= 0)
+        return hipSuccess;
+    GEMV_LAUNCH(k_gemv_grouped, dim3((rows + GEMV_ROWS - 1) / GEMV_ROWS, k, T), 0, pdl, st, Y, X,
+                xs, xk, base, expert_stride, dtype, rows, cols, idx, k, mode);
+}
+
 hipError_t m3g_gemv_grouped(float *Y, const float *X, int64_t xs, int64_t xk, const void *base,
                             int64_t expert_stride, int dtype, int rows, int cols,
                             const int32_t *idx, int T, int k, int mode, hipStream_t st)
 {
-    if (T <= 0 || k <= 0)
-        return hipSuccess;
-    hipLaunchKernelGGL(k_gemv_grouped, dim3((rows + GEMV_ROWS - 1) / GEMV_ROWS, k, T),
-                       dim3(32 * GEMV_ROWS), 0, st, Y, X, xs, xk, base, expert_stride, dtype,
-                       rows, cols, idx, k, mode);
-    return hipGetLastError();
-}
-
-/* Gate and up partials of one lane at once (bf16, cols % 8 == 0): each
- * accumulator gets exactly gemv_lane<1>'s operations in its order (the X
- * loads are shared), so the sums are bitwise those of two gemv_lane calls. */
-__device__ __forceinline__ void gemv_lane_gu(float &ag, float &au, const uint16_t *wg,
-                                             const uint16_t *wu, int cols, const float *X,
-                                             int lane)
-{
-    const uint4 *rg = (const uint4 *)wg, *ru = (const uint4 *)wu;
-    for (int c8 = lane; c8 < cols / 8; c8 += 32) {
-        const uint4 p = rg[c8], q = ru[c8];
-        const uint32_t pu[4] = {p.x, p.y, p.z, p.w}, qu[4] = {q.x, q.y, q.z, q.w};
-        float wv[8], vv[8];
-        for (int i = 0; i < 4; i++) {
-            wv[2 * i] = __uint_as_float(pu[i] << 16);
-            wv[2 * i + 1] = __uint_as_float(pu[i] & 0xffff0000u);
-            vv[2 * i] = __uint_as_float(qu[i] << 16);
-            vv[2 * i + 1] = __uint_as_float(qu[i] & 0xffff0000u);
-        }
-        const float4 *xr = (const float4 *)X + 2 * c8;
-        const float4 a = xr[0], b = xr[1];
-        ag += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x +
-              wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
-        au += vv[0] * a.x + vv[1] * a.y + vv[2] * a.z + vv[3] * a.w + vv[4] * b.x +
-              vv[5] * b.y + vv[6] * b.z + vv[7] * b.w;
-    }
+    return m3g_gemv_grouped_ex(Y, X, xs, xk, base, expert_stride, dtype, rows, cols, idx, T, k,
+                               mode, 1, st);
 }
 
 /* grid (ceil(rows / 8), k, T), block 256: warp = output row `row` of slot
@@ -1130,20 +1193,25 @@ __global__ void k_gemv_grouped_swiglu(float *Y, const float *X, int64_t xs, int6
                                       int dtype, int rows, int cols, const int32_t *idx, int k,
                                       gemv_out o, int mode)
 {
+    pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * GEMV_ROWS + (threadIdx.x >> 5);
     const int s = blockIdx.y, t = blockIdx.z;
     if (row >= rows)
         return;
+    pdl_wait(); /* idx and X: earlier kernels' outputs */
     const int e = idx[(size_t)t * k + s];
     const size_t esz = dtype == M3G_BF16 ? 2 : 4;
     const size_t eoff = (size_t)e * (size_t)estride * esz;
     const void *Wg = (const char *)gbase + eoff, *Wu = (const char *)ubase + eoff;
     const float *xr = X + t * xs + s * xk;
     float ag = 0.0f, au = 0.0f;
-    if (dtype == M3G_BF16 && (cols & 7) == 0) {
-        gemv_lane_gu(ag, au, (const uint16_t *)Wg + (size_t)row * cols,
-                     (const uint16_t *)Wu + (size_t)row * cols, cols, xr, lane);
+    if (dtype == M3G_BF16 && (cols & 7) == 0) { /* gate and up rows in one pass over X */
+        const uint4 *const wr[2] = {(const uint4 *)((const uint16_t *)Wg + (size_t)row * cols),
+                                    (const uint4 *)((const uint16_t *)Wu + (size_t)row * cols)};
+        float a2[2][1] = {{0.0f}, {0.0f}};
+        gemv_lane_bf16<1, 2>(a2, wr, cols, xr, 0, lane);
+        ag = a2[0][0], au = a2[1][0];
     } else {
         float a1[1] = {0.0f}, a2[1] = {0.0f};
         gemv_lane<1>(a1, Wg, dtype, cols, (size_t)row, xr, 0, lane);
@@ -1156,21 +1224,30 @@ __global__ void k_gemv_grouped_swiglu(float *Y, const float *X, int64_t xs, int6
             swiglu1(m3d_round(gs, mode), m3d_round(us, mode), o, mode);
 }
 
-hipError_t m3g_gemv_grouped_swiglu(float *act, const float *X, int64_t xs, int64_t xk,
-                                   const void *gate_base, const void *up_base,
-                                   int64_t expert_stride, int dtype, int rows, int cols,
-                                   const int32_t *idx, int T, int k, float alpha, float limit,
-                                   float beta, int mode, hipStream_t st)
+hipError_t m3g_gemv_grouped_swiglu_ex(float *act, const float *X, int64_t xs, int64_t xk,
+                                      const void *gate_base, const void *up_base,
+                                      int64_t expert_stride, int dtype, int rows, int cols,
+                                      const int32_t *idx, int T, int k, float alpha, float limit,
+                                      float beta, int mode, int pdl, hipStream_t st)
 {
     if (T <= 0 || k <= 0)
         return hipSuccess;
     gemv_out o;
     memset(&o, 0, sizeof o);
     o.alpha = alpha, o.limit = limit, o.beta = beta;
-    hipLaunchKernelGGL(k_gemv_grouped_swiglu, dim3((rows + GEMV_ROWS - 1) / GEMV_ROWS, k, T),
-                       dim3(32 * GEMV_ROWS), 0, st, act, X, xs, xk, gate_base, up_base,
-                       expert_stride, dtype, rows, cols, idx, k, o, mode);
-    return hipGetLastError();
+    GEMV_LAUNCH(k_gemv_grouped_swiglu, dim3((rows + GEMV_ROWS - 1) / GEMV_ROWS, k, T), 0, pdl,
+                st, act, X, xs, xk, gate_base, up_base, expert_stride, dtype, rows, cols, idx, k,
+                o, mode);
+}
+
+hipError_t m3g_gemv_grouped_swiglu(float *act, const float *X, int64_t xs, int64_t xk,
+                                   const void *gate_base, const void *up_base,
+                                   int64_t expert_stride, int dtype, int rows, int cols,
+                                   const int32_t *idx, int T, int k, float alpha, float limit,
+                                   float beta, int mode, hipStream_t st)
+{
+    return m3g_gemv_grouped_swiglu_ex(act, X, xs, xk, gate_base, up_base, expert_stride, dtype,
+                                      rows, cols, idx, T, k, alpha, limit, beta, mode, 1, st);
 }
 
 /* ---- fallback GEMM: Y [T, rows] = X [T, cols] W^T ----------------------- */

@@ -17,14 +17,77 @@
  * the selection; the arithmetic is unchanged. The routed experts' gate /
  * up GEMVs and k_swiglu run fused as linear.cu m3g_gemv_grouped_swiglu in
  * bin/m3-gpu (bitwise the same; m3g_swiglu stays for the prefill paths and
- * the dense MLP). Tuning next: a GEMM for the prefill router; PDL on the
- * router and combine (their successors are plain launches today).
+ * the dense MLP).
+ * PDL (sixth session): both router kernels and the combine release the
+ * next launch at their start and are launched with PDL by default
+ * (moe_launch; m3g_router_ex / m3g_moe_combine_ex pdl 0: plain launches),
+ * waiting for the previous kernel before reading; the scores kernel
+ * first asks L2 for its weight row (weights never depend on the previous
+ * kernel). Bitwise neutral (bench-gpu: both decode layers equal to the
+ * plain sequence); measured on the H200, bench-gpu --case "layer decode",
+ * MSA + MoE layer at 128K with / without PDL on these and the grouped
+ * expert GEMVs, same run: 285.95 / 285.75 us, and 308.38 / 309.18 us in a
+ * second run (whose GEMV default was a slower trial): no gain beyond
+ * noise; the routed MoE case 119.31 us (run J: 119.02). Tuning next: a
+ * GEMM for the prefill router.
  */
 #include <math.h>
 #include "common.cuh"
 #include "kernels.h"
 
 #define ROUTER_MAXE 1024
+
+/* Programmatic dependent launch (NVIDIA sm_90, CUDA only; no-ops and plain
+ * launches elsewhere). Each kernel below releases the next launch at its
+ * start and, when itself launched with the PDL attribute (moe_launch, pdl
+ * != 0), waits for the previous kernel (griddepcontrol.wait: that grid
+ * complete, its writes visible) before it reads any activation or writes
+ * anything; before the wait it touches only weights (the router scores'
+ * L2 prefetch of its weight row). So PDL changes no value: it lets these
+ * launches start, and the router stream its weights, while the previous
+ * kernel finishes (the residual + RMSNorm before the router releases at
+ * its start; the shared expert's GEMVs before the combine). */
+#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+__device__ __forceinline__ void moe_pdl_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void moe_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+/* n bytes at p into L2 (sm_90 bulk prefetch; p 16-byte aligned, n % 16 == 0) */
+__device__ __forceinline__ void moe_l2_prefetch(const void *p, unsigned n)
+{
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
+}
+template <typename... P, typename... A>
+static hipError_t moe_launch(void (*k)(P...), dim3 g, dim3 b, int pdl, hipStream_t st, A... a)
+{
+    if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1] = {};
+        cfg.gridDim = g;
+        cfg.blockDim = b;
+        cfg.dynamicSmemBytes = 0;
+        cfg.stream = st;
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        if (cudaLaunchKernelEx(&cfg, k, a...) == cudaSuccess)
+            return hipSuccess;
+        (void)hipGetLastError(); /* PDL refused: plain launch */
+    }
+    hipLaunchKernelGGL(k, g, b, 0, st, a...);
+    return hipGetLastError();
+}
+#else
+__device__ __forceinline__ void moe_pdl_release() {}
+__device__ __forceinline__ void moe_pdl_wait() {}
+__device__ __forceinline__ void moe_l2_prefetch(const void *p, unsigned n) { (void)p, (void)n; }
+template <typename... P, typename... A>
+static hipError_t moe_launch(void (*k)(P...), dim3 g, dim3 b, int pdl, hipStream_t st, A... a)
+{
+    (void)pdl;
+    hipLaunchKernelGGL(k, g, b, 0, st, a...);
+    return hipGetLastError();
+}
+#endif
 
 __device__ __forceinline__ int router_before(float va, int a, float vb, int b)
 {
@@ -38,10 +101,20 @@ __device__ __forceinline__ int router_before(float va, int a, float vb, int b)
 __global__ void k_router_scores(float *scores, const float *x, const void *rw, int rdt, int E,
                                 int H)
 {
+    moe_pdl_release();
     const int t = blockIdx.y, lane = threadIdx.x & 31;
     const int e = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (e >= E)
+    if (e >= E) {
+        moe_pdl_wait();
         return;
+    }
+    if (lane == 0 && blockIdx.y == 0) { /* the weight row does not depend on x */
+        const size_t esz = rdt == M3G_BF16 ? 2 : 4;
+        const char *row = (const char *)rw + (size_t)e * H * esz;
+        if (((uintptr_t)row & 15) == 0 && H * esz >= 16)
+            moe_l2_prefetch(row, (unsigned)(H * esz) & ~15u);
+    }
+    moe_pdl_wait(); /* x is the previous kernel's output */
     const float *xr = x + (size_t)t * H;
     float a = 0.0f; /* one accumulator, c ascending: loads batched, sums in order */
     for (int c0 = lane; c0 < H; c0 += 8 * 32) {
@@ -66,6 +139,8 @@ __global__ void k_router_select(int32_t *idx, float *wout, const float *scores, 
                                 const void *bias, int bdt, int k)
 {
     __shared__ float sc[ROUTER_MAXE], sb[ROUTER_MAXE];
+    moe_pdl_release();
+    moe_pdl_wait(); /* scores: the previous kernel's output */
     const int t = blockIdx.x;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         sc[e] = scores[(size_t)t * E + e];
@@ -125,18 +200,26 @@ __global__ void k_router_select(int32_t *idx, float *wout, const float *scores, 
         wout[(size_t)t * k + j] = sc[id[j]] / sum;
 }
 
-hipError_t m3g_router(int32_t *idx, float *w, float *scores, const float *x, m3g_mat router,
-                      const void *bias, int bias_dtype, int T, int k, hipStream_t st)
+hipError_t m3g_router_ex(int32_t *idx, float *w, float *scores, const float *x, m3g_mat router,
+                         const void *bias, int bias_dtype, int T, int k, int pdl, hipStream_t st)
 {
     if (T <= 0)
         return hipSuccess;
     if (router.rows > ROUTER_MAXE || k <= 0 || k > 32)
         return hipErrorInvalidValue;
-    hipLaunchKernelGGL(k_router_scores, dim3((unsigned)(router.rows + 1) / 2, T), dim3(64), 0,
-                       st, scores, x, router.data, router.dtype, router.rows, router.cols);
-    hipLaunchKernelGGL(k_router_select, dim3(T), dim3(256), 0, st, idx, w, scores, router.rows,
-                       bias, bias_dtype, k);
-    return hipGetLastError();
+    hipError_t e = moe_launch(k_router_scores, dim3((unsigned)(router.rows + 1) / 2, T), dim3(64),
+                              pdl, st, scores, x, router.data, router.dtype, router.rows,
+                              router.cols);
+    if (e != hipSuccess)
+        return e;
+    return moe_launch(k_router_select, dim3(T), dim3(256), pdl, st, idx, w, (const float *)scores,
+                      router.rows, bias, bias_dtype, k);
+}
+
+hipError_t m3g_router(int32_t *idx, float *w, float *scores, const float *x, m3g_mat router,
+                      const void *bias, int bias_dtype, int T, int k, hipStream_t st)
+{
+    return m3g_router_ex(idx, w, scores, x, router, bias, bias_dtype, T, k, 1, st);
 }
 
 __global__ void k_swiglu(float *act, const float *gate, const float *up, int64_t n, float alpha,
@@ -173,6 +256,8 @@ __global__ void k_moe_combine(float *__restrict__ y, const float *__restrict__ y
                               const float *__restrict__ w, const float *__restrict__ shared,
                               int k, int H, float scale, int mode)
 {
+    moe_pdl_release();
+    moe_pdl_wait(); /* ye, w, shared: earlier kernels' outputs */
     const int t = blockIdx.y;
     const int h0 = blockIdx.x * 4 * blockDim.x + threadIdx.x;
     for (int q = 0; q < 4; q++) {
@@ -189,12 +274,17 @@ __global__ void k_moe_combine(float *__restrict__ y, const float *__restrict__ y
     }
 }
 
-hipError_t m3g_moe_combine(float *y, const float *ye, const float *w, const float *shared, int T,
-                           int k, int H, float scale, int mode, hipStream_t st)
+hipError_t m3g_moe_combine_ex(float *y, const float *ye, const float *w, const float *shared,
+                              int T, int k, int H, float scale, int mode, int pdl, hipStream_t st)
 {
     if (T <= 0)
         return hipSuccess;
-    hipLaunchKernelGGL(k_moe_combine, dim3((unsigned)(H + 1023) / 1024, T), dim3(256), 0, st, y, ye, w, shared, k, H, scale,
-                       mode);
-    return hipGetLastError();
+    return moe_launch(k_moe_combine, dim3((unsigned)(H + 1023) / 1024, T), dim3(256), pdl, st, y,
+                      ye, w, shared, k, H, scale, mode);
+}
+
+hipError_t m3g_moe_combine(float *y, const float *ye, const float *w, const float *shared, int T,
+                           int k, int H, float scale, int mode, hipStream_t st)
+{
+    return m3g_moe_combine_ex(y, ye, w, shared, T, k, H, scale, mode, 1, st);
 }

@@ -60,6 +60,56 @@
  * skipping the local top-k where a block has no more MSA blocks than it must
  * keep, the merge reading single keys (23.1-24.1 us, removed).
  *
+ * Sixth session (2026-11-30, two helper runs, bench-gpu --case "indexer
+ * decode", this kernel unchanged): 128K 20.17 / 20.63 us (34.7% / 33.9%),
+ * 1M 76.90 / 77.51 us (72.7% / 72.1%); block scores only 15.35 / 15.58
+ * and 69.87 / 71.06 us; no merge 17.67 / 18.03 and 72.47 / 73.66 us;
+ * stream-only ceiling at 128K 10.18 / 10.22 (1 block per SM), 9.38 / 9.35
+ * us (8 per SM). Where the 128K time goes, from per-block %globaltimer
+ * stamps (a diagnostic build, previous configuration, the launch after
+ * another one in the graph, medians over the 132 blocks, us from the first
+ * block's entry): the previous launch's last block exits at 6.1; the
+ * grid-dependency wait returns at 7.2 (~1.1 us of grid completion; the
+ * prologue's copies were requested at 1.5, ~1.2 us after entry: the page
+ * table read, likely an L2 miss once the stream has evicted it); q is in
+ * shared memory at 8.7 (1.4 us for 2 KB after the wait); streaming ends at
+ * 18.8 (10.1 us); block maxima 19.4; local lists 20.7 (idx_wsel takes 1.3
+ * us even for 8 keys; its rank loop is already unrolled in the PTX, so
+ * single-warp latency or a cold instruction fetch, not isolated);
+ * published 21.0; ticket 21.6 (the stamped build runs ~1.6 us slower than
+ * the same configuration unstamped). The last block is block 131, placed
+ * on the SM that ran the previous merge, so it enters 7.8 us late: its
+ * stream ends at 21.0, its ticket at 25.0, the
+ * lists are staged at 25.5 and the merge ends at 28.1 (2.6 us inside
+ * idx_wsel for 132 lists of 8 keys). So 70% at 128K (10.0 us) would need
+ * the stream-only time for everything; what is left to cut is the serial
+ * chain around it: ~1.4 us of q, ~2.9 us of block maxima / local lists /
+ * ticket, ~3 us of merge, and the late start of the merging SM's next
+ * block. Tried (run 1, all checks bitwise, removed): 8 warps x 3 stages at
+ * 4 keys per lane with 2 slots before the wait 22.08 us (q then queues
+ * behind the copies: read 2.7 us after the wait); the ring's other slots
+ * requested right after the wait, before q: 12 x 2 at 1 / 2 / 4 keys per
+ * lane 19.93 / 20.12 / 20.98 us (the default in the same run 20.17: noise);
+ * short local lists ranked by 31 shuffles instead of idx_wsel: 1.3 -> 0.5
+ * us for that phase, total within noise; L2::256B hint at 4 keys per lane
+ * 25.35 us. Run 2 added an L2 evict_first policy on the key copies (so the
+ * page table, q, the lists and the code would stay in L2), q and the range
+ * words read before those copies with an L2 prefetch of q before the wait,
+ * and unrolled shuffle-rank / survivor-rank loops: every configuration it
+ * checked was bitwise, but the 12 warps x 2 stages x 4 keys instantiation
+ * stopped with "an illegal instruction was encountered" on its first launch
+ * (128K and 1M; the 8 x 3 x 4 and 12 x 2 x 1 / 2 ones passed), cause not
+ * found without a disassembler, so nothing of run 2 was timed and it was
+ * all removed. ncu (run 2, that build's 8 x 3 x 4 kernel replayed alone,
+ * cold): DRAM 24.5%, 0.30 issued warps per scheduler, no eligible warp 69.6%
+ * of cycles. Merged this session without changing the kernels: the bf16
+ * unpack and the dot-product step of mix_stream and idx_unit (msa_bf16x8,
+ * msa_dot), the SM-count query (msa_nsm) and the PDL launch
+ * (idx_launch_pdl); nvcc -ptx of the file equals the previous one's except
+ * where nvcc splits a shared float4 load of q into v4 + v2 (.pragma
+ * used_bytes_mask) or not, which also varies between two compiles of the
+ * unchanged file.
+ *
  * Prefill (large T) runs the same kernels with one block per row (correct,
  * not tuned; the scores are a [T x G*d] by [d x keys] GEMM with a block-max
  * epilogue).
@@ -75,6 +125,37 @@
 #else
 #define MSA_UNROLL _Pragma("unroll")
 #endif
+
+/* Shared by the streaming score loops (mix_stream, idx_unit; k_msa_bs_stream
+ * keeps its own loop form, whose PTX these helpers would reorder): the 8
+ * fp32 values of a 16-byte chunk of bf16 bits, low half first */
+static __device__ __forceinline__ void msa_bf16x8(const uint4 v, float (&kv)[8])
+{
+    kv[0] = __uint_as_float(v.x << 16);
+    kv[1] = __uint_as_float(v.x & 0xffff0000u);
+    kv[2] = __uint_as_float(v.y << 16);
+    kv[3] = __uint_as_float(v.y & 0xffff0000u);
+    kv[4] = __uint_as_float(v.z << 16);
+    kv[5] = __uint_as_float(v.z & 0xffff0000u);
+    kv[6] = __uint_as_float(v.w << 16);
+    kv[7] = __uint_as_float(v.w & 0xffff0000u);
+}
+
+/* a + q[0] k[0] + ... + q[N-1] k[N-1], one accumulator in ascending order:
+ * FMA 1 fmaf (bitwise the same where every product is exact, see "FMA
+ * exactness"), 0 multiply then add (as ref) */
+template <int N, int FMA>
+static __device__ __forceinline__ float msa_dot(float a, const float *q, const float *k)
+{
+MSA_UNROLL
+    for (int e = 0; e < N; e++) {
+        if (FMA)
+            a = fmaf(q[e], k[e], a);
+        else
+            a += q[e] * k[e];
+    }
+    return a;
+}
 
 /* grid (nbmax, T), block 32 * nw threads; shared iq [G][d] + tile [32][d+1]. */
 __global__ void k_msa_block_scores(float *bs, const float *iq, const float *ikc,
@@ -816,16 +897,9 @@ MSA_UNROLL
 MSA_UNROLL
             for (int i = 0; i < KPT; i++) {
                 const uint4 v = *(const uint4 *)(buf + (tid + i * NT) * ROW + cc * 16);
-                float kv[VPC];
-                if (BF) {
-                    kv[0] = __uint_as_float(v.x << 16);
-                    kv[1] = __uint_as_float(v.x & 0xffff0000u);
-                    kv[2 % VPC] = __uint_as_float(v.y << 16);
-                    kv[3 % VPC] = __uint_as_float(v.y & 0xffff0000u);
-                    kv[4 % VPC] = __uint_as_float(v.z << 16);
-                    kv[5 % VPC] = __uint_as_float(v.z & 0xffff0000u);
-                    kv[6 % VPC] = __uint_as_float(v.w << 16);
-                    kv[7 % VPC] = __uint_as_float(v.w & 0xffff0000u);
+                float kv[8];
+                if constexpr (BF) {
+                    msa_bf16x8(v, kv);
                 } else {
                     kv[0] = __uint_as_float(v.x);
                     kv[1] = __uint_as_float(v.y);
@@ -833,17 +907,8 @@ MSA_UNROLL
                     kv[3] = __uint_as_float(v.w);
                 }
 MSA_UNROLL
-                for (int g = 0; g < NG; g++) {
-                    float a = acc[i][g];
-MSA_UNROLL
-                    for (int e = 0; e < VPC; e++) {
-                        if (FMA)
-                            a = fmaf(qv[g][e], kv[e], a);
-                        else
-                            a += qv[g][e] * kv[e];
-                    }
-                    acc[i][g] = a;
-                }
+                for (int g = 0; g < NG; g++)
+                    acc[i][g] = msa_dot<VPC, FMA>(acc[i][g], qv[g], kv);
             }
         }
         if (sl != nsl - 1)
@@ -1222,13 +1287,15 @@ __global__ void k_mix_indexer(int32_t *out, float *bs, const float *iq, const vo
         ctr[t] = 0; /* ready for the next launch */
 }
 
-/* Thread blocks per row: per_sm resident blocks on every SM, split over
- * the T rows, at most one per MSA block. */
-static int mix_grid_p(int per_sm, int T, int nbmax)
-{
 #ifndef MIX_EMU_NSM
 #define MIX_EMU_NSM 2 /* emulation: "SMs" (tests may raise it to exercise large grids) */
 #endif
+
+/* SMs of the current device (host only; MIX_EMU_NSM in the emulation, 1 if
+ * the query fails): the grids of the fused and streaming indexers and of
+ * the bandwidth ceiling. */
+static int msa_nsm(void)
+{
     int nsm = MIX_EMU_NSM;
 #if !defined(M3_EMU)
     int dev = 0;
@@ -1237,6 +1304,14 @@ static int mix_grid_p(int per_sm, int T, int nbmax)
         nsm < 1)
         nsm = 1;
 #endif
+    return nsm;
+}
+
+/* Thread blocks per row: per_sm resident blocks on every SM, split over
+ * the T rows, at most one per MSA block. */
+static int mix_grid_p(int per_sm, int T, int nbmax)
+{
+    const int nsm = msa_nsm();
     int P = per_sm * nsm / T;
     P = P < 1 ? 1 : P;
     P = P > nbmax ? nbmax : P;
@@ -1557,28 +1632,11 @@ MSA_UNROLL
             }
 MSA_UNROLL
             for (int k = 0; k < KPT; k++) {
-                const uint4 v = *(const uint4 *)(stage + (lane + 32 * k) * SB + ((c ^ sw) << 4));
                 float kv[8];
-                kv[0] = __uint_as_float(v.x << 16);
-                kv[1] = __uint_as_float(v.x & 0xffff0000u);
-                kv[2] = __uint_as_float(v.y << 16);
-                kv[3] = __uint_as_float(v.y & 0xffff0000u);
-                kv[4] = __uint_as_float(v.z << 16);
-                kv[5] = __uint_as_float(v.z & 0xffff0000u);
-                kv[6] = __uint_as_float(v.w << 16);
-                kv[7] = __uint_as_float(v.w & 0xffff0000u);
+                msa_bf16x8(*(const uint4 *)(stage + (lane + 32 * k) * SB + ((c ^ sw) << 4)), kv);
 MSA_UNROLL
-                for (int g = 0; g < NG; g++) {
-                    float a = acc[k][g];
-MSA_UNROLL
-                    for (int e = 0; e < 8; e++) {
-                        if (FMA)
-                            a = fmaf(q[g][e], kv[e], a);
-                        else
-                            a += q[g][e] * kv[e];
-                    }
-                    acc[k][g] = a;
-                }
+                for (int g = 0; g < NG; g++)
+                    acc[k][g] = msa_dot<8, FMA>(acc[k][g], q[g], kv);
             }
         }
     }
@@ -1979,19 +2037,38 @@ MSA_UNROLL
  * block and IDX_PMAX. */
 static int idx_grid_p(int T, int nbmax)
 {
-    int nsm = MIX_EMU_NSM;
-#if !defined(M3_EMU)
-    int dev = 0;
-    if (hipGetDevice(&dev) != hipSuccess ||
-        hipDeviceGetAttribute(&nsm, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess ||
-        nsm < 1)
-        nsm = 1;
-#endif
+    const int nsm = msa_nsm();
     int P = nsm / (T > 0 ? T : 1);
     P = P < 1 ? 1 : P;
     P = P > nbmax ? nbmax : P;
     return P > IDX_PMAX ? IDX_PMAX : P;
 }
+
+#if MIX_CPASYNC
+/* Launch with programmatic dependent launch (the kernel may start before
+ * the previous kernel in the stream ends; it waits with griddepcontrol.wait
+ * before touching that kernel's outputs). 1 = launched; 0 = refused (the
+ * error cleared: the caller launches plainly). Host only, NVIDIA only. */
+template <typename... KA, typename... A>
+static int idx_launch_pdl(void (*kern)(KA...), dim3 grid, dim3 block, size_t shm,
+                          hipStream_t st, A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = shm;
+    cfg.stream = st;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, kern, args...) == cudaSuccess)
+        return 1;
+    (void)cudaGetLastError(); /* PDL refused */
+    return 0;
+}
+#endif
 
 template <int NG, int NW, int ST, int KPT, int FMA>
 static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const void *ikc,
@@ -2007,23 +2084,10 @@ static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const voi
     if (cudaFuncSetAttribute(k_idx<NG, NW, ST, KPT, FMA>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) != cudaSuccess)
         return hipErrorInvalidValue;
-    if (pdl) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1] = {};
-        cfg.gridDim = dim3(P, T);
-        cfg.blockDim = dim3(NW * 32);
-        cfg.dynamicSmemBytes = shm;
-        cfg.stream = st;
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        if (cudaLaunchKernelEx(&cfg, k_idx<NG, NW, ST, KPT, FMA>, out, bs, iq, ik, page_table, B,
-                               pos0, T, nbmax, topk, local_blocks, init_blocks, ctr, w, ikr,
-                               flags) == cudaSuccess)
-            return hipSuccess;
-        (void)cudaGetLastError(); /* PDL refused: plain launch */
-    }
+    if (pdl && idx_launch_pdl(k_idx<NG, NW, ST, KPT, FMA>, dim3(P, T), dim3(NW * 32), shm, st, out,
+                              bs, iq, ik, page_table, B, pos0, T, nbmax, topk, local_blocks,
+                              init_blocks, ctr, w, ikr, flags))
+        return hipSuccess;
 #else
     (void)pdl;
 #endif
@@ -2111,31 +2175,11 @@ MSA_UNROLL
 static hipError_t idx_ceil_launch(const void *p, int64_t nbytes, float *sink, int mult, int pdl,
                                   hipStream_t st)
 {
-    int nsm = MIX_EMU_NSM;
-#if !defined(M3_EMU)
-    int dev = 0;
-    if (hipGetDevice(&dev) != hipSuccess ||
-        hipDeviceGetAttribute(&nsm, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess ||
-        nsm < 1)
-        nsm = 1;
-#endif
-    const dim3 grid((unsigned)(nsm * mult));
+    const dim3 grid((unsigned)(msa_nsm() * mult));
     const int64_t n16 = nbytes / 16;
 #if MIX_CPASYNC
-    if (pdl) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1] = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(384);
-        cfg.stream = st;
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        if (cudaLaunchKernelEx(&cfg, k_idx_ceil, (const uint4 *)p, n16, sink) == cudaSuccess)
-            return hipSuccess;
-        (void)cudaGetLastError();
-    }
+    if (pdl && idx_launch_pdl(k_idx_ceil, grid, dim3(384), 0, st, (const uint4 *)p, n16, sink))
+        return hipSuccess;
 #else
     (void)pdl;
 #endif

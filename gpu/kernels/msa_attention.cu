@@ -25,11 +25,22 @@
  *  - S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 x bf16 -> fp32: exact
  *    products, fp32 sums).
  * Kernels (m3g_msa_attention_prefill_tuned variants; MSA_DEFAULT_VARIANT):
- *  7 (default since 2026-11-29's fifth session) k_msa_ws<.., ONLINE 3, 11
- *    rows>: variant 5 with its pass 2 pipelined as variant 6 (64-key pieces,
- *    Q K^T of piece i + 1 interleaved with P V of piece i); the same S, p
- *    and P V order per output element as 5, so bitwise the same results
- *    (exact p); 1.4-1.7% faster (below);
+ *  8 (default since 2026-11-30's sixth session) k_msa_ws<.., ONLINE 3, 11
+ *    rows, PRO 1>: variant 7 with a cheap tile prologue (the row union
+ *    without an integer division per candidate pair, the Q loads issued
+ *    before it); the same union, so bitwise 7's and 5's results; 9.1-11.9%
+ *    faster than 7 (the sixth session, below);
+ *  9 k_msa_ws<.., ONLINE 3, 11 rows, PRO 3>: 8 with the union in ascending
+ *    block id instead of first-seen order (each row's chosen blocks spread
+ *    evenly over the ring, fewer waits for the slowest row); exact p, but
+ *    the fp32 sums of L and P V run in another order than 5's, so ~0.2% of
+ *    the outputs differ from 5's by rounding; 1.9-2.7% faster than 8; not
+ *    the default (not bitwise the validated kernels; see below);
+ *  7 (default from 2026-11-29's fifth session to the sixth) k_msa_ws<..,
+ *    ONLINE 3, 11 rows>: variant 5 with its pass 2 pipelined as variant 6
+ *    (64-key pieces, Q K^T of piece i + 1 interleaved with P V of piece i);
+ *    the same S, p and P V order per output element as 5, so bitwise the
+ *    same results (exact p); 1.4-1.7% faster (below);
  *  5 / 2: two passes with exact p (pass 1: S, running max and sum;
  *    pass 2: S again, p = bf16(exp(s - M) / L), P V), 11 / 8 rows (2 was the
  *    default before 2026-11-29's fourth session, 5 until its fifth);
@@ -141,6 +152,54 @@
  * per-warp latency chains (3 warps per sub-partition) bound them, and the
  * pairs' bursty work (a warp doing both rows of one block, then none) holds
  * the ring, whose every slot waits for all 11 consumers.
+ * Sixth session (2026-11-30, three device calls; H200, bench-gpu, median of
+ * 20). Call 1, the first profile of the kernel (ncu, one launch of variant
+ * 7 on the pool24 slab, clocks locked by ncu at 1.37 GHz: 1.24 ms, 748 CTAs
+ * of 384 threads = 5.67 waves, 167 registers, 226.3 KB shared, 3 warps per
+ * scheduler): issue slots busy 29.4%, no eligible warp 67.3% of cycles,
+ * tensor pipe 33.8% (the busiest), L1 59.8%, L2 24.4%, DRAM 3.9%. Warp
+ * samples: ~16% in the tile prologue, where the row union's O(n^2) loop
+ * took an integer division (j / topk, MUFU.RCP chain) for every matching
+ * candidate pair (6.1%, plus 7.0% of the other warps waiting at the CTA
+ * barrier after it) and the Q rows came in as 16 dependent global loads
+ * per lane (3.3%); ~19% waiting for full ring slots (pass 2 K 7.2%, pass 1
+ * 5.3%, skipping rows' V 5.1%, pass 2 V 1.2%); the producer waited for
+ * empty slots only 1.7%; pass 1 26.7%, pass 2 47.1%. In the same call: 7
+ * 988.50 us on the slab (inside ncu), whole prompt 7 54,313.14 us, 5
+ * 54,776.00, 6 40,477.68. Variant 8 fixes the prologue (PRO bit 0, above),
+ * bitwise the same union. Call 3 (one process, --case "msa prefill s6";
+ * pool24): slab 5 966.52 us (13.9% of peak), 7 950.65 (14.2%), 8 837.89
+ * (16.1%), 9 814.94 (16.5%); whole 131,072-token prompt 5 54,687.92 us, 7
+ * 53,865.05, 8 48,980.93 (17.5%, cv 1.1%), 9 48,036.55 (17.8%). Against
+ * dense causal SDPA's 503.3 ms (run J of the previous session): 7 9.34x, 8
+ * 10.28x (issue 8's >= 10x with exact p: met), 9 10.48x. Checks in the same
+ * call: 8 bitwise equal to 5 on every output word of the slab (16,777,216)
+ * and of the whole prompt (1,073,741,824); nmse vs the host golden 9.06e-8 /
+ * 3.91e-10 (as 5, 7); the six edge shapes as 5 (<= 2.41e-8). 9: nmse 9.22e-8
+ * / 3.81e-10, edges <= 2.46e-8, bitwise equal to 5 on 99.80% / 99.81% of
+ * the words (the rest differ by the fp32 summation order of L and P V); the
+ * ring model that suggested it (11 rows, pool of 24, 5 slots) predicted
+ * 5-9% from the balanced order, the H200 gave 1.9-2.7% (warps that wait
+ * give their issue slots to the others of their scheduler). Tried and
+ * dropped: a producer issuing one cp.async.bulk (TMA, no tensor map) per
+ * 256-byte row, completion by the mbarrier's transaction count (call 2):
+ * bitwise 5's results but 2309.43 us on the slab: ptxas issues the bulk
+ * copies of a warp's lanes one lane at a time (R2UR + BRA.U.ANY loop) and
+ * the consumers waited for full slots 64% of the time; pass 1 software-
+ * pipelined (S of a row's next chosen block in the same straight-line code
+ * as the exponentials of the previous one, two S buffers with alternating
+ * roles; one buffer copied each block spilled 64-124 bytes), bitwise 5's
+ * results (call 3): slab 861.94 us, whole prompt 49,626.32 us (the default
+ * case, the same kernel in the same call: 48,821.10, cv 2.3%), not faster
+ * than 8. Profile of that kernel (call 3, one launch, slab, 1.37 GHz): 1.12
+ * ms, no eligible warp 66.6%, the prologue barrier 1.5% of samples, the
+ * ring waits ~27% (pass 2 K 7.9%, skipping rows' V 5.9%, pass 1 6.5%,
+ * producer 2.2%, pass 2 V 1.8%), HMMA 35%, L1 67.6%. So the limit now is the
+ * ring: every slot waits for the slowest of 11 rows and a refill takes an
+ * L2 round trip; next: the union order of 9 once the model vectors accept
+ * it, more ring slots (Q out of shared memory), a tensor-map TMA producer
+ * (one copy per slot, swizzled slots), persistent CTAs. 40% of peak: not
+ * met (17.5%).
  */
 #include <math.h>
 #include "common.cuh"
@@ -332,6 +391,51 @@ __device__ __forceinline__ void msa_qk(float s[16][4], const uint32_t qa[HD / 16
     }
 }
 
+__device__ __forceinline__ float msa_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Pass 1's running statistics of the two-pass kernels for one staged block
+ * (s: S of the warp's 16 heads x 128 keys, keys it may not see -inf): per
+ * head (lane/4, lane/4 + 8), n = max(m, (max s) c2) and, when n is finite,
+ * l = l 2^(m - n) + the sum over nn ascending of 2^(s c2 - n) (l = 0 while m
+ * = -inf), m = n. APPROX: exp2 as ex2.approx.ftz (k_msa_ws), else exp2f
+ * (k_msa_tc). */
+template <bool APPROX>
+__device__ __forceinline__ float msa_exp2(float x)
+{
+    return APPROX ? msa_ex2(x) : exp2f(x);
+}
+template <bool APPROX>
+__device__ __forceinline__ void msa_pass1_stats(const float sc[16][4], float c2, float &m0,
+                                                float &m1, float &l0, float &l1)
+{
+    float x0, x1;
+    m3t_row_max<16>(sc, x0, x1);
+    /* c2 > 0: max of acc * c2 = (max acc) * c2 */
+    const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
+    float e0 = 0.0f, e1 = 0.0f;
+    if (n0 > -INFINITY) {
+#pragma unroll
+        for (int nn = 0; nn < 16; nn++)
+            e0 += msa_exp2<APPROX>(__fmaf_rn(sc[nn][0], c2, -n0)) +
+                  msa_exp2<APPROX>(__fmaf_rn(sc[nn][1], c2, -n0));
+        l0 = (m0 == -INFINITY ? 0.0f : l0 * msa_exp2<APPROX>(m0 - n0)) + e0;
+        m0 = n0;
+    }
+    if (n1 > -INFINITY) {
+#pragma unroll
+        for (int nn = 0; nn < 16; nn++)
+            e1 += msa_exp2<APPROX>(__fmaf_rn(sc[nn][2], c2, -n1)) +
+                  msa_exp2<APPROX>(__fmaf_rn(sc[nn][3], c2, -n1));
+        l1 = (m1 == -INFINITY ? 0.0f : l1 * msa_exp2<APPROX>(m1 - n1)) + e1;
+        m1 = n1;
+    }
+}
+
 /* grid (ceil(T / R), nkv), block R * 32. */
 template <int HD, int KVBF>
 __global__ void __launch_bounds__(MSA_R * 32, 1)
@@ -471,27 +575,7 @@ __global__ void __launch_bounds__(MSA_R * 32, 1)
             msa_qk<HD>(sc, qa, Ks, lane);
             msa_mask_keys(sc, b, pos, B, lane);
             if (!pass2) {
-                float x0, x1;
-                m3t_row_max<16>(sc, x0, x1);
-                /* c2 > 0: max of acc * c2 = (max acc) * c2 */
-                const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
-                float e0 = 0.0f, e1 = 0.0f;
-                if (n0 > -INFINITY) {
-#pragma unroll
-                    for (int nn = 0; nn < 16; nn++)
-                        e0 += exp2f(__fmaf_rn(sc[nn][0], c2, -n0)) +
-                              exp2f(__fmaf_rn(sc[nn][1], c2, -n0));
-                    l0 = (m0 == -INFINITY ? 0.0f : l0 * exp2f(m0 - n0)) + e0;
-                    m0 = n0;
-                }
-                if (n1 > -INFINITY) {
-#pragma unroll
-                    for (int nn = 0; nn < 16; nn++)
-                        e1 += exp2f(__fmaf_rn(sc[nn][2], c2, -n1)) +
-                              exp2f(__fmaf_rn(sc[nn][3], c2, -n1));
-                    l1 = (m1 == -INFINITY ? 0.0f : l1 * exp2f(m1 - n1)) + e1;
-                    m1 = n1;
-                }
+                msa_pass1_stats<false>(sc, c2, m0, m1, l0, l1);
             } else {
                 const uint16_t *Vs = Ks + MSA_KT * LD;
 #pragma unroll
@@ -546,7 +630,7 @@ static hipError_t msa_tc_launch(float *out, const float *q, const void *kc, cons
 }
 
 /* ---- warp-specialized tensor-core kernels (NVIDIA; the default) -----------
- * k_msa_ws<HD, KVBF, ONLINE, RR>: the tile of k_msa_tc with RR query rows,
+ * k_msa_ws<HD, KVBF, ONLINE, RR, PRO>: the tile of k_msa_tc with RR query rows,
  * but no CTA-wide barrier per step: warp RR (the producer) streams the union
  * blocks' K and V through a ring of MSA_NS slots of one 128-row K or V block
  * each (cp.async, zero-fill, completion signalled on a per-slot "full"
@@ -574,6 +658,11 @@ static hipError_t msa_tc_launch(float *out, const float *q, const void *kc, cons
  *   stream and pass 1; pass 2 is ONLINE 2's piece pipeline without the
  *   running max (p = bf16(2^(s c2 - m) * (1 / L)) with pass 1's final m, L:
  *   msa_exact_half), so its results are bitwise those of ONLINE 0.
+ * PRO (tile prologue and union order; 0 for variants 2-7): bit 0: the union
+ *   computed by rows (no division, no branch per candidate pair) and each
+ *   consumer's Q row requested before it (registers, stored as bf16 after the
+ *   last CTA barrier); bit 1: the union listed in ascending block id (rank =
+ *   number of distinct smaller ids) instead of first-seen order.
  * RR <= 11: 12 warps = 3 per SM sub-partition, whose 16,384 registers allow
  * 168 per thread (a 13th warp would cap it at 128 and spill); 11 rows also
  * fill the shared memory (5 slots + Q of 11 rows + barriers and lists, hd
@@ -610,13 +699,6 @@ __device__ __forceinline__ void msa_bar_wait(uint64_t *b, uint32_t par)
                      : "memory");
     } while (!ok);
 }
-__device__ __forceinline__ float msa_ex2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* msa_qk with the Q fragments read from shared memory (Qw: 16 rows x HD at
  * stride HD + 8) at each k-step instead of held in registers. */
 template <int HD>
@@ -911,7 +993,7 @@ __device__ __forceinline__ void msa_piece_pipe(float o[HD / 8][4], float &m0, fl
     }
 }
 
-template <int HD, int KVBF, int ONLINE, int RR>
+template <int HD, int KVBF, int ONLINE, int RR, int PRO>
 __global__ void __launch_bounds__((RR + 1) * 32, 1)
     k_msa_ws(float *out, const float *q, const void *kc, const void *vc,
              const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
@@ -927,6 +1009,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
     int *ulist = cand + RR * MSA_MAXK;                   /* union block ids */
     int *umask = ulist + RR * MSA_MAXK;                  /* rows that chose each */
     int *wcnt = umask + RR * MSA_MAXK;                   /* [R] */
+    int *dcand = wcnt + RR; /* PRO & 2: [R * topk] first occurrences (else -1) */
 
     /* ONLINE 3: two passes with exact p as ONLINE 0, pass 2 pipelined */
     constexpr bool TWO = ONLINE == 0 || ONLINE == 3;
@@ -944,6 +1027,20 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+    /* PRO & 1: each consumer warp requests its Q row now (registers), so the
+     * loads overlap the union below; converted after the last CTA barrier */
+    constexpr int QV = (PRO & 1) ? HD / 8 : 1; /* float4 per lane: 16 heads x HD / 4 / 32 */
+    float4 qv[QV];
+    if (PRO & 1) {
+        const int t = t0 + w;
+#pragma unroll
+        for (int i = 0; i < QV; i++) {
+            const int e = lane + 32 * i, hh = e / (HD / 4), d4 = e % (HD / 4);
+            qv[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (w < RR && t < T && hh < hpg)
+                qv[i] = ((const float4 *)(q + ((size_t)t * nh + (size_t)g * hpg + hh) * HD))[d4];
+        }
+    }
     /* candidate blocks of the tile's rows; union with row masks (as k_msa_tc) */
     const int n = RR * topk;
     if (tid < n) {
@@ -959,13 +1056,38 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
     __syncthreads();
     int dup = 0, mask = 0;
     const int b_me = tid < n ? cand[tid] : -1;
-    if (b_me >= 0)
+    if (PRO & 1) { /* the same dup and mask, by rows: no division, no branch per entry
+                    * (the loop with j / topk per match: ~13% of the warp samples) */
+        if (b_me >= 0)
+            for (int r = 0, j0 = 0; r < RR; r++, j0 += topk) {
+                int hit = 0;
+#pragma unroll 4
+                for (int e = 0; e < topk; e++) {
+                    const int same = cand[j0 + e] == b_me;
+                    hit |= same;
+                    dup |= same & (j0 + e < tid);
+                }
+                mask |= hit << r;
+            }
+    } else if (b_me >= 0)
         for (int j = 0; j < n; j++)
             if (cand[j] == b_me) {
                 dup |= j < tid;
                 mask |= 1 << (j / topk);
             }
     const int first = b_me >= 0 && !dup;
+    int rank = 0; /* PRO & 2: the block's place in the union = distinct smaller ids */
+    if (PRO & 2) {
+        if (tid < n)
+            dcand[tid] = first ? b_me : -1;
+        __syncthreads();
+        if (first)
+#pragma unroll 4
+            for (int j = 0; j < n; j++) {
+                const int x = dcand[j];
+                rank += x >= 0 && x < b_me;
+            }
+    }
     const unsigned bal = __ballot_sync(0xffffffffu, first);
     if (lane == 0 && w < RR)
         wcnt[w] = __popc(bal);
@@ -976,7 +1098,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
         nU += wcnt[i];
     }
     if (first) {
-        const int k = off + __popc(bal & ((1u << lane) - 1u));
+        const int k = (PRO & 2) ? rank : off + __popc(bal & ((1u << lane) - 1u));
         ulist[k] = b_me;
         umask[k] = mask;
     }
@@ -1010,7 +1132,15 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
     const int64_t pos = pos0 + t;
     const int h0 = lane >> 2;
     uint16_t *Qw = Qs + w * 16 * LD; /* this warp's 16 heads x HD, bf16 */
-    for (int e = lane; e < 16 * HD / 4; e += 32) {
+    if (PRO & 1) {
+#pragma unroll
+        for (int i = 0; i < QV; i++) {
+            const int e = lane + 32 * i, hh = e / (HD / 4), d4 = e % (HD / 4);
+            *(uint2 *)(Qw + hh * LD + 4 * d4) = make_uint2(m3t_pack_bf16(qv[i].x, qv[i].y),
+                                                           m3t_pack_bf16(qv[i].z, qv[i].w));
+        }
+    }
+    for (int e = lane; e < (PRO & 1 ? 0 : 16 * HD / 4); e += 32) {
         const int hh = e / (HD / 4), d4 = e % (HD / 4);
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (t < T && hh < hpg)
@@ -1112,28 +1242,8 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
         float sc[16][4];
         msa_score_slot<HD>(sc, sel, ulist, u, c, full, empty, S0, Qw, pos, B, lane);
         if (!pass2) {
-            if (sel) {
-                float x0, x1;
-                m3t_row_max<16>(sc, x0, x1);
-                const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
-                float e0 = 0.0f, e1 = 0.0f;
-                if (n0 > -INFINITY) {
-#pragma unroll
-                    for (int nn = 0; nn < 16; nn++)
-                        e0 += msa_ex2(__fmaf_rn(sc[nn][0], c2, -n0)) +
-                              msa_ex2(__fmaf_rn(sc[nn][1], c2, -n0));
-                    l0 = (m0 == -INFINITY ? 0.0f : l0 * msa_ex2(m0 - n0)) + e0;
-                    m0 = n0;
-                }
-                if (n1 > -INFINITY) {
-#pragma unroll
-                    for (int nn = 0; nn < 16; nn++)
-                        e1 += msa_ex2(__fmaf_rn(sc[nn][2], c2, -n1)) +
-                              msa_ex2(__fmaf_rn(sc[nn][3], c2, -n1));
-                    l1 = (m1 == -INFINITY ? 0.0f : l1 * msa_ex2(m1 - n1)) + e1;
-                    m1 = n1;
-                }
-            }
+            if (sel)
+                msa_pass1_stats<true>(sc, c2, m0, m1, l0, l1);
             continue;
         }
         const int vs = c % MSA_NS;
@@ -1190,7 +1300,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
     }
 }
 
-template <int HD, int KVBF, int ONLINE, int RR>
+template <int HD, int KVBF, int ONLINE, int RR, int PRO>
 static hipError_t msa_ws_launch(float *out, const float *q, const void *kc, const void *vc,
                                 const int32_t *page_table, int B, int64_t pos0, int T, int nh,
                                 int nkv, const int32_t *blocks, int topk, float c2,
@@ -1198,13 +1308,15 @@ static hipError_t msa_ws_launch(float *out, const float *q, const void *kc, cons
 {
     constexpr int LD = HD + 8;
     const size_t shm = sizeof(uint16_t) * ((MSA_NS * (size_t)MSA_KT + RR * 16) * LD) +
-                       sizeof(uint64_t) * 2 * MSA_NS + sizeof(int) * (3 * RR * MSA_MAXK + RR);
-    hipError_t e = cudaFuncSetAttribute(k_msa_ws<HD, KVBF, ONLINE, RR>,
+                       sizeof(uint64_t) * 2 * MSA_NS + sizeof(int) * (3 * RR * MSA_MAXK + RR) +
+                       ((PRO & 2) ? sizeof(int) * RR * MSA_MAXK : 0);
+    hipError_t e = cudaFuncSetAttribute(k_msa_ws<HD, KVBF, ONLINE, RR, PRO>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
     if (e != hipSuccess)
         return e;
-    k_msa_ws<HD, KVBF, ONLINE, RR><<<dim3((T + RR - 1) / RR, nkv), dim3((RR + 1) * 32), shm, st>>>(
-        out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, c2);
+    k_msa_ws<HD, KVBF, ONLINE, RR, PRO><<<dim3((T + RR - 1) / RR, nkv), dim3((RR + 1) * 32), shm,
+                                          st>>>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv,
+                                                blocks, topk, c2);
     return hipGetLastError();
 }
 
@@ -1224,13 +1336,15 @@ int m3g_msa_attention_tc(int nh, int nkv, int hd, int B, int topk, int kv_dtype,
 }
 
 /* Which tensor-core kernel variant 0 selects: 1 = k_msa_tc; k_msa_ws<HD,
- * KVBF, ONLINE, RR>: 2 = two passes, 8 rows per CTA, 3 = one pass, 8 rows,
- * 4 = one pass, 11 rows, 5 = two passes, 11 rows (the default until
+ * KVBF, ONLINE, RR, PRO>: 2 = two passes, 8 rows per CTA, 3 = one pass, 8
+ * rows, 4 = one pass, 11 rows, 5 = two passes, 11 rows (the default until
  * 2026-11-29's fifth session), 6 = one pass pipelined over 64-key pieces, 11
  * rows (fastest; not the default, see the header), 7 = 5 with its pass 2
- * pipelined as 6 (bitwise 5's results; the fastest exact-p kernel: the
- * default). */
-#define MSA_DEFAULT_VARIANT 7
+ * pipelined as 6 (bitwise 5's results; the default until 2026-11-30's sixth
+ * session), 8 = 7 with the cheap tile prologue (PRO 1; bitwise 5's results:
+ * the default), 9 = 8 with the union in ascending block id (PRO 3; exact p,
+ * another fp32 summation order than 5; fastest, opt-in). */
+#define MSA_DEFAULT_VARIANT 8
 
 hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
                                            const void *vc, int kv_dtype,
@@ -1241,7 +1355,7 @@ hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const voi
     if (T <= 0)
         return hipSuccess;
     if (hd <= 0 || hd > 128 || nkv <= 0 || nh % nkv != 0 || B <= 0 || !blocks || topk <= 0 ||
-        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || variant < 0 || variant > 7)
+        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || variant < 0 || variant > 9)
         return hipErrorInvalidValue;
     const float scale = (float)(1.0 / sqrt((double)hd)); /* as ref/attention.c */
 #if M3_MSA_TC
@@ -1249,25 +1363,29 @@ hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const voi
         const float c2 = scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
         const int bf = kv_dtype == M3G_BF16;
         const int v = variant ? variant : MSA_DEFAULT_VARIANT;
-#define MSA_WS_CASE(HD_, ON_, RR_)                                                            \
-    return bf ? msa_ws_launch<HD_, 1, ON_, RR_>(out, q, kc, vc, page_table, B, pos0, T, nh,    \
-                                                nkv, blocks, topk, c2, st)                    \
-              : msa_ws_launch<HD_, 0, ON_, RR_>(out, q, kc, vc, page_table, B, pos0, T, nh,    \
-                                                nkv, blocks, topk, c2, st);
+#define MSA_WS_CASE(HD_, ON_, RR_, PRO_)                                                      \
+    return bf ? msa_ws_launch<HD_, 1, ON_, RR_, PRO_>(out, q, kc, vc, page_table, B, pos0, T,  \
+                                                      nh, nkv, blocks, topk, c2, st)          \
+              : msa_ws_launch<HD_, 0, ON_, RR_, PRO_>(out, q, kc, vc, page_table, B, pos0, T,  \
+                                                      nh, nkv, blocks, topk, c2, st);
 #define MSA_TC_CASE(HD_)                                                                      \
     if (hd == HD_) {                                                                          \
+        if (v == 9)                                                                           \
+            MSA_WS_CASE(HD_, 3, 11, 3)                                                        \
+        if (v == 8)                                                                           \
+            MSA_WS_CASE(HD_, 3, 11, 1)                                                        \
         if (v == 7)                                                                           \
-            MSA_WS_CASE(HD_, 3, 11)                                                           \
+            MSA_WS_CASE(HD_, 3, 11, 0)                                                        \
         if (v == 6)                                                                           \
-            MSA_WS_CASE(HD_, 2, 11)                                                           \
+            MSA_WS_CASE(HD_, 2, 11, 0)                                                        \
         if (v == 5)                                                                           \
-            MSA_WS_CASE(HD_, 0, 11)                                                           \
+            MSA_WS_CASE(HD_, 0, 11, 0)                                                        \
         if (v == 4)                                                                           \
-            MSA_WS_CASE(HD_, 1, 11)                                                           \
+            MSA_WS_CASE(HD_, 1, 11, 0)                                                        \
         if (v == 3)                                                                           \
-            MSA_WS_CASE(HD_, 1, MSA_R)                                                        \
+            MSA_WS_CASE(HD_, 1, MSA_R, 0)                                                     \
         if (v == 2)                                                                           \
-            MSA_WS_CASE(HD_, 0, MSA_R)                                                        \
+            MSA_WS_CASE(HD_, 0, MSA_R, 0)                                                     \
         return bf ? msa_tc_launch<HD_, 1>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv,    \
                                           blocks, topk, c2, st)                               \
                   : msa_tc_launch<HD_, 0>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv,    \
