@@ -433,19 +433,30 @@ static hipError_t idx_launch(void *c, int r, hipStream_t st)
 }
 
 /* A second case on the data of `base` (another path or variant). */
+/* *bc = a copy of base named name, with its own malloc'd copy of base's
+ * context (size bytes), which it returns for the caller to change; NULL when
+ * out of memory. The copy shares base's device buffers. */
+static void *clone_case(bench_case *bc, const char *name, const bench_case *base, size_t size)
+{
+    void *ctx = malloc(size);
+    if (!ctx)
+        return NULL;
+    memcpy(ctx, base->ctx, size);
+    *bc = *base;
+    bc->name = name;
+    bc->ctx = ctx;
+    return ctx;
+}
+
 static int make_indexer_alt(bench_case *bc, const char *name, const bench_case *base, int old,
                             int variant)
 {
-    idx_ctx *x = (idx_ctx *)malloc(sizeof *x);
+    idx_ctx *x = (idx_ctx *)clone_case(bc, name, base, sizeof *x);
     if (!x)
         return -1;
-    *x = *(const idx_ctx *)base->ctx;
     x->base = (idx_ctx *)base->ctx;
     x->old = old;
     x->variant = variant;
-    *bc = *base;
-    bc->name = name;
-    bc->ctx = x;
     return 0;
 }
 
@@ -631,14 +642,10 @@ static int make_msa_prefill(bench_case *bc, const char *name, int pool, int T, i
 static int make_msa_prefill_alt(bench_case *bc, const char *name, const bench_case *src,
                                 int variant)
 {
-    pf_ctx *p = (pf_ctx *)malloc(sizeof *p);
+    pf_ctx *p = (pf_ctx *)clone_case(bc, name, src, sizeof *p);
     if (!p)
         return -1;
-    *p = *(const pf_ctx *)src->ctx;
     p->variant = variant;
-    *bc = *src;
-    bc->name = name;
-    bc->ctx = p;
     return 0;
 }
 
@@ -2260,14 +2267,10 @@ static int make_layer(bench_case *bc, const char *name, int sparse, int moe, int
  * 7: exactly the previous launches), on the same data. */
 static int make_layer_alt(bench_case *bc, const char *name, const bench_case *base, int old_seq)
 {
-    layer_ctx *x = (layer_ctx *)malloc(sizeof *x);
+    layer_ctx *x = (layer_ctx *)clone_case(bc, name, base, sizeof *x);
     if (!x)
         return -1;
-    *x = *(const layer_ctx *)base->ctx;
     x->old_seq = old_seq;
-    *bc = *base;
-    bc->name = name;
-    bc->ctx = x;
     return 0;
 }
 

@@ -1146,25 +1146,48 @@ __device__ __forceinline__ void gemv_lane(float acc[NT], const void *W, int dtyp
  * combine launched with / without PDL in the same run): 285.95 / 285.75
  * us, and 308.38 / 309.18 us in a second run whose GEMV default was a
  * slower trial: no difference beyond run-to-run noise. */
+/* The warp of a grouped kernel (grid (ceil(rows / 8), k, T)): its output
+ * row of slot s of token t, the byte offset of expert idx[t][s] in a stack
+ * of experts estride elements apart, and X's row for the slot. */
+typedef struct grouped_warp {
+    int lane, row, s, t;
+    size_t eoff;
+    const float *x;
+} grouped_warp;
+
+/* Start a grouped kernel's warp: release the next launch, then (a warp with
+ * a row; false: none) wait for the previous one, whose outputs idx and X
+ * are, and fill g. */
+__device__ __forceinline__ bool grouped_start(grouped_warp &g, const float *X, int64_t xs,
+                                              int64_t xk, int64_t estride, int dtype, int rows,
+                                              const int32_t *idx, int k)
+{
+    pdl_trigger();
+    g.lane = threadIdx.x & 31;
+    g.row = blockIdx.x * GEMV_ROWS + (threadIdx.x >> 5);
+    g.s = blockIdx.y, g.t = blockIdx.z;
+    if (g.row >= rows)
+        return false;
+    pdl_wait(); /* idx and X: earlier kernels' outputs */
+    const int e = idx[(size_t)g.t * k + g.s];
+    const size_t esz = dtype == M3G_BF16 ? 2 : 4;
+    g.eoff = (size_t)e * (size_t)estride * esz;
+    g.x = X + g.t * xs + g.s * xk;
+    return true;
+}
+
 __global__ void k_gemv_grouped(float *Y, const float *X, int64_t xs, int64_t xk, const void *base,
                                int64_t estride, int dtype, int rows, int cols,
                                const int32_t *idx, int k, int mode)
 {
-    pdl_trigger();
-    const int lane = threadIdx.x & 31;
-    const int row = blockIdx.x * GEMV_ROWS + (threadIdx.x >> 5);
-    const int s = blockIdx.y, t = blockIdx.z;
-    if (row >= rows)
+    grouped_warp g;
+    if (!grouped_start(g, X, xs, xk, estride, dtype, rows, idx, k))
         return;
-    pdl_wait(); /* idx and X: earlier kernels' outputs */
-    const int e = idx[(size_t)t * k + s];
-    const size_t esz = dtype == M3G_BF16 ? 2 : 4;
-    const void *W = (const char *)base + (size_t)e * (size_t)estride * esz;
     float acc[1] = {0.0f};
-    gemv_lane<1>(acc, W, dtype, cols, (size_t)row, X + t * xs + s * xk, 0, lane);
+    gemv_lane<1>(acc, (const char *)base + g.eoff, dtype, cols, (size_t)g.row, g.x, 0, g.lane);
     const float sum = m3d_warp_sum(acc[0]);
-    if (lane == 0)
-        Y[((size_t)t * k + s) * rows + row] = m3d_round(sum, mode);
+    if (g.lane == 0)
+        Y[((size_t)g.t * k + g.s) * rows + g.row] = m3d_round(sum, mode);
 }
 
 hipError_t m3g_gemv_grouped_ex(float *Y, const float *X, int64_t xs, int64_t xk, const void *base,
@@ -1193,18 +1216,12 @@ __global__ void k_gemv_grouped_swiglu(float *Y, const float *X, int64_t xs, int6
                                       int dtype, int rows, int cols, const int32_t *idx, int k,
                                       gemv_out o, int mode)
 {
-    pdl_trigger();
-    const int lane = threadIdx.x & 31;
-    const int row = blockIdx.x * GEMV_ROWS + (threadIdx.x >> 5);
-    const int s = blockIdx.y, t = blockIdx.z;
-    if (row >= rows)
+    grouped_warp g;
+    if (!grouped_start(g, X, xs, xk, estride, dtype, rows, idx, k))
         return;
-    pdl_wait(); /* idx and X: earlier kernels' outputs */
-    const int e = idx[(size_t)t * k + s];
-    const size_t esz = dtype == M3G_BF16 ? 2 : 4;
-    const size_t eoff = (size_t)e * (size_t)estride * esz;
-    const void *Wg = (const char *)gbase + eoff, *Wu = (const char *)ubase + eoff;
-    const float *xr = X + t * xs + s * xk;
+    const int lane = g.lane, row = g.row;
+    const void *Wg = (const char *)gbase + g.eoff, *Wu = (const char *)ubase + g.eoff;
+    const float *xr = g.x;
     float ag = 0.0f, au = 0.0f;
     if (dtype == M3G_BF16 && (cols & 7) == 0) { /* gate and up rows in one pass over X */
         const uint4 *const wr[2] = {(const uint4 *)((const uint16_t *)Wg + (size_t)row * cols),
@@ -1220,7 +1237,7 @@ __global__ void k_gemv_grouped_swiglu(float *Y, const float *X, int64_t xs, int6
     }
     const float gs = m3d_warp_sum(ag), us = m3d_warp_sum(au);
     if (lane == 0)
-        Y[((size_t)t * k + s) * rows + row] =
+        Y[((size_t)g.t * k + g.s) * rows + row] =
             swiglu1(m3d_round(gs, mode), m3d_round(us, mode), o, mode);
 }
 

@@ -409,6 +409,21 @@ __device__ __forceinline__ float msa_exp2(float x)
 {
     return APPROX ? msa_ex2(x) : exp2f(x);
 }
+/* One head's half of msa_pass1_stats: scores sc[nn][c], sc[nn][c + 1], new max n. */
+template <bool APPROX, int C>
+__device__ __forceinline__ void msa_pass1_head(const float sc[16][4], float c2, float n, float &m,
+                                               float &l)
+{
+    if (n > -INFINITY) {
+        float e = 0.0f;
+#pragma unroll
+        for (int nn = 0; nn < 16; nn++)
+            e += msa_exp2<APPROX>(__fmaf_rn(sc[nn][C], c2, -n)) +
+                 msa_exp2<APPROX>(__fmaf_rn(sc[nn][C + 1], c2, -n));
+        l = (m == -INFINITY ? 0.0f : l * msa_exp2<APPROX>(m - n)) + e;
+        m = n;
+    }
+}
 template <bool APPROX>
 __device__ __forceinline__ void msa_pass1_stats(const float sc[16][4], float c2, float &m0,
                                                 float &m1, float &l0, float &l1)
@@ -417,23 +432,8 @@ __device__ __forceinline__ void msa_pass1_stats(const float sc[16][4], float c2,
     m3t_row_max<16>(sc, x0, x1);
     /* c2 > 0: max of acc * c2 = (max acc) * c2 */
     const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
-    float e0 = 0.0f, e1 = 0.0f;
-    if (n0 > -INFINITY) {
-#pragma unroll
-        for (int nn = 0; nn < 16; nn++)
-            e0 += msa_exp2<APPROX>(__fmaf_rn(sc[nn][0], c2, -n0)) +
-                  msa_exp2<APPROX>(__fmaf_rn(sc[nn][1], c2, -n0));
-        l0 = (m0 == -INFINITY ? 0.0f : l0 * msa_exp2<APPROX>(m0 - n0)) + e0;
-        m0 = n0;
-    }
-    if (n1 > -INFINITY) {
-#pragma unroll
-        for (int nn = 0; nn < 16; nn++)
-            e1 += msa_exp2<APPROX>(__fmaf_rn(sc[nn][2], c2, -n1)) +
-                  msa_exp2<APPROX>(__fmaf_rn(sc[nn][3], c2, -n1));
-        l1 = (m1 == -INFINITY ? 0.0f : l1 * msa_exp2<APPROX>(m1 - n1)) + e1;
-        m1 = n1;
-    }
+    msa_pass1_head<APPROX, 0>(sc, c2, n0, m0, l0);
+    msa_pass1_head<APPROX, 2>(sc, c2, n1, m1, l1);
 }
 
 /* grid (ceil(T / R), nkv), block R * 32. */
