@@ -122,6 +122,27 @@
  * a fixed order); PDL release by the norm / SwiGLU kernels before the
  * GEMVs (today a GEMV overlaps its predecessor only when that one is a
  * GEMV or the tensor-core attention).
+ * Seventh session (one bench-gpu --case gemv run, T = 1, same protocol):
+ * BULK = 1 of k_gemv_pers, each warp's slice of the block's first tile
+ * (one contiguous 4-6 KB range) moved into dynamic shared memory by
+ * cp.async.bulk (lane 0, one mbarrier per warp with expect_tx) and the
+ * second tile's first window loaded into registers, both before the
+ * wait; after it, the first tile is summed from shared memory in the
+ * register order (bitwise = old split-K on every shape of the
+ * self-check). Slower on every multi-tile shape (median us, default /
+ * 4 per SM bulk / 3 per SM deep bulk / ceiling): q_proj 27.18 / 31.97 /
+ * 28.83 / 23.65, o_proj 26.95 / 28.64 / 29.36 / 23.69, q+k+v 29.71 /
+ * 36.86 / 31.25 / 26.42, q+k+v+index 32.09 / 37.84 / 33.79 / 28.05,
+ * dense gate 39.12 / 45.61 / 41.21, down 38.89 / 46.86 / 41.07, shared
+ * gate+up 21.46 / 25.69 / 23.04 (the 32-48 KB per block of shared memory
+ * leave 4 per SM only ~28 KB of L1 for X, and each warp waits for its
+ * whole slice before its first product). Faster where a block has a
+ * single tile: k_proj 512x6144 (256 blocks, 12 KB each) 3.57 us against
+ * the default's 4.03 (old split-K ks x2 4.01, ceiling 1.89) — all its
+ * weights are requested before the wait, as in the ceiling. The 4-per-SM
+ * form was removed (slower everywhere it ran); the deep form is kept as
+ * the variant "persistent 3/SM deep bulk" (not a default: one run; the
+ * short grids of one tile per block are where to try it next).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +279,45 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 #define M3_PDL 0
 __device__ __forceinline__ void pdl_trigger() {}
 __device__ __forceinline__ void pdl_wait() {}
+#endif
+
+/* Bulk-copy staging (NVIDIA sm_90, CUDA-only; M3_BULK 0 elsewhere, where
+ * the launchers refuse the staged variants): bulk_stage, called by one
+ * thread, initialises the mbarrier *bar for one arrival, announces `bytes`
+ * of transfer and has the copy engine move them from global src to shared
+ * dst (both 16-byte aligned, bytes a multiple of 16); bulk_wait spins until
+ * the barrier's phase `parity` completes (the bytes have landed and are
+ * visible to the waiting thread). */
+#if M3_PDL
+#define M3_BULK 1
+__device__ __forceinline__ void bulk_stage(void *dst, const void *src, uint32_t bytes,
+                                           uint64_t *bar)
+{
+    const uint32_t b = (uint32_t)__cvta_generic_to_shared(bar);
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];" ::"r"(d),
+                 "l"(src), "r"(bytes), "r"(b)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_wait(uint64_t *bar, uint32_t parity)
+{
+    const uint32_t b = (uint32_t)__cvta_generic_to_shared(bar);
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(b), "r"(parity)
+                     : "memory");
+}
+#else
+#define M3_BULK 0
 #endif
 
 /* Diagnostic hook (not in the product build): a tracing harness that
@@ -422,8 +482,11 @@ __global__ void k_gemv_bf16(gemv_out o, const float *X, const uint16_t *__restri
  * partial sums alternate between two shared buffers (one barrier a tile).
  * U: 16-byte loads in flight per lane (the window; the summation order
  * does not depend on it); MINB: blocks per SM of the register cap (4: 64
- * registers, 3: 80, room for U = 6 or 8 without spills). */
-template <int NT, int U, int MINB>
+ * registers, 3: 80, room for U = 6 or 8 without spills). BULK = 1
+ * (NVIDIA only; dynamic shared memory of 8 * per 16-byte chunks): the
+ * first tile comes through shared memory by the bulk-copy engine, the
+ * same sums (a benchmark variant; see the seventh session above). */
+template <int NT, int U, int MINB, int BULK = 0>
 __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
     k_gemv_pers(gemv_out o, const float *X, const uint16_t *__restrict__ W, int rows, int cols,
                 int ks_n, int ntiles, int mode)
@@ -439,12 +502,67 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
     slot_row(o, gslot, rows, r, j, ok);
     const uint4 *wr = (const uint4 *)(W + (size_t)r * (size_t)cols) + beg;
     uint4 wv[U];
-    M3_UNROLL
-    for (int u = 0; u < U; u++)
-        wv[u] = wr[32 * u];
-    pdl_wait(); /* X is the previous kernel's output */
-    M3_GEMV_STAMP(1, W);
-    for (int par = 0, it = 0;; par ^= 1, it++) {
+    int par0 = 0;
+    if constexpr (BULK) {
+#if M3_BULK
+        /* The first tile by the copy engine: each warp's slice (per chunks,
+         * contiguous) into its own part of `stage` before the wait, and
+         * the second tile's first window into registers; after the wait
+         * the first tile is summed from shared memory in the register
+         * path's order (chunk lane + 32 m, m ascending): bitwise equal. */
+        extern __shared__ uint4 stage[]; /* GEMV_ROWS * per chunks */
+        __shared__ uint64_t bar[GEMV_ROWS];
+        const uint4 *sw = stage + (size_t)w * per;
+        if (lane == 0)
+            bulk_stage(stage + (size_t)w * per, wr - lane, (uint32_t)per * 16u, &bar[w]);
+        const int tn = t + (int)gridDim.x, gsn = tn * spb + slot;
+        const bool hn = tn < ntiles; /* block-uniform */
+        int rn, jn;
+        bool okn;
+        slot_row(o, hn ? gsn : gslot, rows, rn, jn, okn);
+        const uint4 *wn = (const uint4 *)(W + (size_t)rn * (size_t)cols) + beg;
+        if (hn) {
+            M3_UNROLL
+            for (int u = 0; u < U; u++)
+                wv[u] = wn[32 * u];
+        }
+        pdl_wait(); /* X is the previous kernel's output */
+        M3_GEMV_STAMP(1, W);
+        __syncwarp();
+        bulk_wait(&bar[w], 0);
+        float acc[NT];
+        for (int n = 0; n < NT; n++)
+            acc[n] = 0.0f;
+        for (int i = 0; i < nw; i++) {
+            M3_UNROLL
+            for (int u = 0; u < U; u++) {
+                const int m = U * i + u, cc = beg + 32 * m;
+                const uint4 cv = sw[lane + 32 * m];
+                M3_UNROLL
+                for (int n = 0; n < NT; n++) {
+                    const float4 *xr = (const float4 *)(X + (size_t)n * cols) + 2 * cc;
+                    acc[n] = dot8(cv, xr[0], xr[1], acc[n]);
+                }
+            }
+        }
+        for (int n = 0; n < NT; n++)
+            acc[n] = m3d_warp_sum(acc[n]);
+        gemv_finish<NT>(o, red[0], acc, w, lane, slot, ks, ks_n, gslot, r, j, ok, mode);
+        M3_GEMV_STAMP(2, W);
+        if (!hn) {
+            M3_GEMV_STAMP(3, W);
+            return;
+        }
+        t = tn, gslot = gsn, r = rn, j = jn, ok = okn, wr = wn, par0 = 1;
+#endif
+    } else {
+        M3_UNROLL
+        for (int u = 0; u < U; u++)
+            wv[u] = wr[32 * u];
+        pdl_wait(); /* X is the previous kernel's output */
+        M3_GEMV_STAMP(1, W);
+    }
+    for (int par = par0, it = 0;; par ^= 1, it++) {
         const int tn = t + (int)gridDim.x, gsn = tn * spb + slot;
         const bool hn = tn < ntiles; /* block-uniform */
         int rn, jn;
@@ -473,7 +591,7 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
         for (int n = 0; n < NT; n++)
             acc[n] = m3d_warp_sum(acc[n]);
         gemv_finish<NT>(o, red[par], acc, w, lane, slot, ks, ks_n, gslot, r, j, ok, mode);
-        if (it == 0)
+        if (it == 0 && !BULK)
             M3_GEMV_STAMP(2, W);
         if (!hn)
             break;
@@ -831,24 +949,27 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
  * 1) of k_gemv_bf16 / k_gemv_bal. u (k_gemv_pers): loads in flight per
  * lane, 0 = FAST_U (4, 64 registers, 4 blocks per SM), -1 = "deep": 8, or
  * 6 where the lane's chunks per tile are not a multiple of 8 (80
- * registers, 3 blocks per SM). */
+ * registers, 3 blocks per SM). bulk (k_gemv_pers, NVIDIA only, "deep"
+ * only): the first tile of every block staged into shared memory by the
+ * bulk-copy engine before the grid-dependency wait (BULK = 1). */
 typedef struct gemv_cfg {
     const char *name;
-    int kind, bps, pdl, roll, u;
+    int kind, bps, pdl, roll, u, bulk;
 } gemv_cfg;
 
 /* Index 0 is the default (chosen per shape by gemv_pick); the others are
  * benchmark variants (m3g_gemv_variant; bench-gpu --case gemv times each).
  * "old": the kernels as they were before the persistent kernel. */
 static const gemv_cfg gemv_cfgs[] = {
-    {"default", -1, 0, 1, 0, 0},
-    {"old split-K", 0, 0, 1, 0, 0},
-    {"old split-K ks x2", 1, 0, 1, 0, 0},
-    {"rolling bal u4 5/SM", 3, 5, 1, 1, 0},
-    {"persistent 4/SM", 4, 4, 1, 1, 0},
-    {"persistent 4/SM no PDL", 4, 4, 0, 1, 0},
-    {"persistent 3/SM deep", 4, 3, 1, 1, -1},
-    {"persistent 3/SM deep no PDL", 4, 3, 0, 1, -1},
+    {"default", -1, 0, 1, 0, 0, 0},
+    {"old split-K", 0, 0, 1, 0, 0, 0},
+    {"old split-K ks x2", 1, 0, 1, 0, 0, 0},
+    {"rolling bal u4 5/SM", 3, 5, 1, 1, 0, 0},
+    {"persistent 4/SM", 4, 4, 1, 1, 0, 0},
+    {"persistent 4/SM no PDL", 4, 4, 0, 1, 0, 0},
+    {"persistent 3/SM deep", 4, 3, 1, 1, -1, 0},
+    {"persistent 3/SM deep no PDL", 4, 3, 0, 1, -1, 0},
+    {"persistent 3/SM deep bulk", 4, 3, 1, 1, -1, 1},
 };
 #define GEMV_NCFG ((int)(sizeof gemv_cfgs / sizeof gemv_cfgs[0]))
 #define BAL_U 4        /* chunks per lane per window of k_gemv_bal */
@@ -999,6 +1120,33 @@ static hipError_t launch_fast(const gemv_cfg &c, const gemv_out &o, const float 
              * b, b + nb, ...: the counts differ by at most one) */
             const int tpb = (ntiles + BAL_SMS * c.bps - 1) / (BAL_SMS * c.bps);
             const int nb = (ntiles + tpb - 1) / tpb;
+            if (c.bulk) {
+#if M3_BULK
+                /* dynamic shared memory: the block's first tile; with the
+                 * static part and the 1 KB the driver keeps per block, bps
+                 * blocks must fit one SM's 228 KB */
+                const int shm = GEMV_ROWS * ((cols >> 3) / ks) * 16;
+                if (c.bps * (shm + 1024 + 256) > 228 * 1024)
+                    return hipErrorInvalidValue;
+                const int carve = (c.bps * (shm + 1024 + 256) * 100 + 228 * 1024 - 1) / (228 * 1024);
+                void (*kp)(gemv_out, const float *, const uint16_t *, int, int, int, int, int) =
+                    NULL;
+                if (u == 6 && c.bps == 3)
+                    kp = k_gemv_pers<1, 6, 3, 1>;
+                else if (u == 8 && c.bps == 3)
+                    kp = k_gemv_pers<1, 8, 3, 1>;
+                if (!kp)
+                    return hipErrorInvalidValue;
+                if (cudaFuncSetAttribute(kp, cudaFuncAttributeMaxDynamicSharedMemorySize, shm) !=
+                        cudaSuccess ||
+                    cudaFuncSetAttribute(kp, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         carve > 100 ? 100 : carve) != cudaSuccess)
+                    return hipGetLastError();
+                GEMV_LAUNCH(kp, nb, shm, c.pdl, st, o, X, W, rows, cols, ks, ntiles, mode);
+#else
+                return hipErrorInvalidValue;
+#endif
+            }
             if (u == FAST_U && c.bps == 4)
                 GEMV_LAUNCH((k_gemv_pers<1, FAST_U, 4>), nb, 0, c.pdl, st, o, X, W, rows, cols,
                             ks, ntiles, mode);
