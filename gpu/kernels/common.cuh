@@ -137,4 +137,36 @@ __device__ __forceinline__ void m3d_ikr_publish(unsigned *rng, unsigned lo, unsi
     }
 }
 
+/* Launch kern over grid x block, with shm bytes of dynamic shared memory, on
+ * st. With pdl, on NVIDIA, as a programmatic dependent launch: the kernel
+ * may start before the previous kernel of the stream ends, and must wait
+ * (griddepcontrol.wait) before it reads that kernel's outputs. A plain
+ * launch when PDL is refused, and on other platforms. Host only. */
+template <typename... KA, typename... A>
+static hipError_t m3d_launch(void (*kern)(KA...), dim3 grid, dim3 block, size_t shm, int pdl,
+                             hipStream_t st, A... args)
+{
+#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__) && !defined(M3_EMU)
+    if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1] = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = shm;
+        cfg.stream = st;
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        if (cudaLaunchKernelEx(&cfg, kern, args...) == cudaSuccess)
+            return hipSuccess;
+        (void)hipGetLastError(); /* PDL refused: plain launch */
+    }
+#else
+    (void)pdl;
+#endif
+    hipLaunchKernelGGL(kern, grid, block, shm, st, args...);
+    return hipGetLastError();
+}
+
 #endif

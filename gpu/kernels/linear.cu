@@ -1059,35 +1059,8 @@ static gemv_cfg gemv_pick(const gemv_out &o, int rows, int cols, int T)
 /* Launch kernel k over grid nb x 256 threads with shm bytes of dynamic
  * shared memory, with the PDL attribute on NVIDIA when pdl (a plain launch
  * if that is refused); returns from the calling function. */
-#if M3_PDL
 #define GEMV_LAUNCH(k, nb, shm, pdl, st, ...)                                                 \
-    do {                                                                                      \
-        if (pdl) {                                                                            \
-            cudaLaunchConfig_t cfg_ = {};                                                     \
-            cudaLaunchAttribute at_[1] = {};                                                  \
-            cfg_.gridDim = dim3(nb);                                                          \
-            cfg_.blockDim = dim3(32 * GEMV_ROWS);                                             \
-            cfg_.dynamicSmemBytes = (shm);                                                    \
-            cfg_.stream = st;                                                                 \
-            at_[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;                   \
-            at_[0].val.programmaticStreamSerializationAllowed = 1;                            \
-            cfg_.attrs = at_;                                                                 \
-            cfg_.numAttrs = 1;                                                                \
-            if (cudaLaunchKernelEx(&cfg_, k, __VA_ARGS__) == cudaSuccess)                     \
-                return hipSuccess;                                                            \
-            (void)hipGetLastError(); /* PDL refused: plain launch */                          \
-        }                                                                                     \
-        hipLaunchKernelGGL(k, dim3(nb), dim3(32 * GEMV_ROWS), (shm), st, __VA_ARGS__);        \
-        return hipGetLastError();                                                             \
-    } while (0)
-#else
-#define GEMV_LAUNCH(k, nb, shm, pdl, st, ...)                                                 \
-    do {                                                                                      \
-        (void)(pdl);                                                                          \
-        hipLaunchKernelGGL(k, dim3(nb), dim3(32 * GEMV_ROWS), (shm), st, __VA_ARGS__);        \
-        return hipGetLastError();                                                             \
-    } while (0)
-#endif
+    return m3d_launch(k, dim3(nb), dim3(32 * GEMV_ROWS), (shm), (pdl), st, __VA_ARGS__)
 
 /* Launch one streaming pass of NT tokens in configuration c. */
 template <int NT>

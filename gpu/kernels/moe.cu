@@ -20,7 +20,8 @@
  * the dense MLP).
  * PDL (sixth session): both router kernels and the combine release the
  * next launch at their start and are launched with PDL by default
- * (moe_launch; m3g_router_ex / m3g_moe_combine_ex pdl 0: plain launches),
+ * (m3d_launch, common.cuh; m3g_router_ex / m3g_moe_combine_ex pdl 0:
+ * plain launches),
  * waiting for the previous kernel before reading; the scores kernel
  * first asks L2 for its weight row (weights never depend on the previous
  * kernel). Bitwise neutral (bench-gpu: both decode layers equal to the
@@ -39,7 +40,7 @@
 
 /* Programmatic dependent launch (NVIDIA sm_90, CUDA only; no-ops and plain
  * launches elsewhere). Each kernel below releases the next launch at its
- * start and, when itself launched with the PDL attribute (moe_launch, pdl
+ * start and, when itself launched with the PDL attribute (m3d_launch, pdl
  * != 0), waits for the previous kernel (griddepcontrol.wait: that grid
  * complete, its writes visible) before it reads any activation or writes
  * anything; before the wait it touches only weights (the router scores'
@@ -55,38 +56,10 @@ __device__ __forceinline__ void moe_l2_prefetch(const void *p, unsigned n)
 {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
 }
-template <typename... P, typename... A>
-static hipError_t moe_launch(void (*k)(P...), dim3 g, dim3 b, int pdl, hipStream_t st, A... a)
-{
-    if (pdl) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1] = {};
-        cfg.gridDim = g;
-        cfg.blockDim = b;
-        cfg.dynamicSmemBytes = 0;
-        cfg.stream = st;
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        if (cudaLaunchKernelEx(&cfg, k, a...) == cudaSuccess)
-            return hipSuccess;
-        (void)hipGetLastError(); /* PDL refused: plain launch */
-    }
-    hipLaunchKernelGGL(k, g, b, 0, st, a...);
-    return hipGetLastError();
-}
 #else
 __device__ __forceinline__ void moe_pdl_release() {}
 __device__ __forceinline__ void moe_pdl_wait() {}
 __device__ __forceinline__ void moe_l2_prefetch(const void *p, unsigned n) { (void)p, (void)n; }
-template <typename... P, typename... A>
-static hipError_t moe_launch(void (*k)(P...), dim3 g, dim3 b, int pdl, hipStream_t st, A... a)
-{
-    (void)pdl;
-    hipLaunchKernelGGL(k, g, b, 0, st, a...);
-    return hipGetLastError();
-}
 #endif
 
 __device__ __forceinline__ int router_before(float va, int a, float vb, int b)
@@ -207,12 +180,12 @@ hipError_t m3g_router_ex(int32_t *idx, float *w, float *scores, const float *x, 
         return hipSuccess;
     if (router.rows > ROUTER_MAXE || k <= 0 || k > 32)
         return hipErrorInvalidValue;
-    hipError_t e = moe_launch(k_router_scores, dim3((unsigned)(router.rows + 1) / 2, T), dim3(64),
-                              pdl, st, scores, x, router.data, router.dtype, router.rows,
+    hipError_t e = m3d_launch(k_router_scores, dim3((unsigned)(router.rows + 1) / 2, T),
+                              dim3(64), 0, pdl, st, scores, x, router.data, router.dtype, router.rows,
                               router.cols);
     if (e != hipSuccess)
         return e;
-    return moe_launch(k_router_select, dim3(T), dim3(256), pdl, st, idx, w, (const float *)scores,
+    return m3d_launch(k_router_select, dim3(T), dim3(256), 0, pdl, st, idx, w, (const float *)scores,
                       router.rows, bias, bias_dtype, k);
 }
 
@@ -279,7 +252,7 @@ hipError_t m3g_moe_combine_ex(float *y, const float *ye, const float *w, const f
 {
     if (T <= 0)
         return hipSuccess;
-    return moe_launch(k_moe_combine, dim3((unsigned)(H + 1023) / 1024, T), dim3(256), pdl, st, y,
+    return m3d_launch(k_moe_combine, dim3((unsigned)(H + 1023) / 1024, T), dim3(256), 0, pdl, st, y,
                       ye, w, shared, k, H, scale, mode);
 }
 

@@ -104,8 +104,9 @@
  * cold): DRAM 24.5%, 0.30 issued warps per scheduler, no eligible warp 69.6%
  * of cycles. Merged this session without changing the kernels: the bf16
  * unpack and the dot-product step of mix_stream and idx_unit (msa_bf16x8,
- * msa_dot), the SM-count query (msa_nsm) and the PDL launch
- * (idx_launch_pdl); nvcc -ptx of the file equals the previous one's except
+ * msa_dot), the SM-count query (msa_nsm) and the PDL launch (then
+ * idx_launch_pdl, now common.cuh's m3d_launch, shared with linear.cu and
+ * moe.cu); nvcc -ptx of the file equals the previous one's except
  * where nvcc splits a shared float4 load of q into v4 + v2 (.pragma
  * used_bytes_mask) or not, which also varies between two compiles of the
  * unchanged file.
@@ -2044,32 +2045,6 @@ static int idx_grid_p(int T, int nbmax)
     return P > IDX_PMAX ? IDX_PMAX : P;
 }
 
-#if MIX_CPASYNC
-/* Launch with programmatic dependent launch (the kernel may start before
- * the previous kernel in the stream ends; it waits with griddepcontrol.wait
- * before touching that kernel's outputs). 1 = launched; 0 = refused (the
- * error cleared: the caller launches plainly). Host only, NVIDIA only. */
-template <typename... KA, typename... A>
-static int idx_launch_pdl(void (*kern)(KA...), dim3 grid, dim3 block, size_t shm,
-                          hipStream_t st, A... args)
-{
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1] = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = shm;
-    cfg.stream = st;
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, kern, args...) == cudaSuccess)
-        return 1;
-    (void)cudaGetLastError(); /* PDL refused */
-    return 0;
-}
-#endif
-
 template <int NG, int NW, int ST, int KPT, int FMA>
 static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const void *ikc,
                              const int32_t *page_table, int B, int64_t pos0, int T, int nbmax,
@@ -2084,17 +2059,10 @@ static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const voi
     if (cudaFuncSetAttribute(k_idx<NG, NW, ST, KPT, FMA>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) != cudaSuccess)
         return hipErrorInvalidValue;
-    if (pdl && idx_launch_pdl(k_idx<NG, NW, ST, KPT, FMA>, dim3(P, T), dim3(NW * 32), shm, st, out,
-                              bs, iq, ik, page_table, B, pos0, T, nbmax, topk, local_blocks,
-                              init_blocks, ctr, w, ikr, flags))
-        return hipSuccess;
-#else
-    (void)pdl;
 #endif
-    hipLaunchKernelGGL((k_idx<NG, NW, ST, KPT, FMA>), dim3(P, T), dim3(NW * 32), shm, st, out,
-                       bs, iq, ik, page_table, B, pos0, T, nbmax, topk, local_blocks, init_blocks,
-                       ctr, w, ikr, flags);
-    return hipGetLastError();
+    return m3d_launch(k_idx<NG, NW, ST, KPT, FMA>, dim3(P, T), dim3(NW * 32), shm, pdl, st, out,
+                      bs, iq, ik, page_table, B, pos0, T, nbmax, topk, local_blocks, init_blocks,
+                      ctr, w, ikr, flags);
 }
 
 /* The default: 12 warps, 2 x 8 KB stages per warp (192 KB ring), one block
@@ -2177,14 +2145,7 @@ static hipError_t idx_ceil_launch(const void *p, int64_t nbytes, float *sink, in
 {
     const dim3 grid((unsigned)(msa_nsm() * mult));
     const int64_t n16 = nbytes / 16;
-#if MIX_CPASYNC
-    if (pdl && idx_launch_pdl(k_idx_ceil, grid, dim3(384), 0, st, (const uint4 *)p, n16, sink))
-        return hipSuccess;
-#else
-    (void)pdl;
-#endif
-    hipLaunchKernelGGL(k_idx_ceil, grid, dim3(384), 0, st, (const uint4 *)p, n16, sink);
-    return hipGetLastError();
+    return m3d_launch(k_idx_ceil, grid, dim3(384), 0, pdl, st, (const uint4 *)p, n16, sink);
 }
 
 /* 1 iff the streaming kernel takes these arguments (host only). */
