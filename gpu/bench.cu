@@ -750,6 +750,50 @@ static int check_attention(att_ctx *a, hipStream_t st)
                : -1;
 }
 
+/* Host golden of the indexer over the bf16 index keys ik [nb * BLK][IHD] (keys
+ * at positions >= ctx_len left out) and q iq [G][IHD]: block scores bs [G][nb]
+ * (each score one accumulator over d ascending: multiply then add, or fmaf
+ * when fma) and the top-16 sel [G][TOPK_B]: the local block nb - 1 first,
+ * then descending scores, ties to the lower block id. */
+static void idx_gold(const uint16_t *ik, const float *iq, int nb, int64_t ctx_len, int fma,
+                     float *bs, int32_t *sel)
+{
+    for (int g = 0; g < G; g++) {
+        float *ref = bs + (size_t)g * nb;
+        for (int b = 0; b < nb; b++) {
+            float m = -INFINITY;
+            for (int j = 0; j < BLK && (int64_t)b * BLK + j < ctx_len; j++) {
+                float a = 0.0f;
+                for (int d = 0; d < IHD; d++) {
+                    uint32_t u = (uint32_t)ik[((size_t)b * BLK + j) * IHD + d] << 16;
+                    float kv;
+                    memcpy(&kv, &u, 4);
+                    if (fma)
+                        a = fmaf(iq[g * IHD + d], kv, a);
+                    else
+                        a += iq[g * IHD + d] * kv;
+                }
+                m = a > m ? a : m;
+            }
+            ref[b] = m;
+        }
+        int32_t *pick = sel + g * TOPK_B;
+        int n = 0;
+        pick[n++] = nb - 1;
+        while (n < TOPK_B) {
+            int best = -1;
+            for (int b = 0; b < nb - 1; b++) {
+                int used = 0;
+                for (int i = 1; i < n; i++)
+                    used |= pick[i] == b;
+                if (!used && (best < 0 || ref[b] > ref[best]))
+                    best = b;
+            }
+            pick[n++] = best;
+        }
+    }
+}
+
 /* Indexer: the block scores bitwise against a host loop (one accumulator
  * over d ascending, multiply then add, as ref/msa.c) and the top-16 of all
  * 4 heads against a host golden-order selection (local block 1, no init
@@ -782,38 +826,7 @@ static int check_indexer(idx_ctx *x, const char *name, hipStream_t st)
             return -1;
         M3_HIP_CHECK(hipMemcpy(ik, x->ikc[0], 2 * nk * IHD, hipMemcpyDeviceToHost));
         M3_HIP_CHECK(hipMemcpy(iq, x->iq, 4 * G * IHD, hipMemcpyDeviceToHost));
-        for (int g = 0; g < G; g++) {
-            float *ref = gb->gold_bs + (size_t)g * x->nb;
-            for (int b = 0; b < x->nb; b++) {
-                float m = -INFINITY;
-                for (int j = 0; j < BLK && (int64_t)b * BLK + j < x->ctx_len; j++) {
-                    float a = 0.0f;
-                    for (int d = 0; d < IHD; d++) {
-                        uint32_t u = (uint32_t)ik[((size_t)b * BLK + j) * IHD + d] << 16;
-                        float kv;
-                        memcpy(&kv, &u, 4);
-                        a += iq[g * IHD + d] * kv;
-                    }
-                    m = a > m ? a : m;
-                }
-                ref[b] = m;
-            }
-            /* golden selection: forced local block nb-1, then descending, ties lower id */
-            int32_t *pick = gb->gold_sel + g * TOPK_B;
-            int n = 0;
-            pick[n++] = x->nb - 1;
-            while (n < TOPK_B) {
-                int best = -1;
-                for (int b = 0; b < x->nb - 1; b++) {
-                    int used = 0;
-                    for (int i = 1; i < n; i++)
-                        used |= pick[i] == b;
-                    if (!used && (best < 0 || ref[b] > ref[best]))
-                        best = b;
-                }
-                pick[n++] = best;
-            }
-        }
+        idx_gold(ik, iq, x->nb, x->ctx_len, 0, gb->gold_bs, gb->gold_sel);
         free(ik), free(iq);
     }
     long bad = 0, badsel = 0;
@@ -842,44 +855,6 @@ static int check_indexer(idx_ctx *x, const char *name, hipStream_t st)
  * fills (b) and (c). The host fmaf golden must differ from mul+add in (b)
  * and (c) (so each case tells the paths apart), and in (b) the unproven
  * opt-in FMA (variant 1, no range words) must differ on the device too. */
-static void idx_gold_small(const uint16_t *ik, const float *iq, int nb, int fma, float *bs,
-                           int32_t *sel)
-{
-    for (int g = 0; g < G; g++) {
-        float *ref = bs + (size_t)g * nb;
-        for (int b = 0; b < nb; b++) {
-            float m = -INFINITY;
-            for (int j = 0; j < BLK; j++) {
-                float a = 0.0f;
-                for (int d = 0; d < IHD; d++) {
-                    uint32_t u = (uint32_t)ik[((size_t)b * BLK + j) * IHD + d] << 16;
-                    float kv;
-                    memcpy(&kv, &u, 4);
-                    if (fma)
-                        a = fmaf(iq[g * IHD + d], kv, a);
-                    else
-                        a += iq[g * IHD + d] * kv;
-                }
-                m = a > m ? a : m;
-            }
-            ref[b] = m;
-        }
-        int32_t *pick = sel + g * TOPK_B;
-        int n = 0;
-        pick[n++] = nb - 1;
-        while (n < TOPK_B) {
-            int best = -1;
-            for (int b = 0; b < nb - 1; b++) {
-                int used = 0;
-                for (int i = 1; i < n; i++)
-                    used |= pick[i] == b;
-                if (!used && (best < 0 || ref[b] > ref[best]))
-                    best = b;
-            }
-            pick[n++] = best;
-        }
-    }
-}
 
 static int check_indexer_fallback(hipStream_t st)
 {
@@ -955,8 +930,8 @@ static int check_indexer_fallback(hipStream_t st)
         }
         M3_HIP_CHECK(hipStreamSynchronize(st));
         M3_HIP_CHECK(hipMemcpy(rng, d_rng, sizeof rng, hipMemcpyDeviceToHost));
-        idx_gold_small(ik, iq, NBS, 0, gbs, gsel);
-        idx_gold_small(ik, iq, NBS, 1, fbs, fsel);
+        idx_gold(ik, iq, NBS, (int64_t)NBS * BLK, 0, gbs, gsel);
+        idx_gold(ik, iq, NBS, (int64_t)NBS * BLK, 1, fbs, fsel);
         long hf = 0, dd[2] = {0, 0}, ds = 0;
         for (int i = 0; i < G * NBS; i++)
             hf += memcmp(&gbs[i], &fbs[i], 4) != 0;

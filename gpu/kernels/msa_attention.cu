@@ -398,6 +398,27 @@ __device__ __forceinline__ float msa_ex2(float x)
     return y;
 }
 
+/* A row's accumulation done: l0, l1 summed over the lanes of the row's
+ * quad, il = 1 / l (0 when l is 0). */
+__device__ __forceinline__ void msa_row_inverse(float &l0, float &l1, float &il0, float &il1)
+{
+    m3t_row_sum(l0, l1);
+    il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
+    il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+}
+
+/* Pass 1 of a two-pass kernel done: msa_row_inverse, and m = 0 for a head
+ * that saw no key, so that pass 2's 2^(s c2 - m) stays defined. */
+__device__ __forceinline__ void msa_pass1_done(float &m0, float &m1, float &l0, float &l1,
+                                               float &il0, float &il1)
+{
+    msa_row_inverse(l0, l1, il0, il1);
+    if (m0 == -INFINITY)
+        m0 = 0.0f;
+    if (m1 == -INFINITY)
+        m1 = 0.0f;
+}
+
 /* Pass 1's running statistics of the two-pass kernels for one staged block
  * (s: S of the warp's 16 heads x 128 keys, keys it may not see -inf): per
  * head (lane/4, lane/4 + 8), n = max(m, (max s) c2) and, when n is finite,
@@ -561,13 +582,7 @@ __global__ void __launch_bounds__(MSA_R * 32, 1)
         const int u = s % nU, pass2 = s >= nU;
         const uint16_t *Ks = S0 + (s % MSA_NST) * 2 * MSA_KT * LD;
         if (s == nU) { /* pass 1 done: global max and sum of the two heads */
-            m3t_row_sum(l0, l1);
-            il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
-            il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-            if (m0 == -INFINITY)
-                m0 = 0.0f;
-            if (m1 == -INFINITY)
-                m1 = 0.0f;
+            msa_pass1_done(m0, m1, l0, l1, il0, il1);
         }
         if (t < T && ((umask[u] >> w) & 1)) { /* warp-uniform */
             const int b = ulist[u];
@@ -1160,9 +1175,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
                         * tensor cores interleaved with P V of piece i */
         msa_piece_pipe<HD, 0>(o, m0, m1, l0, l1, 0.0f, 0.0f, 0, nU, ulist, umask, full, empty, S0,
                               Qw, pos, B, t, T, w, lane, c2);
-        m3t_row_sum(l0, l1);
-        il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
-        il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+        msa_row_inverse(l0, l1, il0, il1);
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) {
             o[i][0] *= il0;
@@ -1213,9 +1226,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
                 msa_bar_arrive(&empty[vs]);
             c++;
         }
-        m3t_row_sum(l0, l1);
-        il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
-        il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+        msa_row_inverse(l0, l1, il0, il1);
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) {
             o[i][0] *= il0;
@@ -1231,13 +1242,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
         const int u = s < nU ? s : s - nU, pass2 = s >= nU;
         const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
         if (s == nU) { /* pass 1 done: this row's max and sum of the two heads */
-            m3t_row_sum(l0, l1);
-            il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
-            il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-            if (m0 == -INFINITY)
-                m0 = 0.0f;
-            if (m1 == -INFINITY)
-                m1 = 0.0f;
+            msa_pass1_done(m0, m1, l0, l1, il0, il1);
         }
         float sc[16][4];
         msa_score_slot<HD>(sc, sel, ulist, u, c, full, empty, S0, Qw, pos, B, lane);
@@ -1275,13 +1280,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
                         * pipeline (64-key pieces, Q K^T of piece i + 1 interleaved with
                         * P V of piece i) with exact p: the same S, p and P V order per
                         * output element as ONLINE 0 (bitwise equal results) */
-        m3t_row_sum(l0, l1);
-        il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
-        il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-        if (m0 == -INFINITY)
-            m0 = 0.0f;
-        if (m1 == -INFINITY)
-            m1 = 0.0f;
+        msa_pass1_done(m0, m1, l0, l1, il0, il1);
         /* ring positions continue after pass 1's nU */
         msa_piece_pipe<HD, 1>(o, m0, m1, l0, l1, il0, il1, nU, nU, ulist, umask, full, empty, S0,
                               Qw, pos, B, t, T, w, lane, c2);
