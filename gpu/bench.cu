@@ -2647,6 +2647,9 @@ static int make_vis_layer(bench_case *bc, const char *name, int T, m3g_blas *bla
     if (hipMalloc(&a->s.mlp, (size_t)T * VIV * sizeof(float)) != hipSuccess || !a->cos_t ||
         !a->sin_t || !w->fc2.data || !w->fc2_b.p)
         return 1;
+    const size_t ws = m3g_vision_attention_ws_elems(T, VNH, VHD, 1);
+    if (ws && hipMalloc(&a->s.att_ws, ws * sizeof(uint16_t)) != hipSuccess)
+        return 1;
     for (int r = 0; r < a->nrot; r++)
         if (!(a->h[r] = (float *)dev_rand(n, 0, 0x930u + (uint32_t)r, 1.0f)))
             return 1;
@@ -2702,6 +2705,7 @@ static int check_vis_layer(const vl_ctx *x, hipStream_t st)
 
 typedef struct va_ctx {
     float *q[64], *k[64], *v[64], *o[64];
+    uint16_t *ws; /* the variant's work area (written and read within a launch) */
     int len, nh, hd, variant;
 } va_ctx;
 
@@ -2709,7 +2713,7 @@ static hipError_t va_launch(void *c, int r, hipStream_t st)
 {
     va_ctx *a = (va_ctx *)c;
     return m3g_vision_attention_variant(a->variant, a->o[r], a->q[r], a->k[r], a->v[r], a->len,
-                                        a->nh, a->hd, 1, st);
+                                        a->nh, a->hd, 1, a->ws, st);
 }
 
 /* One segment of len patches, nh heads of hd (M3: 16 x 80), q/k/v bf16
@@ -2735,6 +2739,9 @@ static int make_vis_attention(bench_case *bc, const char *name, int len, int nh,
         if (!a->q[r] || !a->k[r] || !a->v[r] || hipMalloc(&a->o[r], n * sizeof(float)) != hipSuccess)
             return 1;
     }
+    const size_t ws = m3g_vision_attention_ws_elems(len, nh, hd, 1);
+    if (ws && hipMalloc(&a->ws, ws * sizeof(uint16_t)) != hipSuccess)
+        return 1;
     return 0;
 }
 
@@ -2762,8 +2769,8 @@ static int check_vis_attention(hipStream_t st)
         float *h1 = (float *)malloc(n * 4), *h2 = (float *)malloc(n * 4);
         if (!h1 || !h2)
             return 1;
-        M3_HIP_CHECK(m3g_vision_attention_variant(1, o1, q, k, v, len, nh, hd, 1, st));
-        hipError_t e = m3g_vision_attention_variant(2, o2, q, k, v, len, nh, hd, 1, st);
+        M3_HIP_CHECK(m3g_vision_attention_variant(1, o1, q, k, v, len, nh, hd, 1, NULL, st));
+        hipError_t e = m3g_vision_attention_variant(2, o2, q, k, v, len, nh, hd, 1, NULL, st);
         if (e == hipErrorInvalidValue) {
             printf("vision attention check: no tensor-core kernel in this build; skipped\n");
             return 0;
@@ -2772,6 +2779,29 @@ static int check_vis_attention(hipStream_t st)
         M3_HIP_CHECK(hipStreamSynchronize(st));
         M3_HIP_CHECK(hipMemcpy(h1, o1, n * 4, hipMemcpyDeviceToHost));
         M3_HIP_CHECK(hipMemcpy(h2, o2, n * 4, hipMemcpyDeviceToHost));
+        /* variant 3 (bf16 copies, cp.async) must equal variant 2 word for word */
+        uint16_t *ws = NULL;
+        const size_t wse = m3g_vision_attention_ws_elems(len, nh, hd, 1);
+        if (hipMalloc(&ws, wse * sizeof(uint16_t)) != hipSuccess)
+            return 1;
+        M3_HIP_CHECK(hipMemset(o1, 0xff, n * 4));
+        M3_HIP_CHECK(m3g_vision_attention_variant(3, o1, q, k, v, len, nh, hd, 1, ws, st));
+        M3_HIP_CHECK(hipStreamSynchronize(st));
+        size_t nbits = 0;
+        {
+            float *h3 = (float *)malloc(n * 4);
+            if (!h3)
+                return 1;
+            M3_HIP_CHECK(hipMemcpy(h3, o1, n * 4, hipMemcpyDeviceToHost));
+            for (size_t i = 0; i < n; i++)
+                nbits += memcmp(&h3[i], &h2[i], 4) != 0;
+            free(h3);
+        }
+        (void)hipFree(ws);
+        printf("vision attention len %d, %d heads of %d: bf16 copies + cp.async vs tile staging: "
+               "%zu of %zu words differ: %s\n",
+               len, nh, hd, nbits, n, nbits ? "FAIL" : "ok (bitwise)");
+        bad |= nbits != 0;
         double e2 = 0, r2 = 0, mx = 0, mref = 0;
         size_t ndiff = 0;
         for (size_t i = 0; i < n; i++) {
@@ -3119,12 +3149,15 @@ int main(int argc, char **argv)
         }
     }
     /* vision tower attention (M3: 16 heads of 80; 5,184 patches = one
-     * 1008 x 1008 image) in bf16 mode: the default (tensor cores on NVIDIA)
-     * and, at 1,024 patches, the exact kernel it replaced */
+     * 1008 x 1008 image) in bf16 mode: the default (tensor cores on NVIDIA,
+     * on bf16 copies with cp.async), at 1,024 patches the exact kernel, and
+     * the tensor-core kernel that stages fp32 tiles (variant 2) */
     bad |= make_vis_attention(next_case(cases, &n), "vision attention 5184x16x80", 5184, 16, 80, 0, l2);
     bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80", 1024, 16, 80, 0, l2);
     bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80 exact", 1024, 16, 80, 1,
                               l2);
+    bad |= make_vis_attention(next_case(cases, &n), "vision attention 5184x16x80 fp32 tiles", 5184, 16,
+                              80, 2, l2);
     /* one whole encoder layer (M3 dims) in bf16: vendor-GEMM linears and
      * tensor-core attention (the default), and at 1,024 patches with the
      * exact mode-0 linears for comparison */

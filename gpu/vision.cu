@@ -301,6 +301,8 @@ int m3g_vision_forward(const m3_model *m, const float *pixels, int64_t npatch,
     int nseg = 0;
     float *px = NULL, *h = NULL, *x = NULL, *q = NULL, *k = NULL, *v = NULL, *att = NULL;
     float *tmp = NULL, *mlp = NULL, *dcos = NULL, *dsin = NULL;
+    uint16_t *att_ws = NULL; /* bf16 copies for the attention kernel (none in fp32 mode) */
+    size_t ws_elems = 0;
     char name[64];
     m3g_blas *blas = NULL;
 
@@ -373,6 +375,11 @@ int m3g_vision_forward(const m3_model *m, const float *pixels, int64_t npatch,
         goto done;
     }
 #undef VA
+    ws_elems = m3g_vision_attention_ws_elems((int)npatch, nh, hd, mode);
+    if (ws_elems && !(att_ws = (uint16_t *)dmalloc(&a, ws_elems * sizeof(uint16_t)))) {
+        m3_fail(e, "vision (gpu): device allocation failed for %lld patches", (long long)npatch);
+        goto done;
+    }
     blas = vis_blas(mode, npatch,
                     imax(imax(Hv, Iv), imax(d.proj1.rows, H)), st);
     VCK(hipMemcpy(px, pixels, N * in_dim * sizeof(float), hipMemcpyHostToDevice));
@@ -396,7 +403,7 @@ int m3g_vision_forward(const m3_model *m, const float *pixels, int64_t npatch,
                       vc->layer_norm_eps, mode, st));
 
     for (int l = 0; l < L; l++) {
-        const m3g_vis_scratch sc = {x, q, k, v, att, tmp, mlp};
+        const m3g_vis_scratch sc = {x, q, k, v, att, tmp, mlp, att_ws};
         VCK(m3g_vision_layer(h, &d.layers[l], &sc, npatch, nh, hd, rd, dcos, dsin, seg_start,
                              seg_len, nseg, vc->layer_norm_eps, mode, blas, st));
         snprintf(name, sizeof name, "vision.layers.%d.output", l);

@@ -450,18 +450,28 @@ hipError_t m3g_vision_rope(float *x, int T, int nh, int hd, int rd, const float 
  * segment, q/k/v [len, nh, hd], scale hd^-0.5 (ref vision.c
  * segment_attention; M3-VIS-ATTN-1, M3-VIS-SEG-1). Probabilities and
  * outputs rounded per mode. ref's summation orders, except in bf16 mode
- * with hd <= 128 on NVIDIA (tensor cores; see the _variant form). hd <= 1024. */
+ * with hd <= 128 on NVIDIA (tensor cores; see the _variant form). hd <= 1024.
+ * ws: the caller's work area of m3g_vision_attention_ws_elems elements, or
+ * NULL (then the slower tile-by-tile tensor-core kernel). */
 hipError_t m3g_vision_attention(float *out, const float *q, const float *k, const float *v,
-                                int len, int nh, int hd, int mode, hipStream_t st);
+                                int len, int nh, int hd, int mode, uint16_t *ws, hipStream_t st);
+
+/* uint16 elements of the work area m3g_vision_attention uses for len rows
+ * (bf16 copies of q, k, v, dims padded to 16); 0 where no kernel uses one
+ * (fp32 mode, hd > 128, builds without tensor cores). ws may then be NULL. */
+size_t m3g_vision_attention_ws_elems(int len, int nh, int hd, int mode);
 
 /* m3g_vision_attention in a chosen kernel (gpu/bench.cu): variant 0 the
- * default (bf16 mode, hd <= 128, NVIDIA: the tensor-core kernel, whose dot,
- * sum and P.V orders differ from ref's; otherwise the exact one), 1 the
- * exact kernel, 2 the tensor-core kernel (hipErrorInvalidValue where it
- * does not apply). Names: m3g_vision_attention_variant_name (NULL past the last). */
+ * default (bf16 mode, hd <= 128, NVIDIA: a tensor-core kernel, whose dot,
+ * sum and P.V orders differ from ref's -- variant 3 when ws is given, else
+ * 2; otherwise the exact one), 1 the exact kernel, 2 the tensor-core kernel
+ * staging fp32 q/k/v tile by tile, 3 the same kernel's arithmetic on bf16
+ * copies made once into ws and double-buffered with cp.async (bitwise
+ * equal to 2). hipErrorInvalidValue where the variant does not apply.
+ * Names: m3g_vision_attention_variant_name (NULL past the last). */
 hipError_t m3g_vision_attention_variant(int variant, float *out, const float *q, const float *k,
                                         const float *v, int len, int nh, int hd, int mode,
-                                        hipStream_t st);
+                                        uint16_t *ws, hipStream_t st);
 const char *m3g_vision_attention_variant_name(int variant);
 
 /* A device vector: data and its M3G_ dtype. */
@@ -486,6 +496,7 @@ typedef struct m3g_vis_layer {
 /* Device scratch of m3g_vision_layer: x, q, k, v, att, tmp [T, Hv], mlp [T, Iv]. */
 typedef struct m3g_vis_scratch {
     float *x, *q, *k, *v, *att, *tmp, *mlp;
+    uint16_t *att_ws; /* m3g_vision_attention_ws_elems(T, ...) elements, or NULL when that is 0 */
 } m3g_vis_scratch;
 
 /* h [T, Hv] through one encoder layer, in ref m3_vision_forward's order

@@ -23,8 +23,11 @@
  * Performance structure: the exact attention kernel (fp32 mode, and every
  * mode off NVIDIA) is one block per (head, query) that recomputes each score
  * three times (max, sum, P.V) and reads K/V rows uncoalesced; in bf16 mode on
- * NVIDIA, k_vis_attn_tc (below) does the same attention on tensor cores with
- * ref's rounding points but tensor-core summation orders. LayerNorm
+ * NVIDIA, k_vis_attn_cp (below) does the same attention on tensor cores with
+ * ref's rounding points but tensor-core summation orders, on bf16 copies of
+ * q/k/v made once per segment and double-buffered with cp.async
+ * (k_vis_attn_tc, the same arithmetic on tiles staged from fp32 without
+ * overlap, stays as the path without a work area). LayerNorm
  * statistics still run on one thread per row (serial double sums as ref).
  * m3g_vision_layer is one encoder layer's launch sequence (gpu/vision.cu and
  * bench-gpu both run it).
@@ -299,98 +302,101 @@ __device__ __forceinline__ void va_stage(uint16_t *dst, const float *x, int r0, 
     }
 }
 
-template <int HD>
-__global__ void __launch_bounds__(128)
-    k_vis_attn_tc(float *out, const float *q, const float *k, const float *v, int len, int nh,
-                  int hd, float scale)
-{
-    const int LD = HD + 8;
-    constexpr int KT = VA_KT(HD);
-    __shared__ __align__(16) uint16_t Qs[VA_QT * (HD + 8)];
-    __shared__ __align__(16) uint16_t Ks[KT * (HD + 8)];
-    __shared__ __align__(16) uint16_t Vs[KT * (HD + 8)];
-    const int h = blockIdx.y, q0 = blockIdx.x * VA_QT;
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int mi = lane >> 3, r8 = lane & 7;
-
-    va_stage<HD>(Qs, q, q0, VA_QT, len, nh, hd, h);
-    __syncthreads();
+/* One warp's state over the key tiles: its 16 query rows as A fragments, the
+ * two rows per lane's running max / sum / 1 / L, and the output accumulators. */
+template <int HD> struct va_rows {
     uint32_t qa[HD / 16][4];
+    float m0, m1, l0, l1, il0, il1;
+    float o[HD / 8][4];
+};
+
+/* the warp's rows from the 64-row Q tile Qs (row stride HD + 8), state reset */
+template <int HD> __device__ __forceinline__ void va_rows_init(va_rows<HD> &R, const uint16_t *Qs)
+{
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, mi = lane >> 3, r8 = lane & 7;
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
-        m3t_ldsm4(qa[kk], Qs + (w * 16 + r8 + 8 * (mi & 1)) * LD + kk * 16 + 8 * (mi >> 1));
-
-    /* this lane's rows: lane / 4 and lane / 4 + 8 of the warp's 16 */
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, il0 = 0.0f, il1 = 0.0f;
-    const float c2 = scale * 1.4426950408889634f; /* scores in the log2 domain */
-    float o[HD / 8][4];
+        m3t_ldsm4(R.qa[kk], Qs + (w * 16 + r8 + 8 * (mi & 1)) * (HD + 8) + kk * 16 + 8 * (mi >> 1));
+    R.m0 = R.m1 = -INFINITY;
+    R.l0 = R.l1 = R.il0 = R.il1 = 0.0f;
 #pragma unroll
     for (int i = 0; i < HD / 8; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+        R.o[i][0] = R.o[i][1] = R.o[i][2] = R.o[i][3] = 0.0f;
+}
 
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) { /* the quad's partial sums -> L of each row (>= 1) */
-            m3t_row_sum(l0, l1);
-            il0 = 1.0f / l0;
-            il1 = 1.0f / l1;
+/* between the passes: the quad's partial sums -> L of each row (>= 1) */
+template <int HD> __device__ __forceinline__ void va_rows_total(va_rows<HD> &R)
+{
+    m3t_row_sum(R.l0, R.l1);
+    R.il0 = 1.0f / R.l0;
+    R.il1 = 1.0f / R.l1;
+}
+
+/* One tile of KT keys from k0 (tiles Ks, and Vs in pass 1, row stride HD + 8)
+ * for the warp's rows: pass 0 updates M and L, pass 1 adds p v. c2 = scale *
+ * log2(e): the scores in the log2 domain. */
+template <int HD, int KT>
+__device__ __forceinline__ void va_tile(va_rows<HD> &R, int pass, int k0, int len, float c2,
+                                        const uint16_t *Ks, const uint16_t *Vs)
+{
+    const int LD = HD + 8, lane = threadIdx.x & 31;
+    float sc[KT / 8][4];
+#pragma unroll
+    for (int i = 0; i < KT / 8; i++)
+        sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+        for (int np = 0; np < KT / 16; np++)
+            m3t_qk16(sc[2 * np], sc[2 * np + 1], R.qa[kk], Ks, LD, np, kk, lane);
+#pragma unroll
+    for (int nn = 0; nn < KT / 8; nn++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = k0 + 8 * nn + 2 * (lane & 3) + (e & 1);
+            sc[nn][e] = key < len ? sc[nn][e] * c2 : -INFINITY;
         }
-        for (int k0 = 0; k0 < len; k0 += KT) {
-            __syncthreads(); /* every warp is done with the previous tile */
-            va_stage<HD>(Ks, k, k0, KT, len, nh, hd, h);
-            if (pass == 1)
-                va_stage<HD>(Vs, v, k0, KT, len, nh, hd, h);
-            __syncthreads();
-            float sc[KT / 8][4];
+    if (pass == 0) {
+        float x0, x1;
+        m3t_row_max<KT / 8>(sc, x0, x1);
+        /* key k0 < len is in every tile's first column block, so the new
+         * maxima are finite */
+        const float n0 = fmaxf(R.m0, x0), n1 = fmaxf(R.m1, x1);
+        float e0 = 0.0f, e1 = 0.0f;
 #pragma unroll
-            for (int i = 0; i < KT / 8; i++)
-                sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++)
-#pragma unroll
-                for (int np = 0; np < KT / 16; np++)
-                    m3t_qk16(sc[2 * np], sc[2 * np + 1], qa[kk], Ks, LD, np, kk, lane);
-#pragma unroll
-            for (int nn = 0; nn < KT / 8; nn++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = k0 + 8 * nn + 2 * (lane & 3) + (e & 1);
-                    sc[nn][e] = key < len ? sc[nn][e] * c2 : -INFINITY;
-                }
-            if (pass == 0) {
-                float x0, x1;
-                m3t_row_max<KT / 8>(sc, x0, x1);
-                /* key k0 < len is in every tile's first column block, so the
-                 * new maxima are finite */
-                const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
-                float e0 = 0.0f, e1 = 0.0f;
-#pragma unroll
-                for (int nn = 0; nn < KT / 8; nn++) {
-                    e0 += exp2f(sc[nn][0] - n0) + exp2f(sc[nn][1] - n0);
-                    e1 += exp2f(sc[nn][2] - n1) + exp2f(sc[nn][3] - n1);
-                }
-                l0 = l0 * exp2f(m0 - n0) + e0; /* m0 = -inf: l0 = 0, exp = 0 */
-                l1 = l1 * exp2f(m1 - n1) + e1;
-                m0 = n0;
-                m1 = n1;
-            } else {
-#pragma unroll
-                for (int kk = 0; kk < KT / 16; kk++) { /* 16 keys per k-step */
-                    uint32_t pa[4];
-                    pa[0] = m3t_pack_bf16(exp2f(sc[2 * kk][0] - m0) * il0,
-                                          exp2f(sc[2 * kk][1] - m0) * il0);
-                    pa[1] = m3t_pack_bf16(exp2f(sc[2 * kk][2] - m1) * il1,
-                                          exp2f(sc[2 * kk][3] - m1) * il1);
-                    pa[2] = m3t_pack_bf16(exp2f(sc[2 * kk + 1][0] - m0) * il0,
-                                          exp2f(sc[2 * kk + 1][1] - m0) * il0);
-                    pa[3] = m3t_pack_bf16(exp2f(sc[2 * kk + 1][2] - m1) * il1,
-                                          exp2f(sc[2 * kk + 1][3] - m1) * il1);
-#pragma unroll
-                    for (int np = 0; np < HD / 16; np++)
-                        m3t_pv16(o[2 * np], o[2 * np + 1], pa, Vs, LD, kk, np, lane);
-                }
-            }
+        for (int nn = 0; nn < KT / 8; nn++) {
+            e0 += exp2f(sc[nn][0] - n0) + exp2f(sc[nn][1] - n0);
+            e1 += exp2f(sc[nn][2] - n1) + exp2f(sc[nn][3] - n1);
         }
+        R.l0 = R.l0 * exp2f(R.m0 - n0) + e0; /* m0 = -inf: l0 = 0, exp = 0 */
+        R.l1 = R.l1 * exp2f(R.m1 - n1) + e1;
+        R.m0 = n0;
+        R.m1 = n1;
+        return;
     }
+#pragma unroll
+    for (int kk = 0; kk < KT / 16; kk++) { /* 16 keys per k-step */
+        uint32_t pa[4];
+        pa[0] = m3t_pack_bf16(exp2f(sc[2 * kk][0] - R.m0) * R.il0,
+                              exp2f(sc[2 * kk][1] - R.m0) * R.il0);
+        pa[1] = m3t_pack_bf16(exp2f(sc[2 * kk][2] - R.m1) * R.il1,
+                              exp2f(sc[2 * kk][3] - R.m1) * R.il1);
+        pa[2] = m3t_pack_bf16(exp2f(sc[2 * kk + 1][0] - R.m0) * R.il0,
+                              exp2f(sc[2 * kk + 1][1] - R.m0) * R.il0);
+        pa[3] = m3t_pack_bf16(exp2f(sc[2 * kk + 1][2] - R.m1) * R.il1,
+                              exp2f(sc[2 * kk + 1][3] - R.m1) * R.il1);
+#pragma unroll
+        for (int np = 0; np < HD / 16; np++)
+            m3t_pv16(R.o[2 * np], R.o[2 * np + 1], pa, Vs, LD, kk, np, lane);
+    }
+}
+
+/* the warp's rows of out [len, nh, hd] (rows >= len and dims >= hd not stored) */
+template <int HD>
+__device__ __forceinline__ void va_rows_store(const va_rows<HD> &R, float *out, int q0, int len,
+                                              int nh, int hd, int h)
+{
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ra = q0 + w * 16 + (lane >> 2), rb = ra + 8;
 #pragma unroll
     for (int nn = 0; nn < HD / 8; nn++)
@@ -398,8 +404,39 @@ __global__ void __launch_bounds__(128)
         for (int e = 0; e < 4; e++) {
             const int row = e < 2 ? ra : rb, d = 8 * nn + 2 * (lane & 3) + (e & 1);
             if (row < len && d < hd)
-                out[((size_t)row * nh + h) * hd + d] = m3d_round_bf16(o[nn][e]);
+                out[((size_t)row * nh + h) * hd + d] = m3d_round_bf16(R.o[nn][e]);
         }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(128)
+    k_vis_attn_tc(float *out, const float *q, const float *k, const float *v, int len, int nh,
+                  int hd, float scale)
+{
+    constexpr int KT = VA_KT(HD);
+    __shared__ __align__(16) uint16_t Qs[VA_QT * (HD + 8)];
+    __shared__ __align__(16) uint16_t Ks[KT * (HD + 8)];
+    __shared__ __align__(16) uint16_t Vs[KT * (HD + 8)];
+    const int h = blockIdx.y, q0 = blockIdx.x * VA_QT;
+    va_rows<HD> R;
+
+    va_stage<HD>(Qs, q, q0, VA_QT, len, nh, hd, h);
+    __syncthreads();
+    va_rows_init<HD>(R, Qs);
+    const float c2 = scale * 1.4426950408889634f;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            va_rows_total<HD>(R);
+        for (int k0 = 0; k0 < len; k0 += KT) {
+            __syncthreads(); /* every warp is done with the previous tile */
+            va_stage<HD>(Ks, k, k0, KT, len, nh, hd, h);
+            if (pass == 1)
+                va_stage<HD>(Vs, v, k0, KT, len, nh, hd, h);
+            __syncthreads();
+            va_tile<HD, KT>(R, pass, k0, len, c2, Ks, Vs);
+        }
+    }
+    va_rows_store<HD>(R, out, q0, len, nh, hd, h);
 }
 
 template <int HD>
@@ -410,39 +447,169 @@ static hipError_t vis_attn_tc_launch(float *out, const float *q, const float *k,
                        out, q, k, v, len, nh, hd, scale);
     return hipGetLastError();
 }
+
+/* ---- the same on bf16 copies, double-buffered (variant 3) ----------------------------
+ * k_vis_bf16_copies writes q, k and v once as bf16 [len, nh, HD] (the rounding
+ * va_stage applies, dims >= hd zero); k_vis_attn_cp then copies each tile with
+ * cp.async (rows >= len zero-filled), the next tile's copy in flight while the
+ * current one is used. Same tiles, same fragments, same operations in the same
+ * order as k_vis_attn_tc: bitwise equal to it (bench-gpu checks). Shared
+ * memory: K and V tiles twice, 4 KT (HD + 8) bf16 (45 KB at HD 80); the Q
+ * tile (64 rows) passes through the two K slots before the first key tile. */
+template <int HD>
+__global__ void k_vis_bf16_copies(uint16_t *ws, const float *q, const float *k, const float *v,
+                                  int64_t rows, int hd)
+{
+    const float *x = blockIdx.y == 0 ? q : blockIdx.y == 1 ? k : v;
+    uint32_t *dst = (uint32_t *)(ws + (size_t)blockIdx.y * rows * HD);
+    const int64_t n = rows * (HD / 2);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / (HD / 2);
+        const int d = 2 * (int)(i % (HD / 2));
+        const float *src = x + r * hd;
+        dst[i] = m3t_pack_bf16(d < hd ? src[d] : 0.0f, d + 1 < hd ? src[d + 1] : 0.0f);
+    }
+}
+
+/* rows [r0, r0 + nr) of head h of x [len, nh, HD] (bf16) into dst [nr][HD + 8]
+ * with cp.async, rows >= len as zeros */
+template <int HD>
+__device__ __forceinline__ void va_copy(uint16_t *dst, const uint16_t *x, int r0, int nr, int len,
+                                        int nh, int h)
+{
+    constexpr int C = HD / 8; /* 16-byte chunks per row */
+    for (int i = threadIdx.x; i < nr * C; i += blockDim.x) {
+        const int r = i / C, c = i % C, row = r0 + r;
+        const uint16_t *src = x + ((size_t)(row < len ? row : 0) * nh + h) * HD + 8 * c;
+        m3t_cp16(dst + r * (HD + 8) + 8 * c, src, row < len ? 16 : 0);
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(128)
+    k_vis_attn_cp(float *out, const uint16_t *q, const uint16_t *k, const uint16_t *v, int len,
+                  int nh, int hd, float scale)
+{
+    constexpr int KT = VA_KT(HD), TILE = KT * (HD + 8);
+    M3_DYN_SHARED(float, sm_f);
+    uint16_t *sm = (uint16_t *)sm_f; /* K slots 0, 1, then V slots 0, 1 */
+    const int h = blockIdx.y, q0 = blockIdx.x * VA_QT;
+    const int nt = (len + KT - 1) / KT, steps = 2 * nt; /* step s: pass s / nt, tile s % nt */
+    va_rows<HD> R;
+
+    va_copy<HD>(sm, q, q0, VA_QT, len, nh, h);
+    m3t_cp_commit();
+    m3t_cp_wait<0>();
+    __syncthreads();
+    va_rows_init<HD>(R, sm);
+    __syncthreads(); /* the K slots are free again */
+    const float c2 = scale * 1.4426950408889634f;
+    for (int s = 0; s <= steps; s++) {
+        if (s < steps) { /* copy step s into slot s & 1 */
+            const int k0 = (s % nt) * KT;
+            va_copy<HD>(sm + (s & 1) * TILE, k, k0, KT, len, nh, h);
+            if (s >= nt)
+                va_copy<HD>(sm + (2 + (s & 1)) * TILE, v, k0, KT, len, nh, h);
+        }
+        m3t_cp_commit();
+        if (s == 0)
+            continue;
+        const int u = s - 1; /* the step used now; its copy is the older group */
+        m3t_cp_wait<1>();
+        __syncthreads();
+        if (u == nt)
+            va_rows_total<HD>(R);
+        va_tile<HD, KT>(R, u >= nt, (u % nt) * KT, len, c2, sm + (u & 1) * TILE,
+                        sm + (2 + (u & 1)) * TILE);
+        __syncthreads(); /* slot u & 1 is free for step u + 2 */
+    }
+    va_rows_store<HD>(R, out, q0, len, nh, hd, h);
+}
+
+template <int HD>
+static hipError_t vis_attn_cp_launch(float *out, const float *q, const float *k, const float *v,
+                                     int len, int nh, int hd, float scale, uint16_t *ws,
+                                     hipStream_t st)
+{
+    const int64_t rows = (int64_t)len * nh;
+    const int64_t pairs = rows * (HD / 2);
+    const unsigned gx = (unsigned)(pairs < 4096 * 256 ? (pairs + 255) / 256 : 4096);
+    hipLaunchKernelGGL(k_vis_bf16_copies<HD>, dim3(gx, 3), dim3(256), 0, st, ws, q, k, v, rows,
+                       hd);
+    hipError_t e = hipGetLastError();
+    if (e != hipSuccess)
+        return e;
+    const size_t shm = 4u * VA_KT(HD) * (HD + 8) * sizeof(uint16_t);
+    if (shm > 48 * 1024) {
+        /* a host-side setting, allowed while a graph is being captured (relaxed) */
+        cudaStreamCaptureMode cm = cudaStreamCaptureModeRelaxed;
+        (void)cudaThreadExchangeStreamCaptureMode(&cm);
+        e = hipFuncSetAttribute((const void *)k_vis_attn_cp<HD>,
+                                hipFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
+        (void)cudaThreadExchangeStreamCaptureMode(&cm);
+        if (e != hipSuccess)
+            return e;
+    }
+    const uint16_t *w = ws;
+    hipLaunchKernelGGL(k_vis_attn_cp<HD>, dim3((len + VA_QT - 1) / VA_QT, nh), dim3(128), shm, st,
+                       out, w, w + (size_t)rows * HD, w + 2 * (size_t)rows * HD, len, nh, hd,
+                       scale);
+    return hipGetLastError();
+}
 #endif
 
 const char *m3g_vision_attention_variant_name(int variant)
 {
     static const char *const names[] = {"default", "exact (serial sums, scalar)",
-                                        "tensor cores (bf16 mode)"};
-    return variant >= 0 && variant < 3 ? names[variant] : NULL;
+                                        "tensor cores, tiles staged from fp32 (bf16 mode)",
+                                        "tensor cores, bf16 copies + cp.async (bf16 mode)"};
+    return variant >= 0 && variant < 4 ? names[variant] : NULL;
 }
+
+size_t m3g_vision_attention_ws_elems(int len, int nh, int hd, int mode)
+{
+#if M3_TC
+    if (mode == 1 && len > 0 && nh > 0 && hd > 0 && hd <= 128)
+        return 3 * (size_t)len * nh * (size_t)((hd + 15) / 16 * 16);
+#endif
+    (void)len, (void)nh, (void)hd, (void)mode;
+    return 0;
+}
+
+#define VA_SWITCH(L, ...)                                                                  \
+    switch ((hd + 15) / 16) {                                                              \
+    case 1: return L<16>(__VA_ARGS__);                                                     \
+    case 2: return L<32>(__VA_ARGS__);                                                     \
+    case 3: return L<48>(__VA_ARGS__);                                                     \
+    case 4: return L<64>(__VA_ARGS__);                                                     \
+    case 5: return L<80>(__VA_ARGS__);                                                     \
+    case 6: return L<96>(__VA_ARGS__);                                                     \
+    case 7: return L<112>(__VA_ARGS__);                                                    \
+    default: return L<128>(__VA_ARGS__);                                                   \
+    }
 
 hipError_t m3g_vision_attention_variant(int variant, float *out, const float *q, const float *k,
                                         const float *v, int len, int nh, int hd, int mode,
-                                        hipStream_t st)
+                                        uint16_t *ws, hipStream_t st)
 {
     if (len <= 0 || nh <= 0)
         return hipSuccess;
-    if (hd <= 0 || hd > 1024 || variant < 0 || variant > 2)
+    if (hd <= 0 || hd > 1024 || variant < 0 || variant > 3)
         return hipErrorInvalidValue;
     const float scale = 1.0f / sqrtf((float)hd); /* as ref: fp32 */
 #if M3_TC
     if (variant != 1 && mode == 1 && hd <= 128) {
-        switch ((hd + 15) / 16) {
-        case 1: return vis_attn_tc_launch<16>(out, q, k, v, len, nh, hd, scale, st);
-        case 2: return vis_attn_tc_launch<32>(out, q, k, v, len, nh, hd, scale, st);
-        case 3: return vis_attn_tc_launch<48>(out, q, k, v, len, nh, hd, scale, st);
-        case 4: return vis_attn_tc_launch<64>(out, q, k, v, len, nh, hd, scale, st);
-        case 5: return vis_attn_tc_launch<80>(out, q, k, v, len, nh, hd, scale, st);
-        case 6: return vis_attn_tc_launch<96>(out, q, k, v, len, nh, hd, scale, st);
-        case 7: return vis_attn_tc_launch<112>(out, q, k, v, len, nh, hd, scale, st);
-        default: return vis_attn_tc_launch<128>(out, q, k, v, len, nh, hd, scale, st);
+        if (variant == 3 || (variant == 0 && ws)) {
+            if (!ws)
+                return hipErrorInvalidValue;
+            VA_SWITCH(vis_attn_cp_launch, out, q, k, v, len, nh, hd, scale, ws, st)
         }
+        VA_SWITCH(vis_attn_tc_launch, out, q, k, v, len, nh, hd, scale, st)
     }
 #endif
-    if (variant == 2)
+    (void)ws;
+    if (variant >= 2)
         return hipErrorInvalidValue; /* no tensor-core kernel for this build / mode / hd */
     const int bs = hd <= 128 ? 128 : (hd + 31) / 32 * 32;
     hipLaunchKernelGGL(k_vis_attention, dim3(len, nh), dim3(bs),
@@ -450,11 +617,12 @@ hipError_t m3g_vision_attention_variant(int variant, float *out, const float *q,
                        mode);
     return hipGetLastError();
 }
+#undef VA_SWITCH
 
 hipError_t m3g_vision_attention(float *out, const float *q, const float *k, const float *v,
-                                int len, int nh, int hd, int mode, hipStream_t st)
+                                int len, int nh, int hd, int mode, uint16_t *ws, hipStream_t st)
 {
-    return m3g_vision_attention_variant(0, out, q, k, v, len, nh, hd, mode, st);
+    return m3g_vision_attention_variant(0, out, q, k, v, len, nh, hd, mode, ws, st);
 }
 
 /* ---- a linear with bias, and one encoder layer ------------------------------------ */
@@ -494,7 +662,7 @@ hipError_t m3g_vision_layer(float *h, const m3g_vis_layer *w, const m3g_vis_scra
     for (int g = 0; g < nseg; g++) {
         const size_t o = (size_t)seg_start[g] * Hv;
         VL(m3g_vision_attention(s->att + o, s->q + o, s->k + o, s->v + o, (int)seg_len[g], nh, hd,
-                                mode, st));
+                                mode, s->att_ws, st));
     }
     /* h += round(o_proj(att) + b); then the MLP residual */
     VL(m3g_linear_bias(s->tmp, s->att, w->o, w->o_b, T, 0, h, mode, blas, st));
