@@ -86,7 +86,7 @@ static int cmp_f(const void *a, const void *b)
 /* Graph capture, warm-ups, timed replays, and the report line. */
 /* The case table of main: the GEMV cases with their variants take at most
  * BENCH_GEMV_CASES slots, every other case one slot of the rest. */
-enum { BENCH_MAX_CASES = 400, BENCH_GEMV_CASES = 130 };
+enum { BENCH_MAX_CASES = 470, BENCH_GEMV_CASES = 200 };
 
 /* The next free slot of cases[BENCH_MAX_CASES] (*n counts the used ones); a
  * table too small for the cases is a bug in this file: say so and stop. */
@@ -2779,29 +2779,29 @@ static int check_vis_attention(hipStream_t st)
         M3_HIP_CHECK(hipStreamSynchronize(st));
         M3_HIP_CHECK(hipMemcpy(h1, o1, n * 4, hipMemcpyDeviceToHost));
         M3_HIP_CHECK(hipMemcpy(h2, o2, n * 4, hipMemcpyDeviceToHost));
-        /* variant 3 (bf16 copies, cp.async) must equal variant 2 word for word */
+        /* variants 3 and 4 (bf16 copies, cp.async; 4 and 8 warps per CTA) must
+         * equal variant 2 word for word */
         uint16_t *ws = NULL;
         const size_t wse = m3g_vision_attention_ws_elems(len, nh, hd, 1);
-        if (hipMalloc(&ws, wse * sizeof(uint16_t)) != hipSuccess)
+        float *h3 = (float *)malloc(n * 4);
+        if (!h3 || hipMalloc(&ws, wse * sizeof(uint16_t)) != hipSuccess)
             return 1;
-        M3_HIP_CHECK(hipMemset(o1, 0xff, n * 4));
-        M3_HIP_CHECK(m3g_vision_attention_variant(3, o1, q, k, v, len, nh, hd, 1, ws, st));
-        M3_HIP_CHECK(hipStreamSynchronize(st));
-        size_t nbits = 0;
-        {
-            float *h3 = (float *)malloc(n * 4);
-            if (!h3)
-                return 1;
+        for (int var = 3; var <= 4; var++) {
+            M3_HIP_CHECK(hipMemset(o1, 0xff, n * 4));
+            M3_HIP_CHECK(m3g_vision_attention_variant(var, o1, q, k, v, len, nh, hd, 1, ws, st));
+            M3_HIP_CHECK(hipStreamSynchronize(st));
             M3_HIP_CHECK(hipMemcpy(h3, o1, n * 4, hipMemcpyDeviceToHost));
+            size_t nbits = 0;
             for (size_t i = 0; i < n; i++)
                 nbits += memcmp(&h3[i], &h2[i], 4) != 0;
-            free(h3);
+            printf("vision attention len %d, %d heads of %d: variant %d (%s) vs tile staging: "
+                   "%zu of %zu words differ: %s\n",
+                   len, nh, hd, var, m3g_vision_attention_variant_name(var), nbits, n,
+                   nbits ? "FAIL" : "ok (bitwise)");
+            bad |= nbits != 0;
         }
+        free(h3);
         (void)hipFree(ws);
-        printf("vision attention len %d, %d heads of %d: bf16 copies + cp.async vs tile staging: "
-               "%zu of %zu words differ: %s\n",
-               len, nh, hd, nbits, n, nbits ? "FAIL" : "ok (bitwise)");
-        bad |= nbits != 0;
         double e2 = 0, r2 = 0, mx = 0, mref = 0;
         size_t ndiff = 0;
         for (size_t i = 0; i < n; i++) {
@@ -3032,7 +3032,8 @@ int main(int argc, char **argv)
          * cache's range words, so FMA where proven exact, and takes 4 keys per lane up to
          * 16 MSA blocks per SM, else 2): 1024 multiply then add (no FMA), 8 the previous
          * fused kernel, 10 / 12 / 14 the streaming kernel with 1 / 2 / 4 keys per lane,
-         * 16 block scores only (no selection), 64 no merge (lists + ticket only), 32
+         * 16 block scores only (no selection), 64 no merge (lists + ticket only), 128 the
+         * previous ticket (fence, atomic, fence; the default is one acq_rel atomic), 32
          * without programmatic dependent launch, 16384 the whole ring requested before
          * the wait (not one slot per warp), 2048 the bandwidth ceiling (a kernel that
          * only streams the same bytes; 8192 / 12288: 4 / 8 blocks per SM) */
@@ -3047,6 +3048,7 @@ int main(int argc, char **argv)
             {"indexer decode 128K ring prologue", "indexer decode 1M ring prologue", 16384},
             {"indexer decode 128K kpt2 ring prologue", "indexer decode 1M kpt2 ring prologue",
              12 | 16384},
+            {"indexer decode 128K fence ticket", "indexer decode 1M fence ticket", 128},
             {"indexer decode 128K scores only", "indexer decode 1M scores only", 16},
             {"indexer decode 128K scores only mul+add", "indexer decode 1M scores only mul+add",
              16 | 1024},
@@ -3150,14 +3152,17 @@ int main(int argc, char **argv)
     }
     /* vision tower attention (M3: 16 heads of 80; 5,184 patches = one
      * 1008 x 1008 image) in bf16 mode: the default (tensor cores on NVIDIA,
-     * on bf16 copies with cp.async), at 1,024 patches the exact kernel, and
-     * the tensor-core kernel that stages fp32 tiles (variant 2) */
+     * on bf16 copies with cp.async), at 1,024 patches the exact kernel, the
+     * tensor-core kernel that stages fp32 tiles (variant 2) and the copies
+     * kernel with 8 warps per CTA (variant 4) */
     bad |= make_vis_attention(next_case(cases, &n), "vision attention 5184x16x80", 5184, 16, 80, 0, l2);
     bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80", 1024, 16, 80, 0, l2);
     bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80 exact", 1024, 16, 80, 1,
                               l2);
     bad |= make_vis_attention(next_case(cases, &n), "vision attention 5184x16x80 fp32 tiles", 5184, 16,
                               80, 2, l2);
+    bad |= make_vis_attention(next_case(cases, &n), "vision attention 5184x16x80 8 warps", 5184, 16,
+                              80, 4, l2);
     /* one whole encoder layer (M3 dims) in bf16: vendor-GEMM linears and
      * tensor-core attention (the default), and at 1,024 patches with the
      * exact mode-0 linears for comparison */

@@ -288,7 +288,9 @@ hipError_t m3g_ik_range_scan(unsigned *rng, const uint16_t *src, int64_t n, hipS
  * 2048 a bandwidth-ceiling kernel that only streams the cache's
  * nbmax * B * d * 2 bytes (timing; no output), (variant >> 12) & 3 = log2
  * of its blocks per SM; 16384 the streaming kernel requests its whole
- * ring (not one slot per warp) before waiting for the previous kernel. cfg 0
+ * ring (not one slot per warp) before waiting for the previous kernel; 128
+ * the streaming kernel's previous ticket (fence, atomic, fence; the default
+ * is one acquire-release atomic), same results (timing). cfg 0
  * (variant bits 1-3 zero) picks the keys per lane by context length (msa.cu
  * IDX_KPT4_MAXB). */
 hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const void *ikc,
@@ -467,7 +469,8 @@ size_t m3g_vision_attention_ws_elems(int len, int nh, int hd, int mode);
  * 2; otherwise the exact one), 1 the exact kernel, 2 the tensor-core kernel
  * staging fp32 q/k/v tile by tile, 3 the same kernel's arithmetic on bf16
  * copies made once into ws and double-buffered with cp.async (bitwise
- * equal to 2). hipErrorInvalidValue where the variant does not apply.
+ * equal to 2), 4 the same as 3 with 8 warps (128 query rows) per CTA.
+ * hipErrorInvalidValue where the variant does not apply.
  * Names: m3g_vision_attention_variant_name (NULL past the last). */
 hipError_t m3g_vision_attention_variant(int variant, float *out, const float *q, const float *k,
                                         const float *v, int len, int nh, int hd, int mode,

@@ -28,15 +28,19 @@
  *    on NVIDIA (the first weight chunk is in flight before the previous
  *    kernel has finished). At T = 1 (gemv_pick) three shape classes run
  *    otherwise: a split-K grid under one wave gets twice the K slices; a
- *    grid of one to two waves runs k_gemv_bal, the balanced one-wave
- *    kernel (every block and warp the same bytes; fixed-order combination
- *    of rows cut between warps); a grid of two or more waves below the LM
- *    head class runs k_gemv_pers, the same tiles and sums as k_gemv_bf16
- *    (bitwise the same outputs) on persistent blocks, 4 per SM with 4
- *    loads in flight per lane (or, for grids that would leave 4 per SM
- *    short of work, 3 per SM with 6 or 8), each running an equal number
- *    of tiles and requesting the next tile's first window before
- *    finishing the current one.
+ *    grid of two or more waves below the LM head class runs k_gemv_pers,
+ *    the same tiles and sums as k_gemv_bf16 (bitwise the same outputs) on
+ *    persistent blocks, 4 per SM with 4 loads in flight per lane (or, for
+ *    grids that would leave 4 per SM short of work and for rows of more
+ *    than 8192 columns, 3 per SM with 6 or 8), each running an equal
+ *    number of tiles and requesting the next tile's first window before
+ *    finishing the current one; with X (<= 12288 columns) copied once per
+ *    block into shared memory after the grid-dependency wait, in a
+ *    bank-conflict-free layout (xs_load), instead of read through L1 for
+ *    every tile. A grid of one to two waves runs that 3-per-SM form too
+ *    (for wider rows k_gemv_bal, the balanced one-wave kernel: every block
+ *    and warp the same bytes; fixed-order combination of rows cut between
+ *    warps).
  *  - bf16 mode, T > 8: BLAS (cuBLASLt with a 32 MiB workspace and the
  *    heuristic's best algorithm on NVIDIA; hipBLAS on ROCm / cublasGemmEx
  *    when Lt is unavailable), bf16 in, fp32 accumulate and output, then the
@@ -143,6 +147,40 @@
  * form was removed (slower everywhere it ran); the deep form is kept as
  * the variant "persistent 3/SM deep bulk" (not a default: one run; the
  * short grids of one tile per block are where to try it next).
+ * Eighth session (two bench-gpu --case gemv runs, T = 1, same protocol):
+ * XS = 1 of k_gemv_pers, X copied once per block into shared memory after
+ * the grid-dependency wait (cp.async, then one barrier) in two halves so
+ * that a warp's X reads are conflict-free, all products then read X from
+ * there (bitwise = old split-K on every shape). Faster on every shape of
+ * the persistent class (median us, previous default / 4 per SM xs / 3 per
+ * SM deep xs, first run): q_proj 26.98 / 25.22 / 26.30, o_proj 26.54 /
+ * 25.58 / 25.64, q+k+v 29.49 / 28.59 / 28.17, q+k+v+index 31.90 / 30.17 /
+ * 30.54, dense gate 38.50 / 36.79 / 36.88, down 38.50 / 39.36 / 37.71,
+ * shared gate+up 21.17 / 19.89 / 19.99, shared gate 3072x6144 (k_gemv_bal
+ * before) 12.45 / 12.06 / 10.98; LM head 530.97 (k_gemv_bf16) / 538.69 /
+ * 539.45. Second run, the new default against the previous default's
+ * configuration in the same run: q_proj 27.23 -> 25.77 us (81.4% of 4.8
+ * TB/s), o_proj 27.06 -> 26.03 (80.6%), q+k+v 30.04 -> 28.60 (82.5%),
+ * q+k+v+index 32.19 -> 30.91 (81.7%), dense gate 39.10 -> 37.38 (84.2%),
+ * down 38.91 -> 38.35 (82.1%), shared gate 12.50 -> 11.05, shared
+ * gate+up 21.42 -> 20.23 (the LM head, unchanged k_gemv_bf16, and even
+ * its streaming ceiling were ~4.5% slower in that run: 542.0 / 549.4 us
+ * against 531.0 / 525.3). Per-block %globaltimer trace (first run,
+ * gpu/build-gemv harness, q_proj, second launch of the graph, p50 from
+ * the grid-dependency wait): first tile done 8.6 -> 7.5 us, block end
+ * 25.4 -> 23.2 us, so both the first tile and the later ones are shorter.
+ * Likely why (not measured): the interleaved layout costs each warp's
+ * float4 reads of X two L1 wavefronts per 256 bytes, X shares L1 with the
+ * weight stream, and each window of the first tile waited on an L2 round
+ * trip for X; from shared memory X is read conflict-free, never evicted,
+ * and fetched once per block. Tried in the same run and slower everywhere
+ * (removed): a dynamic tile schedule inside thread-block clusters of 2, 4
+ * or 8 blocks (tiles claimed by atomics on a counter in rank 0's shared
+ * memory, the same sums): q_proj 30.12 / 33.13 / 32.67 us, 29.73 with xs;
+ * in a per-block %globaltimer trace (gpu/build-gemv harness, q_proj,
+ * clusters of 4, first launch) only 496 blocks are resident, the first
+ * tile ends later (p50 9.9 us against 8.5) and the block ends spread
+ * wider (25.7-30.8 us against 22.7-25.2), cause not found.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -393,6 +431,33 @@ __device__ __forceinline__ void gemv_finish(const gemv_out &o, float (*red)[NT],
     }
 }
 
+/* One token's X [cols] (cols % 8 == 0) into the block's shared memory, split
+ * in halves so that the X of 16-byte weight chunk c is xs[c] (columns 8c..8c+3)
+ * and xs[cols / 8 + c] (8c+4..8c+7): a warp reading the X of 32 consecutive
+ * chunks reads two 512-byte runs (no bank conflicts, as against the 32-byte
+ * stride of the interleaved layout). The same values: the sums are unchanged.
+ * Every thread of the block calls it after the grid-dependency wait; ends
+ * with a __syncthreads. NVIDIA: cp.async (L1-allocating, as X's plain
+ * loads), no registers. */
+__device__ __forceinline__ void xs_load(float4 *xs, const float *X, int cols)
+{
+    const int c4n = cols >> 2, c8n = cols >> 3;
+    const float4 *x4 = (const float4 *)X;
+    for (int i = threadIdx.x; i < c4n; i += blockDim.x) {
+        float4 *d = xs + (i & 1) * c8n + (i >> 1);
+#if M3_PDL
+        const uint32_t a = (uint32_t)__cvta_generic_to_shared(d);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(a), "l"(x4 + i) : "memory");
+#else
+        *d = x4[i];
+#endif
+    }
+#if M3_PDL
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+    __syncthreads();
+}
+
 /* grid ceil(slots / (8 / ks_n)), block 256. A slot is one weight row (in
  * SwiGLU mode slot 2j = gate row j, 2j+1 = up row j, both in one block);
  * warp w streams K slice w % ks_n of slot w / ks_n, lane l the 16-byte
@@ -486,12 +551,13 @@ __global__ void k_gemv_bf16(gemv_out o, const float *X, const uint16_t *__restri
  * (NVIDIA only; dynamic shared memory of 8 * per 16-byte chunks): the
  * first tile comes through shared memory by the bulk-copy engine, the
  * same sums (a benchmark variant; see the seventh session above). */
-template <int NT, int U, int MINB, int BULK = 0>
+template <int NT, int U, int MINB, int BULK = 0, int XS = 0>
 __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
     k_gemv_pers(gemv_out o, const float *X, const uint16_t *__restrict__ W, int rows, int cols,
                 int ks_n, int ntiles, int mode)
 {
     __shared__ float red[2][GEMV_ROWS][NT];
+    M3_DYN_SHARED(float4, xsh); /* XS: X split in halves (xs_load) */
     M3_GEMV_STAMP(0, W);
     pdl_trigger();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -561,7 +627,10 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
             wv[u] = wr[32 * u];
         pdl_wait(); /* X is the previous kernel's output */
         M3_GEMV_STAMP(1, W);
+        if constexpr (XS)
+            xs_load(xsh, X, cols);
     }
+    const int c8n = cols >> 3;
     for (int par = par0, it = 0;; par ^= 1, it++) {
         const int tn = t + (int)gridDim.x, gsn = tn * spb + slot;
         const bool hn = tn < ntiles; /* block-uniform */
@@ -577,10 +646,14 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
             M3_UNROLL
             for (int u = 0; u < U; u++) {
                 const int cc = beg + 32 * (U * i + u);
-                M3_UNROLL
-                for (int n = 0; n < NT; n++) {
-                    const float4 *xr = (const float4 *)(X + (size_t)n * cols) + 2 * cc;
-                    acc[n] = dot8(wv[u], xr[0], xr[1], acc[n]);
+                if constexpr (XS) {
+                    acc[0] = dot8(wv[u], xsh[cc], xsh[c8n + cc], acc[0]);
+                } else {
+                    M3_UNROLL
+                    for (int n = 0; n < NT; n++) {
+                        const float4 *xr = (const float4 *)(X + (size_t)n * cols) + 2 * cc;
+                        acc[n] = dot8(wv[u], xr[0], xr[1], acc[n]);
+                    }
                 }
                 if (!last)
                     wv[u] = wr[32 * (U * (i + 1) + u)];
@@ -951,27 +1024,31 @@ __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
  * 6 where the lane's chunks per tile are not a multiple of 8 (80
  * registers, 3 blocks per SM). bulk (k_gemv_pers, NVIDIA only, "deep"
  * only): the first tile of every block staged into shared memory by the
- * bulk-copy engine before the grid-dependency wait (BULK = 1). */
+ * bulk-copy engine before the grid-dependency wait (BULK = 1). xs
+ * (k_gemv_pers): X staged in shared memory after the wait (XS = 1). */
 typedef struct gemv_cfg {
     const char *name;
-    int kind, bps, pdl, roll, u, bulk;
+    int kind, bps, pdl, roll, u, bulk, xs;
 } gemv_cfg;
 
 /* Index 0 is the default (chosen per shape by gemv_pick); the others are
  * benchmark variants (m3g_gemv_variant; bench-gpu --case gemv times each).
  * "old": the kernels as they were before the persistent kernel. */
 static const gemv_cfg gemv_cfgs[] = {
-    {"default", -1, 0, 1, 0, 0, 0},
-    {"old split-K", 0, 0, 1, 0, 0, 0},
-    {"old split-K ks x2", 1, 0, 1, 0, 0, 0},
-    {"rolling bal u4 5/SM", 3, 5, 1, 1, 0, 0},
-    {"persistent 4/SM", 4, 4, 1, 1, 0, 0},
-    {"persistent 4/SM no PDL", 4, 4, 0, 1, 0, 0},
-    {"persistent 3/SM deep", 4, 3, 1, 1, -1, 0},
-    {"persistent 3/SM deep no PDL", 4, 3, 0, 1, -1, 0},
-    {"persistent 3/SM deep bulk", 4, 3, 1, 1, -1, 1},
+    {"default", -1, 0, 1, 0, 0, 0, 0},
+    {"old split-K", 0, 0, 1, 0, 0, 0, 0},
+    {"old split-K ks x2", 1, 0, 1, 0, 0, 0, 0},
+    {"rolling bal u4 5/SM", 3, 5, 1, 1, 0, 0, 0},
+    {"persistent 4/SM", 4, 4, 1, 1, 0, 0, 0},
+    {"persistent 4/SM no PDL", 4, 4, 0, 1, 0, 0, 0},
+    {"persistent 3/SM deep", 4, 3, 1, 1, -1, 0, 0},
+    {"persistent 3/SM deep no PDL", 4, 3, 0, 1, -1, 0, 0},
+    {"persistent 3/SM deep bulk", 4, 3, 1, 1, -1, 1, 0},
+    {"persistent 4/SM xs", 4, 4, 1, 1, 0, 0, 1},
+    {"persistent 3/SM deep xs", 4, 3, 1, 1, -1, 0, 1},
 };
 #define GEMV_NCFG ((int)(sizeof gemv_cfgs / sizeof gemv_cfgs[0]))
+#define GEMV_XS_COLS 12288 /* the widest X the defaults stage in shared memory (48 KB, measured) */
 #define BAL_U 4        /* chunks per lane per window of k_gemv_bal */
 #define GEMV_WAVE 660  /* resident k_gemv_bf16 blocks on 132 SMs (5 per SM) */
 
@@ -1034,7 +1111,14 @@ static int pers_fits(int cols, int ks, int u = 0)
  *    27.73, o_proj 26.66 vs 27.00, q/k/v/index 31.30 vs 32.35; dense gate
  *    / down within 0.3 us either way);
  *  - otherwise (LM head, 4096+ blocks) k_gemv_bf16 as before (531.6 us;
- *    the persistent kernel 542.6 us there). */
+ *    the persistent kernel 542.6 us there).
+ * Eighth session (bench-gpu --case gemv, T = 1): for <= GEMV_XS_COLS
+ * columns the persistent configurations stage X in shared memory (xs,
+ * bitwise the same outputs), 4 per SM where X takes <= 32 KB, else 3 per
+ * SM deep (4 x 48 KB of X left too little L1: dense down 4/SM xs 39.36
+ * us, deep xs 37.71, 4/SM without xs 38.44), and the one-to-two-wave
+ * class takes the deep xs form instead of k_gemv_bal (shared gate
+ * 3072x6144 12.45 -> 10.98 us). */
 static gemv_cfg gemv_pick(const gemv_out &o, int rows, int cols, int T)
 {
     const int slots = o.half > 0 ? 2 * o.half : rows;
@@ -1044,14 +1128,19 @@ static gemv_cfg gemv_pick(const gemv_out &o, int rows, int cols, int T)
         return gemv_cfgs[1];
     if (nb < GEMV_WAVE && ks < (o.half > 0 ? GEMV_ROWS / 2 : GEMV_ROWS))
         return gemv_cfgs[2];
-    if (nb < 2 * GEMV_WAVE && bal_fits(o, rows, cols, gemv_cfgs[3].bps * BAL_SMS))
+    const int xs = cols <= GEMV_XS_COLS; /* X staged in shared memory (gemv_cfgs[9], [10]) */
+    if (nb < 2 * GEMV_WAVE && bal_fits(o, rows, cols, gemv_cfgs[3].bps * BAL_SMS)) {
+        if (xs && pers_fits(cols, ks, gemv_cfgs[10].u))
+            return gemv_cfgs[10];
         return gemv_cfgs[3];
+    }
     if ((slots + GEMV_ROWS - 1) / GEMV_ROWS < 4096 && pers_fits(cols, ks)) {
         const int slots4 = BAL_SMS * gemv_cfgs[4].bps; /* 528 */
         const int tpb4 = (nb + slots4 - 1) / slots4, nb4 = (nb + tpb4 - 1) / tpb4;
-        if ((tpb4 <= 3 || 10 * nb4 < 9 * slots4) && pers_fits(cols, ks, gemv_cfgs[6].u))
-            return gemv_cfgs[6];
-        return gemv_cfgs[4];
+        if ((tpb4 <= 3 || 10 * nb4 < 9 * slots4 || (xs && cols > 8192)) &&
+            pers_fits(cols, ks, gemv_cfgs[6].u))
+            return gemv_cfgs[xs ? 10 : 6];
+        return gemv_cfgs[xs ? 9 : 4];
     }
     return gemv_cfgs[1];
 }
@@ -1119,6 +1208,29 @@ static hipError_t launch_fast(const gemv_cfg &c, const gemv_out &o, const float 
 #else
                 return hipErrorInvalidValue;
 #endif
+            }
+            if (c.xs) {
+                /* dynamic shared memory: X (cols floats); bps blocks per SM
+                 * with the static part and the driver's 1 KB per block */
+                const int shm = cols * 4;
+                void (*kp)(gemv_out, const float *, const uint16_t *, int, int, int, int, int) =
+                    NULL;
+                if (u == FAST_U && c.bps == 4)
+                    kp = k_gemv_pers<1, FAST_U, 4, 0, 1>;
+                else if (u == 6 && c.bps == 3)
+                    kp = k_gemv_pers<1, 6, 3, 0, 1>;
+                else if (u == 8 && c.bps == 3)
+                    kp = k_gemv_pers<1, 8, 3, 0, 1>;
+                if (!kp || c.bps * (shm + 1024 + 256) > 228 * 1024)
+                    return hipErrorInvalidValue;
+#if !defined(M3_EMU) /* the emulation has no limit to lift */
+                if (shm > 48 * 1024 - 256 &&
+                    hipFuncSetAttribute((const void *)kp,
+                                        hipFuncAttributeMaxDynamicSharedMemorySize,
+                                        shm) != hipSuccess)
+                    return hipGetLastError();
+#endif
+                GEMV_LAUNCH(kp, nb, shm, c.pdl, st, o, X, W, rows, cols, ks, ntiles, mode);
             }
             if (u == FAST_U && c.bps == 4)
                 GEMV_LAUNCH((k_gemv_pers<1, FAST_U, 4>), nb, 0, c.pdl, st, o, X, W, rows, cols,

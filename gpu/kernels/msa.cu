@@ -1458,9 +1458,10 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
  * rank of many lists, a weak bound, hundreds of survivors and a ~21 us
  * merge). Forced blocks first ascending, -1 padding. The previous merge
  * walked the lists with chains of dependent L2 loads (~7.2 us at 128K;
- * this one ~4.0 us). The ticket: one thread per block releases its block's
- * list stores with fence.acq_rel.gpu before the atomic (the last block
- * acquires after it).
+ * this one ~4.0 us). The ticket: one thread per block takes it with one
+ * acquire-release atomic (idx_ticket: releases its block's list stores; the
+ * last block acquires everyone's); variant bit 7 (128) the previous form,
+ * fence.acq_rel.gpu, atomic, fence for the last block.
  *
  * Programmatic dependent launch (NVIDIA): the kernel lets the next kernel
  * launch at once and, before waiting for the previous kernel, starts the
@@ -1476,6 +1477,19 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
  * streaming (1M: +4.3 / +14.5 / +21.9 us against without); the L2::256B fetch
  * hint on the copies (variant bit 9: 21.85 / 88.63 us against 22.32 /
  * 86.35); 8 warps x 3 stages or 6 warps x 4 stages (see idx_dispatch).
+ * Helper runs of 2026-11-30 (bench-gpu, 128K / 1M; the default 19.98 /
+ * 76.32 and 20.06 / 76.70 us in the same two runs): one SM left out of the
+ * grid so that the next launch's blocks need not wait for the merging
+ * block's SM (19.95 / 75.50); local lists ranked by counting instead of
+ * idx_wsel when a block has <= need MSA blocks (20.31 / 75.67, with the
+ * spare SM); idx_wsel run once before the dependency wait to warm the
+ * instruction caches (20.40 / 76.80, with both); 8 warps x 3 stages with
+ * the whole ring before the wait (22.87-23.98 / 85.2-85.5); two blocks per
+ * SM (96 KB rings, 128-tile rounds) so that the next launch's blocks are
+ * resident and waiting, as the stream-only kernel's are: 6 warps x 2
+ * stages with 1 / 2 / 4 keys per lane 22.28 / 21.64 / 27.16 us at 128K,
+ * ~110 us at 1M; 4 warps x 3 stages 22.28-24.03 / ~121 us; its scores
+ * alone 16.31 us against the default's 15.43. None kept.
  * ========================================================================== */
 
 #if MIX_CPASYNC || defined(M3_EMU)
@@ -1498,6 +1512,7 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
 #define IDX_F_L2W 8                /* kernel flag: cp.async with the L2::256B fetch hint */
 #define IDX_F_PROVEN 16            /* kernel flag: FMA where the range words prove it exact */
 #define IDX_F_PRO2 32              /* kernel flag: the whole ring requested before the wait */
+#define IDX_F_FENCE 64             /* kernel flag: the previous ticket (fence, atomic, fence) */
 
 #if IDX_ON
 
@@ -1665,6 +1680,27 @@ static __device__ __forceinline__ void idx_fence()
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
 #else
     __threadfence();
+#endif
+}
+
+/* The ticket: one GPU-scope acquire-release atomic add, returning the old
+ * value. Release: the block's list stores, ordered before thread 0 by the
+ * block barrier (cumulativity, as with the fence it replaces); acquire:
+ * every other block's lists, for the last block (whose other threads read
+ * them after the next barrier). One instruction instead of fence, atomic
+ * and fence: H200 bench-gpu (helper run, same run as the fence form):
+ * 19.78 / 75.55 us against 20.06 / 76.70 us at 128K / 1M. */
+static __device__ __forceinline__ unsigned idx_ticket(unsigned *p)
+{
+#if MIX_CPASYNC && defined(__CUDA_ARCH__)
+    unsigned k;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(k) : "l"(p) : "memory");
+    return k;
+#else
+    __threadfence();
+    const unsigned k = atomicAdd(p, 1u);
+    __threadfence();
+    return k;
 #endif
 }
 
@@ -2016,7 +2052,9 @@ MSA_UNROLL
         lists[((size_t)g * P + c) * np + s] = s < (int)misc[4 + g] ? cand[g * CS + s] : 0;
     }
     __syncthreads(); /* the block's list stores happen before thread 0's release */
-    if (tid == 0) {
+    if (tid == 0 && !(flags & IDX_F_FENCE)) {
+        misc[0] = idx_ticket(&ctr[t]);
+    } else if (tid == 0) {
         idx_fence(); /* release (cumulative over the block's stores seen via the barrier) */
         const unsigned k = atomicAdd(&ctr[t], 1u);
         if (k == (unsigned)(P - 1))
@@ -2206,7 +2244,8 @@ hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const vo
                                 ((variant & 16) ? IDX_F_SCORES_ONLY : 0) |
                                 ((variant & 64) ? IDX_F_NO_MERGE : 0) |
                                 ((variant & 512) ? IDX_F_L2W : 0) |
-                                ((variant & 16384) ? IDX_F_PRO2 : 0),
+                                ((variant & 16384) ? IDX_F_PRO2 : 0) |
+                                ((variant & 128) ? IDX_F_FENCE : 0),
                             (variant & 32) == 0, st);
     }
 #endif

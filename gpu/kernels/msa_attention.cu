@@ -200,6 +200,31 @@
  * it, more ring slots (Q out of shared memory), a tensor-map TMA producer
  * (one copy per slot, swizzled slots), persistent CTAs. 40% of peak: not
  * met (17.5%).
+ * Seventh session (2026-11-30; two device calls, bench-gpu --case "msa
+ * prefill s7", each variant below built as variant 10 and timed against 8
+ * in the same process; H200, median of 20, cv <= 0.3% on the slabs, 1.5-2.7%
+ * on the whole prompt). Both were bitwise 5's results on every output word
+ * of the three slabs and of the whole pooled prompt (edge shapes as 8), and
+ * both were slower; removed:
+ *  - the ring as 10 half-block slots (64 K or V rows each, the same bytes;
+ *    pass 1 K0 K1, pass 2 K0 K1 V0 V1; each half released as soon as it is
+ *    used, so the producer can run about twice as far ahead of the slowest
+ *    row): slabs indep / pool24 / shared 2740.08 / 832.92 / 708.17 us against
+ *    8's 2614.13 / 842.21 / 714.47, whole pooled prompt 47,756.64 against
+ *    47,631.23 us. A deeper ring barely helps (pool24 and shared 1%); the
+ *    ring waits the profile shows seem to be the SM's shared throughput (the
+ *    rows wait for the slowest, which is slow because all share the SM), and
+ *    twice the barrier traffic costs the rows that skip (indep -4.8%);
+ *  - persistent CTAs (one per SM running the (tile, group) items in launch
+ *    order, the ring continued across items, the producer building the next
+ *    item's union in a second list buffer while the consumers finish the
+ *    current one, its Q rows prefetched to L2): slabs 3712.89 / 1109.19 /
+ *    912.38 us against 2607.17 / 837.69 / 708.88, whole prompt 62,530.02
+ *    against 48,005.42 us (1.30x slower). ptxas spilled 340 bytes at hd 128
+ *    (a loop over items around both passes does not fit the 168 registers
+ *    that k_msa_ws fills exactly; either pass alone in the loop did); a
+ *    second possible cause, not separated: the items of the SMs drift apart,
+ *    so resident CTAs share fewer K/V blocks in L2.
  */
 #include <math.h>
 #include "common.cuh"

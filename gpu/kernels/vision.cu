@@ -455,7 +455,8 @@ static hipError_t vis_attn_tc_launch(float *out, const float *q, const float *k,
  * current one is used. Same tiles, same fragments, same operations in the same
  * order as k_vis_attn_tc: bitwise equal to it (bench-gpu checks). Shared
  * memory: K and V tiles twice, 4 KT (HD + 8) bf16 (45 KB at HD 80); the Q
- * tile (64 rows) passes through the two K slots before the first key tile. */
+ * tile (16 rows per warp: 64 with NW = 4 warps, 128 with 8) passes through
+ * those slots before the first key tile. */
 template <int HD>
 __global__ void k_vis_bf16_copies(uint16_t *ws, const float *q, const float *k, const float *v,
                                   int64_t rows, int hd)
@@ -486,24 +487,25 @@ __device__ __forceinline__ void va_copy(uint16_t *dst, const uint16_t *x, int r0
     }
 }
 
-template <int HD>
-__global__ void __launch_bounds__(128)
+template <int HD, int NW>
+__global__ void __launch_bounds__(NW * 32)
     k_vis_attn_cp(float *out, const uint16_t *q, const uint16_t *k, const uint16_t *v, int len,
                   int nh, int hd, float scale)
 {
-    constexpr int KT = VA_KT(HD), TILE = KT * (HD + 8);
+    constexpr int KT = VA_KT(HD), TILE = KT * (HD + 8), QT = 16 * NW;
+    static_assert(QT <= 4 * KT, "the Q tile passes through the four tile slots");
     M3_DYN_SHARED(float, sm_f);
     uint16_t *sm = (uint16_t *)sm_f; /* K slots 0, 1, then V slots 0, 1 */
-    const int h = blockIdx.y, q0 = blockIdx.x * VA_QT;
+    const int h = blockIdx.y, q0 = blockIdx.x * QT;
     const int nt = (len + KT - 1) / KT, steps = 2 * nt; /* step s: pass s / nt, tile s % nt */
     va_rows<HD> R;
 
-    va_copy<HD>(sm, q, q0, VA_QT, len, nh, h);
+    va_copy<HD>(sm, q, q0, QT, len, nh, h);
     m3t_cp_commit();
     m3t_cp_wait<0>();
     __syncthreads();
     va_rows_init<HD>(R, sm);
-    __syncthreads(); /* the K slots are free again */
+    __syncthreads(); /* the slots are free again */
     const float c2 = scale * 1.4426950408889634f;
     for (int s = 0; s <= steps; s++) {
         if (s < steps) { /* copy step s into slot s & 1 */
@@ -527,7 +529,7 @@ __global__ void __launch_bounds__(128)
     va_rows_store<HD>(R, out, q0, len, nh, hd, h);
 }
 
-template <int HD>
+template <int HD, int NW>
 static hipError_t vis_attn_cp_launch(float *out, const float *q, const float *k, const float *v,
                                      int len, int nh, int hd, float scale, uint16_t *ws,
                                      hipStream_t st)
@@ -545,17 +547,33 @@ static hipError_t vis_attn_cp_launch(float *out, const float *q, const float *k,
         /* a host-side setting, allowed while a graph is being captured (relaxed) */
         cudaStreamCaptureMode cm = cudaStreamCaptureModeRelaxed;
         (void)cudaThreadExchangeStreamCaptureMode(&cm);
-        e = hipFuncSetAttribute((const void *)k_vis_attn_cp<HD>,
+        e = hipFuncSetAttribute(((const void *)k_vis_attn_cp<HD, NW>),
                                 hipFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
         (void)cudaThreadExchangeStreamCaptureMode(&cm);
         if (e != hipSuccess)
             return e;
     }
     const uint16_t *w = ws;
-    hipLaunchKernelGGL(k_vis_attn_cp<HD>, dim3((len + VA_QT - 1) / VA_QT, nh), dim3(128), shm, st,
-                       out, w, w + (size_t)rows * HD, w + 2 * (size_t)rows * HD, len, nh, hd,
-                       scale);
+    hipLaunchKernelGGL((k_vis_attn_cp<HD, NW>), dim3((len + 16 * NW - 1) / (16 * NW), nh),
+                       dim3(32 * NW), shm, st, out, w, w + (size_t)rows * HD,
+                       w + 2 * (size_t)rows * HD, len, nh, hd, scale);
     return hipGetLastError();
+}
+
+/* the launchers by CTA size, so that VA_SWITCH can name them by HD alone */
+template <int HD>
+static hipError_t vis_attn_cp4_launch(float *out, const float *q, const float *k, const float *v,
+                                      int len, int nh, int hd, float scale, uint16_t *ws,
+                                      hipStream_t st)
+{
+    return vis_attn_cp_launch<HD, 4>(out, q, k, v, len, nh, hd, scale, ws, st);
+}
+template <int HD>
+static hipError_t vis_attn_cp8_launch(float *out, const float *q, const float *k, const float *v,
+                                      int len, int nh, int hd, float scale, uint16_t *ws,
+                                      hipStream_t st)
+{
+    return vis_attn_cp_launch<HD, 8>(out, q, k, v, len, nh, hd, scale, ws, st);
 }
 #endif
 
@@ -563,8 +581,9 @@ const char *m3g_vision_attention_variant_name(int variant)
 {
     static const char *const names[] = {"default", "exact (serial sums, scalar)",
                                         "tensor cores, tiles staged from fp32 (bf16 mode)",
-                                        "tensor cores, bf16 copies + cp.async (bf16 mode)"};
-    return variant >= 0 && variant < 4 ? names[variant] : NULL;
+                                        "tensor cores, bf16 copies + cp.async (bf16 mode)",
+                                        "the same, 8 warps and 128 query rows per CTA"};
+    return variant >= 0 && variant < 5 ? names[variant] : NULL;
 }
 
 size_t m3g_vision_attention_ws_elems(int len, int nh, int hd, int mode)
@@ -595,15 +614,17 @@ hipError_t m3g_vision_attention_variant(int variant, float *out, const float *q,
 {
     if (len <= 0 || nh <= 0)
         return hipSuccess;
-    if (hd <= 0 || hd > 1024 || variant < 0 || variant > 3)
+    if (hd <= 0 || hd > 1024 || variant < 0 || variant > 4)
         return hipErrorInvalidValue;
     const float scale = 1.0f / sqrtf((float)hd); /* as ref: fp32 */
 #if M3_TC
     if (variant != 1 && mode == 1 && hd <= 128) {
-        if (variant == 3 || (variant == 0 && ws)) {
+        if (variant >= 3 || (variant == 0 && ws)) {
             if (!ws)
                 return hipErrorInvalidValue;
-            VA_SWITCH(vis_attn_cp_launch, out, q, k, v, len, nh, hd, scale, ws, st)
+            if (variant == 4)
+                VA_SWITCH(vis_attn_cp8_launch, out, q, k, v, len, nh, hd, scale, ws, st)
+            VA_SWITCH(vis_attn_cp4_launch, out, q, k, v, len, nh, hd, scale, ws, st)
         }
         VA_SWITCH(vis_attn_tc_launch, out, q, k, v, len, nh, hd, scale, st)
     }
