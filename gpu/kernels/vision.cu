@@ -23,11 +23,12 @@
  * Performance structure: the exact attention kernel (fp32 mode, and every
  * mode off NVIDIA) is one block per (head, query) that recomputes each score
  * three times (max, sum, P.V) and reads K/V rows uncoalesced; in bf16 mode on
- * NVIDIA, k_vis_attn_cp (below) does the same attention on tensor cores with
- * ref's rounding points but tensor-core summation orders, on bf16 copies of
- * q/k/v made once per segment and double-buffered with cp.async
- * (k_vis_attn_tc, the same arithmetic on tiles staged from fp32 without
- * overlap, stays as the path without a work area). LayerNorm
+ * NVIDIA, k_vis_attn_cp (below; 8 warps, 128 query rows per CTA) does the
+ * same attention on tensor cores with ref's rounding points but tensor-core
+ * summation orders, on bf16 copies of q/k/v made once per segment and
+ * double-buffered with cp.async (k_vis_attn_tc, the same arithmetic on tiles
+ * staged from fp32 without overlap, stays as the path without a work area;
+ * all three forms give the same bits). LayerNorm
  * statistics still run on one thread per row (serial double sums as ref).
  * m3g_vision_layer is one encoder layer's launch sequence (gpu/vision.cu and
  * bench-gpu both run it).
@@ -622,9 +623,9 @@ hipError_t m3g_vision_attention_variant(int variant, float *out, const float *q,
         if (variant >= 3 || (variant == 0 && ws)) {
             if (!ws)
                 return hipErrorInvalidValue;
-            if (variant == 4)
-                VA_SWITCH(vis_attn_cp8_launch, out, q, k, v, len, nh, hd, scale, ws, st)
-            VA_SWITCH(vis_attn_cp4_launch, out, q, k, v, len, nh, hd, scale, ws, st)
+            if (variant == 3)
+                VA_SWITCH(vis_attn_cp4_launch, out, q, k, v, len, nh, hd, scale, ws, st)
+            VA_SWITCH(vis_attn_cp8_launch, out, q, k, v, len, nh, hd, scale, ws, st)
         }
         VA_SWITCH(vis_attn_tc_launch, out, q, k, v, len, nh, hd, scale, st)
     }
