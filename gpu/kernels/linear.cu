@@ -126,7 +126,7 @@
  * a fixed order); PDL release by the norm / SwiGLU kernels before the
  * GEMVs (today a GEMV overlaps its predecessor only when that one is a
  * GEMV or the tensor-core attention).
- * Seventh session (one bench-gpu --case gemv run, T = 1, same protocol):
+ * Later in the sixth session (one bench-gpu --case gemv run, T = 1, same protocol):
  * BULK = 1 of k_gemv_pers, each warp's slice of the block's first tile
  * (one contiguous 4-6 KB range) moved into dynamic shared memory by
  * cp.async.bulk (lane 0, one mbarrier per warp with expect_tx) and the
@@ -147,7 +147,7 @@
  * form was removed (slower everywhere it ran); the deep form is kept as
  * the variant "persistent 3/SM deep bulk" (not a default: one run; the
  * short grids of one tile per block are where to try it next).
- * Eighth session (two bench-gpu --case gemv runs, T = 1, same protocol):
+ * Seventh session (two bench-gpu --case gemv runs, T = 1, same protocol):
  * XS = 1 of k_gemv_pers, X copied once per block into shared memory after
  * the grid-dependency wait (cp.async, then one barrier) in two halves so
  * that a warp's X reads are conflict-free, all products then read X from
@@ -550,7 +550,7 @@ __global__ void k_gemv_bf16(gemv_out o, const float *X, const uint16_t *__restri
  * registers, 3: 80, room for U = 6 or 8 without spills). BULK = 1
  * (NVIDIA only; dynamic shared memory of 8 * per 16-byte chunks): the
  * first tile comes through shared memory by the bulk-copy engine, the
- * same sums (a benchmark variant; see the seventh session above). */
+ * same sums (a benchmark variant; see the sixth session's bulk-copy note above). */
 template <int NT, int U, int MINB, int BULK = 0, int XS = 0>
 __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
     k_gemv_pers(gemv_out o, const float *X, const uint16_t *__restrict__ W, int rows, int cols,
@@ -1112,7 +1112,7 @@ static int pers_fits(int cols, int ks, int u = 0)
  *    / down within 0.3 us either way);
  *  - otherwise (LM head, 4096+ blocks) k_gemv_bf16 as before (531.6 us;
  *    the persistent kernel 542.6 us there).
- * Eighth session (bench-gpu --case gemv, T = 1): for <= GEMV_XS_COLS
+ * Seventh session (bench-gpu --case gemv, T = 1): for <= GEMV_XS_COLS
  * columns the persistent configurations stage X in shared memory (xs,
  * bitwise the same outputs), 4 per SM where X takes <= 32 KB, else 3 per
  * SM deep (4 x 48 KB of X left too little L1: dense down 4/SM xs 39.36
