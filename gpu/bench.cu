@@ -2747,14 +2747,16 @@ static int make_vis_attention(bench_case *bc, const char *name, int len, int nh,
 
 /* The tensor-core vision attention against the exact kernel (serial fp32
  * sums, ref's order; bitwise equal to ref under the emulation) on the same
- * inputs: shapes from one patch to a full M3 image segment; hd not a
- * multiple of 16 exercises the zero-padded dims. Both outputs are bf16
- * values; they may differ where a sum order flips a rounding. */
+ * inputs, and its bf16-copies forms (variants 3, 4) against it word for
+ * word: shapes from one patch to a full M3 image segment; hd not a
+ * multiple of 16 exercises the zero-padded dims, hd 96 the copies kernel's
+ * shared memory above 48 KB. Both outputs are bf16 values; the tensor-core
+ * and exact ones may differ where a sum order flips a rounding. */
 static int check_vis_attention(hipStream_t st)
 {
-    static const int shapes[][3] = {{1, 1, 80},   {7, 2, 40},   {64, 1, 80},  {65, 3, 80},
-                                    {200, 2, 64}, {333, 1, 128}, {97, 4, 24}, {1000, 16, 80},
-                                    {5184, 2, 80}};
+    static const int shapes[][3] = {{1, 1, 80},    {7, 2, 40},   {64, 1, 80},  {65, 3, 80},
+                                    {200, 2, 64},  {333, 1, 128}, {97, 4, 24}, {1000, 16, 80},
+                                    {5184, 2, 80}, {150, 2, 96},  {129, 3, 112}};
     int bad = 0;
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         const int len = shapes[c][0], nh = shapes[c][1], hd = shapes[c][2];
@@ -3152,9 +3154,10 @@ int main(int argc, char **argv)
     }
     /* vision tower attention (M3: 16 heads of 80; 5,184 patches = one
      * 1008 x 1008 image) in bf16 mode: the default (tensor cores on NVIDIA,
-     * on bf16 copies with cp.async, 8 warps per CTA), at 1,024 patches the
-     * exact kernel, the tensor-core kernel that stages fp32 tiles (variant
-     * 2) and the copies kernel with 4 warps per CTA (variant 3) */
+     * on bf16 copies with cp.async; 8 warps per CTA at 5,184 patches, 4 at
+     * 1,024), at 1,024 patches the exact kernel, the tensor-core kernel
+     * that stages fp32 tiles (variant 2), and the copies kernel with the
+     * other CTA size (variants 3, 4) */
     bad |= make_vis_attention(next_case(cases, &n), "vision attention 5184x16x80", 5184, 16, 80, 0, l2);
     bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80", 1024, 16, 80, 0, l2);
     bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80 exact", 1024, 16, 80, 1,
@@ -3163,6 +3166,8 @@ int main(int argc, char **argv)
                               80, 2, l2);
     bad |= make_vis_attention(next_case(cases, &n), "vision attention 5184x16x80 4 warps", 5184, 16,
                               80, 3, l2);
+    bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80 8 warps", 1024, 16,
+                              80, 4, l2);
     /* one whole encoder layer (M3 dims) in bf16: vendor-GEMM linears and
      * tensor-core attention (the default), and at 1,024 patches with the
      * exact mode-0 linears for comparison */

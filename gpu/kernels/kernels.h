@@ -465,8 +465,9 @@ size_t m3g_vision_attention_ws_elems(int len, int nh, int hd, int mode);
 
 /* m3g_vision_attention in a chosen kernel (gpu/bench.cu): variant 0 the
  * default (bf16 mode, hd <= 128, NVIDIA: a tensor-core kernel, whose dot,
- * sum and P.V orders differ from ref's -- variant 4 when ws is given, else
- * 2; otherwise the exact one), 1 the exact kernel, 2 the tensor-core kernel
+ * sum and P.V orders differ from ref's -- variant 4 when ws is given (3
+ * when 128-row CTAs would not fill the GPU twice), else 2; otherwise the
+ * exact one), 1 the exact kernel, 2 the tensor-core kernel
  * staging fp32 q/k/v tile by tile, 3 the same kernel's arithmetic on bf16
  * copies made once into ws and double-buffered with cp.async (bitwise
  * equal to 2), 4 the same as 3 with 8 warps (128 query rows) per CTA.

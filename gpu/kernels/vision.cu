@@ -23,9 +23,10 @@
  * Performance structure: the exact attention kernel (fp32 mode, and every
  * mode off NVIDIA) is one block per (head, query) that recomputes each score
  * three times (max, sum, P.V) and reads K/V rows uncoalesced; in bf16 mode on
- * NVIDIA, k_vis_attn_cp (below; 8 warps, 128 query rows per CTA) does the
- * same attention on tensor cores with ref's rounding points but tensor-core
- * summation orders, on bf16 copies of q/k/v made once per segment and
+ * NVIDIA, k_vis_attn_cp (below; 8 warps and 128 query rows per CTA, or 4
+ * and 64 when that leaves SMs without work) does the same attention on
+ * tensor cores with ref's rounding points but tensor-core summation
+ * orders, on bf16 copies of q/k/v made once per segment and
  * double-buffered with cp.async (k_vis_attn_tc, the same arithmetic on tiles
  * staged from fp32 without overlap, stays as the path without a work area;
  * all three forms give the same bits). LayerNorm
@@ -561,6 +562,18 @@ static hipError_t vis_attn_cp_launch(float *out, const float *q, const float *k,
     return hipGetLastError();
 }
 
+/* warps per CTA of the default: 8 (128 query rows) when the grid still
+ * holds a full wave of such CTAs (two per SM), else 4 (twice the CTAs) */
+static int va_default_warps(int len, int nh)
+{
+    int dev = 0, nsm = 1;
+    if (hipGetDevice(&dev) != hipSuccess ||
+        hipDeviceGetAttribute(&nsm, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess ||
+        nsm < 1)
+        nsm = 1;
+    return (int64_t)((len + 127) / 128) * nh >= 2 * (int64_t)nsm ? 8 : 4;
+}
+
 /* the launchers by CTA size, so that VA_SWITCH can name them by HD alone */
 template <int HD>
 static hipError_t vis_attn_cp4_launch(float *out, const float *q, const float *k, const float *v,
@@ -623,7 +636,7 @@ hipError_t m3g_vision_attention_variant(int variant, float *out, const float *q,
         if (variant >= 3 || (variant == 0 && ws)) {
             if (!ws)
                 return hipErrorInvalidValue;
-            if (variant == 3)
+            if (variant == 3 || (variant == 0 && va_default_warps(len, nh) == 4))
                 VA_SWITCH(vis_attn_cp4_launch, out, q, k, v, len, nh, hd, scale, ws, st)
             VA_SWITCH(vis_attn_cp8_launch, out, q, k, v, len, nh, hd, scale, ws, st)
         }
