@@ -169,4 +169,17 @@ static hipError_t m3d_launch(void (*kern)(KA...), dim3 grid, dim3 block, size_t 
     return hipGetLastError();
 }
 
+#if !defined(M3_EMU)
+/* SMs of the current device (host only; 1 if the query fails): grid sizing. */
+static inline int m3d_sm_count(void)
+{
+    int dev = 0, nsm = 0;
+    if (hipGetDevice(&dev) != hipSuccess ||
+        hipDeviceGetAttribute(&nsm, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess ||
+        nsm < 1)
+        return 1;
+    return nsm;
+}
+#endif
+
 #endif

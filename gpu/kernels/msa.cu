@@ -1297,15 +1297,11 @@ __global__ void k_mix_indexer(int32_t *out, float *bs, const float *iq, const vo
  * the bandwidth ceiling. */
 static int msa_nsm(void)
 {
-    int nsm = MIX_EMU_NSM;
-#if !defined(M3_EMU)
-    int dev = 0;
-    if (hipGetDevice(&dev) != hipSuccess ||
-        hipDeviceGetAttribute(&nsm, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess ||
-        nsm < 1)
-        nsm = 1;
+#if defined(M3_EMU)
+    return MIX_EMU_NSM;
+#else
+    return m3d_sm_count();
 #endif
-    return nsm;
 }
 
 /* Thread blocks per row: per_sm resident blocks on every SM, split over

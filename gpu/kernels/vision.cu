@@ -566,12 +566,7 @@ static hipError_t vis_attn_cp_launch(float *out, const float *q, const float *k,
  * holds a full wave of such CTAs (two per SM), else 4 (twice the CTAs) */
 static int va_default_warps(int len, int nh)
 {
-    int dev = 0, nsm = 1;
-    if (hipGetDevice(&dev) != hipSuccess ||
-        hipDeviceGetAttribute(&nsm, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess ||
-        nsm < 1)
-        nsm = 1;
-    return (int64_t)((len + 127) / 128) * nh >= 2 * (int64_t)nsm ? 8 : 4;
+    return (int64_t)((len + 127) / 128) * nh >= 2 * (int64_t)m3d_sm_count() ? 8 : 4;
 }
 
 /* the launchers by CTA size, so that VA_SWITCH can name them by HD alone */
