@@ -1700,6 +1700,19 @@ static __device__ __forceinline__ unsigned idx_ticket(unsigned *p)
 #endif
 }
 
+/* The previous ticket (variant bit 128, IDX_F_FENCE): fence (release,
+ * cumulative over the block's stores seen via the barrier), plain atomic,
+ * and for the last of the P blocks a second fence (acquire: every block's
+ * lists). Returns the old counter value. */
+static __device__ __forceinline__ unsigned idx_ticket_fenced(unsigned *p, int P)
+{
+    idx_fence();
+    const unsigned k = atomicAdd(p, 1u);
+    if (k == (unsigned)(P - 1))
+        idx_fence();
+    return k;
+}
+
 #if defined(M3_EMU)
 #define IDX_NOINLINE __attribute__((noinline))
 #else
@@ -2048,15 +2061,8 @@ MSA_UNROLL
         lists[((size_t)g * P + c) * np + s] = s < (int)misc[4 + g] ? cand[g * CS + s] : 0;
     }
     __syncthreads(); /* the block's list stores happen before thread 0's release */
-    if (tid == 0 && !(flags & IDX_F_FENCE)) {
-        misc[0] = idx_ticket(&ctr[t]);
-    } else if (tid == 0) {
-        idx_fence(); /* release (cumulative over the block's stores seen via the barrier) */
-        const unsigned k = atomicAdd(&ctr[t], 1u);
-        if (k == (unsigned)(P - 1))
-            idx_fence(); /* acquire: every block's lists */
-        misc[0] = k;
-    }
+    if (tid == 0)
+        misc[0] = (flags & IDX_F_FENCE) ? idx_ticket_fenced(&ctr[t], P) : idx_ticket(&ctr[t]);
     __syncthreads();
     if (misc[0] != (unsigned)(P - 1))
         return;
