@@ -105,6 +105,32 @@ def msa_bound(torch, F, a, dev, bf, l2):
         frac = flops / (best * 1e-6) / PEAK
         print(f"\nmsa bound: best one-pass vendor kernel on the MSA tile {100 * frac:.1f}% of peak; "
               f"a two-pass (exact p) kernel at the same efficiency: {100 * frac / 1.5:.1f}%")
+    # The ">= 10x dense causal SDPA" yardstick on each backend too, so the
+    # ratio can be quoted against the fastest one as well as against torch's
+    # own choice of backend ("default", what main() times).
+    if not a.full_causal:
+        return
+    n = a.prefill_len
+    full_flops = 4.0 * NH * HD * n * (n + 1) / 2
+    for name, be in (("default", None), ("flash", SDPBackend.FLASH_ATTENTION),
+                     ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                     ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        def make_full(r, be=be):
+            q = torch.randn(1, NH, n, HD, device=dev, dtype=bf)
+            k = torch.randn(1, NKV, n, HD, device=dev, dtype=bf)
+            v = torch.randn(1, NKV, n, HD, device=dev, dtype=bf)
+            def f():
+                if be is None:  # torch's own choice, as main() times it
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                    return
+                with sdpa_kernel(be):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return f
+        try:
+            bench(torch, f"sdpa causal full {n} {name}", make_full,
+                  2 * (2 * n * NKV * HD + 2 * n * NH * HD), full_flops, a.reps, l2, nrot=1)
+        except Exception as ex:  # noqa: BLE001 - a backend this build lacks: say so, go on
+            print(f"(backend {name} failed: {type(ex).__name__}: {str(ex).splitlines()[0]})")
 
 
 def main():
