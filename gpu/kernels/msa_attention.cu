@@ -52,9 +52,11 @@
  *    attention outputs by an ulp often enough that on the deployment-MSA
  *    model's bf16 ragged prompts (T = 127 .. 2200, the lead's device run of
  *    2026-11-29) one router row of layer 1 flips to a near-tie expert; the
- *    kit accepts the flip (M3-TOL-3) but the row's MoE output then fails
- *    the model tensor rule (M3-TOL-7: downstream of a tie), so m3-gpu
- *    would fail vectors that the exact-p kernels pass;
+ *    kit accepts the flip (M3-TOL-3) and, since its tie rule M3-TOL-8,
+ *    judges those prompts TieDiverged (exit 3) and settles them
+ *    teacher-forced (exit 0; device runs J, M and W), while the exact-p
+ *    kernels Pass them outright: the default keeps exact p so that
+ *    m3-gpu's free-running checks against ref stay conclusive;
  *  4 / 3: one pass, not pipelined, 11 / 8 rows;
  *  1: k_msa_tc, two passes, every warp loads, one CTA barrier per step.
  * Rounding of p (M3-NUM-BF16-2 item 5), the one documented difference of
@@ -225,6 +227,14 @@
  *    that k_msa_ws fills exactly; either pass alone in the loop did); a
  *    second possible cause, not separated: the items of the SMs drift apart,
  *    so resident CTAs share fewer K/V blocks in L2.
+ * Eighth session (device runs W-Y, `tools/bench_torch.py --only msa`): the
+ * bound on 40% of peak. The fastest attention kernel on the H200 (cuDNN
+ * through torch SDPA: dense, one pass, nothing gathered) runs MSA's tile
+ * shape (2,048 query rows = 16 heads x 128 rows against 2,048 keys of one
+ * KV head) at 59.8% of peak. Exact p takes two passes, 1.5x the logical
+ * mma work, so an exact-p kernel as efficient as cuDNN reaches 39.9%:
+ * with exact p, 40% is out of reach; the one-pass variant 6 could reach
+ * 40% only as an FA3-class gathered kernel at 2/3 of cuDNN's efficiency.
  */
 #include <math.h>
 #include "common.cuh"
