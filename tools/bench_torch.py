@@ -76,61 +76,51 @@ def msa_bound(torch, F, a, dev, bf, l2):
     of peak on MSA's own tile shape, with no gather and one pass. A kernel
     that keeps the reference's p needs two passes over the keys (Q K^T twice,
     P V once: 1.5x the logical mma work), so at that same efficiency it
-    reaches the printed ceiling = best / 1.5.
+    reaches the printed ceiling = best / 1.5. Then the ">= 10x dense causal
+    SDPA" yardstick on each backend, so the ratio can be quoted against the
+    fastest one as well as against torch's own choice ("default", what
+    main() times).
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    backends = (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                ("efficient", SDPBackend.EFFICIENT_ATTENTION))
+
+    def each_backend(title, qshape, kvshape, nbytes, flops, nrot, with_default, **kw):
+        """Times SDPA on each backend; returns the fastest median (None if none ran)."""
+        best = None
+        for name, be in ((("default", None),) if with_default else ()) + backends:
+            def make(r, be=be):
+                q = torch.randn(*qshape, device=dev, dtype=bf)
+                k = torch.randn(*kvshape, device=dev, dtype=bf)
+                v = torch.randn(*kvshape, device=dev, dtype=bf)
+                if be is None:  # torch's own choice of backend
+                    return lambda: F.scaled_dot_product_attention(q, k, v, **kw)
+                def f():
+                    with sdpa_kernel(be):
+                        F.scaled_dot_product_attention(q, k, v, **kw)
+                return f
+            try:
+                t = bench(torch, f"{title} {name}", make, nbytes, flops, a.reps, l2, nrot=nrot)
+            except Exception as ex:  # noqa: BLE001 - a backend this build lacks: say so, go on
+                print(f"(backend {name} failed: {type(ex).__name__}: {str(ex).splitlines()[0]})")
+                continue
+            best = t if best is None else min(best, t)
+        return best
+
     tiles, rows, keys = 1024, 16 * 128, 16 * 128
     flops = 4.0 * HD * rows * keys * tiles
-    nbytes = 2 * HD * tiles * (2 * rows + 2 * keys)
-    best = None
-    for name, be in (("flash", SDPBackend.FLASH_ATTENTION),
-                     ("cudnn", SDPBackend.CUDNN_ATTENTION),
-                     ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
-        def make(r, be=be):
-            q = torch.randn(tiles, 1, rows, HD, device=dev, dtype=bf)
-            k = torch.randn(tiles, 1, keys, HD, device=dev, dtype=bf)
-            v = torch.randn(tiles, 1, keys, HD, device=dev, dtype=bf)
-            def f():
-                with sdpa_kernel(be):
-                    F.scaled_dot_product_attention(q, k, v)
-            return f
-        try:
-            t = bench(torch, f"sdpa msa tile {name} {tiles}x{rows}x{keys}", make, nbytes, flops,
-                      a.reps, l2)
-        except Exception as ex:  # noqa: BLE001 - a backend this build lacks: say so, go on
-            print(f"(backend {name} failed: {type(ex).__name__}: {str(ex).splitlines()[0]})")
-            continue
-        best = t if best is None else min(best, t)
+    best = each_backend(f"sdpa msa tile {tiles}x{rows}x{keys}", (tiles, 1, rows, HD),
+                        (tiles, 1, keys, HD), 2 * HD * tiles * (2 * rows + 2 * keys), flops,
+                        None, False)
     if best is not None:
         frac = flops / (best * 1e-6) / PEAK
         print(f"\nmsa bound: best one-pass vendor kernel on the MSA tile {100 * frac:.1f}% of peak; "
               f"a two-pass (exact p) kernel at the same efficiency: {100 * frac / 1.5:.1f}%")
-    # The ">= 10x dense causal SDPA" yardstick on each backend too, so the
-    # ratio can be quoted against the fastest one as well as against torch's
-    # own choice of backend ("default", what main() times).
-    if not a.full_causal:
-        return
-    n = a.prefill_len
-    full_flops = 4.0 * NH * HD * n * (n + 1) / 2
-    for name, be in (("default", None), ("flash", SDPBackend.FLASH_ATTENTION),
-                     ("cudnn", SDPBackend.CUDNN_ATTENTION),
-                     ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
-        def make_full(r, be=be):
-            q = torch.randn(1, NH, n, HD, device=dev, dtype=bf)
-            k = torch.randn(1, NKV, n, HD, device=dev, dtype=bf)
-            v = torch.randn(1, NKV, n, HD, device=dev, dtype=bf)
-            def f():
-                if be is None:  # torch's own choice, as main() times it
-                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-                    return
-                with sdpa_kernel(be):
-                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            return f
-        try:
-            bench(torch, f"sdpa causal full {n} {name}", make_full,
-                  2 * (2 * n * NKV * HD + 2 * n * NH * HD), full_flops, a.reps, l2, nrot=1)
-        except Exception as ex:  # noqa: BLE001 - a backend this build lacks: say so, go on
-            print(f"(backend {name} failed: {type(ex).__name__}: {str(ex).splitlines()[0]})")
+    if a.full_causal:
+        n = a.prefill_len
+        each_backend(f"sdpa causal full {n}", (1, NH, n, HD), (1, NKV, n, HD),
+                     2 * (2 * n * NKV * HD + 2 * n * NH * HD), 4.0 * NH * HD * n * (n + 1) / 2, 1,
+                     True, is_causal=True, enable_gqa=True)
 
 
 def main():
