@@ -233,8 +233,9 @@
  * shape (2,048 query rows = 16 heads x 128 rows against 2,048 keys of one
  * KV head) at 59.8% of peak. Exact p takes two passes, 1.5x the logical
  * mma work, so an exact-p kernel as efficient as cuDNN reaches 39.9%:
- * with exact p, 40% is out of reach; the one-pass variant 6 could reach
- * 40% only as an FA3-class gathered kernel at 2/3 of cuDNN's efficiency.
+ * with exact p, 40% asks for more than cuDNN's efficiency while gathering;
+ * the one-pass variant 6 could reach 40% as an FA3-class gathered kernel
+ * at 2/3 of cuDNN's efficiency.
  */
 #include <math.h>
 #include "common.cuh"
