@@ -380,11 +380,21 @@ static void linear(float *y, const m3_mat *W, const float *x, m3_mode mode)
     m3_round_mode(y, (size_t)W->rows, mode);
 }
 
-/* Run layer l on rows x [n, H] at positions pos0..pos0+n-1, in place.
- * d: staging for dumps, or NULL. */
-static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, int64_t pos0,
-                       dump_stage *d)
+/* Copy count elements of size bytes from src into row `row` of a staging
+ * buffer dst ([rows, count]); nothing when dst is NULL (not dumping). */
+static void stage_row(void *dst, size_t row, const void *src, size_t count, size_t size)
 {
+    if (dst)
+        memcpy((char *)dst + row * count * size, src, count * size);
+}
+
+/* Run layer l on rows x [n, H] at positions pos0..pos0+n-1, in place.
+ * dump: staging for dumps, or NULL. */
+static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, int64_t pos0,
+                       dump_stage *dump)
+{
+    dump_stage none = {0}; /* every buffer NULL: stage_row copies nothing */
+    const dump_stage *d = dump ? dump : &none;
     const m3_text_config *c = &m->cfg.text;
     const m3_layer_weights *lw = &m->w.layers[l];
     const m3_mode mode = s->mode;
@@ -399,14 +409,11 @@ static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, i
     for (int t = 0; t < n; t++) {
         const int64_t pos = pos0 + t;
         float *xr = x + (size_t)t * (size_t)H;
-        const size_t rowoff = (size_t)t * (size_t)H;
-        if (d)
-            memcpy(d->input + rowoff, xr, sizeof(float) * (size_t)H);
+        stage_row(d->input, (size_t)t, xr, (size_t)H, sizeof(float));
 
         /* attention input norm */
         m3_rmsnorm(s->xn, xr, &lw->input_norm, H, eps, mode);
-        if (d)
-            memcpy(d->attn_norm + rowoff, s->xn, sizeof(float) * (size_t)H);
+        stage_row(d->attn_norm, (size_t)t, s->xn, (size_t)H, sizeof(float));
 
         /* q, k, v projections; k and v go straight into the cache row of pos */
         float *krow = s->kc[l] + (size_t)pos * kvw;
@@ -437,40 +444,32 @@ static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, i
             m3_msa_select(s->blk, s->bs, G, nb, pos, B, K, c->index_local_blocks,
                           c->index_init_blocks);
             blocks = s->blk;
-            if (d)
-                for (int g = 0; g < G; g++)
-                    memcpy(d->block_idx + ((size_t)g * (size_t)n + (size_t)t) * (size_t)K,
-                           s->blk + (size_t)g * (size_t)K, sizeof(int32_t) * (size_t)K);
+            for (int g = 0; g < G; g++) /* block_idx is [G, n, K] */
+                stage_row(d->block_idx, (size_t)g * (size_t)n + (size_t)t,
+                          s->blk + (size_t)g * (size_t)K, (size_t)K, sizeof(int32_t));
         }
         m3_attention_row(s->att, s->q, s->kc[l], s->vc[l], pos, nh, nkv, hd, blocks,
                          sparse ? K : 0, B, s->ascr, mode);
         linear(s->tmp, &lw->o, s->att, mode);
-        if (d)
-            memcpy(d->attn_out + rowoff, s->tmp, sizeof(float) * (size_t)H);
+        stage_row(d->attn_out, (size_t)t, s->tmp, (size_t)H, sizeof(float));
         add_round(xr, s->tmp, H, mode);
-        if (d)
-            memcpy(d->post_attn + rowoff, xr, sizeof(float) * (size_t)H);
+        stage_row(d->post_attn, (size_t)t, xr, (size_t)H, sizeof(float));
 
         /* feed-forward */
         m3_rmsnorm(s->xn, xr, &lw->post_norm, H, eps, mode);
-        if (d)
-            memcpy(d->ffn_norm + rowoff, s->xn, sizeof(float) * (size_t)H);
+        stage_row(d->ffn_norm, (size_t)t, s->xn, (size_t)H, sizeof(float));
         if (c->layer_moe[l]) {
             const int k = c->num_experts_per_tok, E = c->num_experts;
             m3_moe(s->tmp, s->xn, lw, c, s->ridx, s->rw, s->rscores, s->ffn, mode);
-            if (d) {
-                memcpy(d->topk_idx + (size_t)t * (size_t)k, s->ridx, sizeof(int32_t) * (size_t)k);
-                memcpy(d->topk_w + (size_t)t * (size_t)k, s->rw, sizeof(float) * (size_t)k);
-                memcpy(d->scores + (size_t)t * (size_t)E, s->rscores, sizeof(float) * (size_t)E);
-            }
+            stage_row(d->topk_idx, (size_t)t, s->ridx, (size_t)k, sizeof(int32_t));
+            stage_row(d->topk_w, (size_t)t, s->rw, (size_t)k, sizeof(float));
+            stage_row(d->scores, (size_t)t, s->rscores, (size_t)E, sizeof(float));
         } else {
             m3_mlp(s->tmp, s->xn, &lw->mlp_gate, &lw->mlp_up, &lw->mlp_down, c, s->ffn, mode);
         }
-        if (d)
-            memcpy(d->mlp_out + rowoff, s->tmp, sizeof(float) * (size_t)H);
+        stage_row(d->mlp_out, (size_t)t, s->tmp, (size_t)H, sizeof(float));
         add_round(xr, s->tmp, H, mode);
-        if (d)
-            memcpy(d->output + rowoff, xr, sizeof(float) * (size_t)H);
+        stage_row(d->output, (size_t)t, xr, (size_t)H, sizeof(float));
     }
 }
 
