@@ -1,12 +1,16 @@
 /* m3-ref — command-line front end of the m3 reference interpreter.
  *
- *   m3-ref forward  --model DIR --tokens 1,2,3 [--dtype fp32|bf16] [--dump OUT.safetensors]
- *   m3-ref generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]
+ *   m3-ref forward  --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]
+ *                   [vision inputs]
+ *   m3-ref generate --model DIR (--tokens IDS | --prompt TEXT [--chat ...]) [--max-new-tokens N]
  *                   [--greedy | --temperature T --top-p P --top-k K --seed S]
- *                   [--print-ids] [--dtype fp32|bf16]
+ *                   [--draft DIR --spec-tokens K] [--print-ids] [--dtype fp32|bf16]
+ *                   [vision inputs]
  *   m3-ref inspect  --model DIR
  *
- * Every subcommand takes --help and --lenient-config. Exit status: 0 ok,
+ * vision inputs: --image FILE... | --video F1,F2,... --fps R | --pixels FILE, and
+ * --vision-joint. The HELP_* texts below list every option parse_opts accepts.
+ * Every subcommand takes --help (-h) and --lenient-config. Exit status: 0 ok,
  * 1 the model or the run failed (message on stderr), 2 bad command line.
  * Only this file prints; the library reports through m3_err.
  */
@@ -42,7 +46,8 @@
 static const char *HELP_MAIN =
     "usage: m3-ref <command> [options]\n"
     "\n"
-    "The m3 reference interpreter for MiniMax-M3 (model_type minimax_m3_vl) text models.\n"
+    "The m3 reference interpreter for MiniMax-M3 (model_type minimax_m3_vl): the text model,\n"
+    "the vision tower for image and video inputs, and Eagle3 speculative decoding.\n"
     "\n"
     "commands:\n"
     "  forward    run token ids through the model once; print a summary, optionally dump\n"
@@ -51,7 +56,8 @@ static const char *HELP_MAIN =
     "  generate   continue a token sequence (greedy or sampled), streaming the new tokens\n"
     "  inspect    print the architecture and a parameter table of a checkpoint\n"
     "\n"
-    "Run 'm3-ref <command> --help' for the options of a command.\n"
+    "Run 'm3-ref <command> --help' (or -h) for the options of a command; 'm3-ref --help'\n"
+    "(or -h, help) prints this text.\n"
     "DIR is a checkpoint directory: config.json plus model.safetensors or a sharded\n"
     "model.safetensors.index.json (public MiniMax-M3 layout or the transformers v5 layout).\n"
     "Exit status: 0 success, 1 model or run error, 2 bad command line.\n";
@@ -59,7 +65,7 @@ static const char *HELP_MAIN =
 static const char *HELP_FORWARD =
     "usage: m3-ref forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
     "                      [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
-    "                      [--lenient-config]\n"
+    "                      [--vision-joint] [--lenient-config]\n"
     "\n"
     "Run the T token ids through the model in one pass (positions 0..T-1) and print T and the\n"
     "top-5 entries of the last row of logits.\n"
@@ -94,7 +100,9 @@ static const char *HELP_FORWARD =
 static const char *HELP_GENERATE =
     "usage: m3-ref generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
+    "                       [--draft DIR [--spec-tokens K]]\n"
     "                       [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
+    "                       [--vision-joint]\n"
     "                       [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]\n"
     "                       [--print-ids] [--dtype fp32|bf16] [--lenient-config]\n"
     "\n"
@@ -136,7 +144,6 @@ static const char *HELP_GENERATE =
     "                         int32 [n,3] (safetensors) instead of image files\n"
     "  --vision-joint         one attention over all images (HF's behaviour, for comparisons;\n"
     "                         default: one segment per image / 4-group video segment)\n"
-
     "  --dtype fp32|bf16      numeric mode (default fp32)\n"
     "  --lenient-config       warn about unknown config.json keys instead of failing\n"
     "\n"
@@ -151,7 +158,10 @@ static const char *HELP_INSPECT =
     "Print the architecture read from DIR/config.json and a parameter table by group\n"
     "(embeddings, attention, indexer, routed experts, shared experts, dense MLP, router and\n"
     "norms, vision, projector, lm_head) with total and active-per-token counts. Weights are\n"
-    "memory-mapped and never read in full.\n";
+    "memory-mapped and never read in full.\n"
+    "\n"
+    "  --model DIR            checkpoint directory\n"
+    "  --lenient-config       warn about unknown config.json keys instead of failing\n";
 
 /* ------------------------------------------------------------------------ */
 /* argument parsing                                                         */
