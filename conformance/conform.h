@@ -290,6 +290,8 @@ typedef struct cf_record {
     const cf_rule *rule;    /* matched rule, NULL for discrete tensors */
     cf_setstat set;
     char msg[512];
+    char not_judged[24];    /* NotSupported: the capability declared absent ("internals", ...),
+                               or "embeddings" (absent, = layers.0.input) */
     /* M3-TOL-8: rows that depend on a tie-accepted row of an earlier record */
     long excluded_rows;     /* rows left out of the judgement (M3-TOL-8 (a)) */
     long excl_tie_row;      /* token row of the first tie behind them, -1 none */
@@ -319,6 +321,9 @@ typedef struct cf_report {
     char error[1024];       /* set for InternalError / bad input of the whole case */
     double seconds;
     int teacher_forced;
+    long rows_total;        /* positions of the forward (T); 0 unknown */
+    long rows_judged;       /* positions some judged tensor covers (M3-DUMP-10 row subsets) */
+    char rows_note[160];    /* e.g. the case's row selector */
 } cf_report;
 
 /* Everything judging needs besides the two tensor sets. */
@@ -338,6 +343,9 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
 /* The capability a tensor belongs to (eagle3, block_indices, router, greedy,
  * vision) or NULL if it is core. */
 const char *cf_capability_of(const char *tensor);
+/* 1 when tensor is a per-layer internal (layers.{i}.<sub>, sub other than
+ * input and output): capability "internals" (M3-DUMP-6). */
+int cf_is_internal(const char *tensor);
 /* Component label, layer and forward-order rank of a dump tensor name. */
 void cf_classify(const char *tensor, const char *case_component, int is_moe_layer,
                  char *component, size_t cap, int *layer, int *order);

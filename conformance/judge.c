@@ -39,6 +39,21 @@ const char *cf_capability_of(const char *t)
     return NULL;
 }
 
+int cf_is_internal(const char *t)
+{
+    if (strncmp(t, "layers.", 7) != 0)
+        return 0;
+    const char *p = t + 7;
+    if (*p < '0' || *p > '9')
+        return 0;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p != '.')
+        return 0;
+    p++;
+    return strcmp(p, "input") != 0 && strcmp(p, "output") != 0 && strcmp(p, "rows") != 0;
+}
+
 static int declared(const char *list, const char *cap)
 {
     if (!list || !cap)
@@ -859,7 +874,17 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
             const char *cap = cf_capability_of(g->name);
             if (cap && declared(ctx->unsupported, cap)) {
                 rec->result = CF_NOT_SUPPORTED;
+                snprintf(rec->not_judged, sizeof rec->not_judged, "%s", cap);
                 snprintf(rec->msg, sizeof rec->msg, "capability \"%s\" declared unsupported", cap);
+            } else if (cf_is_internal(g->name) && declared(ctx->unsupported, "internals")) {
+                rec->result = CF_NOT_SUPPORTED;
+                snprintf(rec->not_judged, sizeof rec->not_judged, "internals");
+                snprintf(rec->msg, sizeof rec->msg, "capability \"internals\" declared unsupported");
+            } else if (strcmp(g->name, "embeddings") == 0 && cf_tset_get(out, "layers.0.input")) {
+                rec->result = CF_NOT_SUPPORTED;
+                snprintf(rec->not_judged, sizeof rec->not_judged, "embeddings");
+                snprintf(rec->msg, sizeof rec->msg,
+                         "absent; equal to layers.0.input by definition (M3-DUMP-3), judged there");
             } else {
                 rec->result = CF_FAIL;
                 snprintf(rec->msg, sizeof rec->msg, "missing from the dump%s%s%s",

@@ -54,7 +54,8 @@ static void usage(FILE *f)
             "           accepted tie reaches differ). Without --no-settle check settles such a\n"
             "           dump itself: it judges it (or --tie-dump FILE, the port's own\n"
             "           teacher-forced dump) teacher-forced, and exits 0 or 1 on that.\n"
-            "Capabilities a port may declare absent: block_indices router eagle3 greedy vision.\n"
+            "Capabilities a port may declare absent: block_indices router eagle3 greedy vision\n"
+            "internals (every per-layer tensor but layers.{i}.input/output: a residual-only dump).\n"
             "Docs: docs/validating-a-port.md\n");
 }
 
@@ -207,7 +208,7 @@ static int parse_args(opts *o, int argc, char **argv)
     if (o->profile && strcmp(o->profile, "fp32") && strcmp(o->profile, "bf16")) {
         /* other profile names are allowed if the tolerance file has them; checked later */
     }
-    static const char *const caps[] = {"block_indices", "router", "eagle3", "greedy", "vision", NULL};
+    static const char *const caps[] = {"block_indices", "router", "eagle3", "greedy", "vision", "internals", NULL};
     for (const char *p = o->unsupported; *p;) {
         while (*p == ',' || *p == ' ')
             p++;
@@ -220,7 +221,7 @@ static int parse_args(opts *o, int argc, char **argv)
         for (int k = 0; caps[k]; k++)
             ok |= strlen(caps[k]) == (size_t)(q - p) && strncmp(caps[k], p, (size_t)(q - p)) == 0;
         if (!ok) {
-            fprintf(stderr, "m3-conform: unknown capability \"%.*s\" (known: block_indices router eagle3 greedy vision)\n",
+            fprintf(stderr, "m3-conform: unknown capability \"%.*s\" (known: block_indices router eagle3 greedy vision internals)\n",
                     (int)(q - p), p);
             return -1;
         }
