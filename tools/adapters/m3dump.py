@@ -45,6 +45,12 @@ def _row_axis(name):
     return 1 if name.endswith(("block_indices", "block_scores")) else 0
 
 
+def _has_rows(name):
+    """Whether the first (row) axis of tensor name is positions (M3-DUMP-10)."""
+    return not (name in ("greedy_tokens", "rows", "input_ids") or name.startswith("vision.")
+                or name.endswith(".rows"))
+
+
 def _as_written(name, a):
     """(dtype code, contiguous little-endian bytes) of one array."""
     a = np.asarray(a)
@@ -105,6 +111,8 @@ def write_dump(path, tensors, unsupported=(), rows=None, row_sets=None, producer
             raise ValueError("%s.rows: the dump has no tensor %s" % (name, name))
         out[name + ".rows"] = check_rows(name + ".rows", r, T)
     for name, a in tensors.items():
+        if not _has_rows(name):
+            continue
         rs = out.get(name + ".rows", out.get("rows"))
         ax = _row_axis(name)
         if rs is not None and np.ndim(a) > ax and np.shape(a)[ax] not in (len(rs), T):
@@ -210,7 +218,7 @@ def _main(argv):
     for k in list(t):
         rs = sets.get(k, rows)
         ax = _row_axis(k)
-        if rs is not None and k != "greedy_tokens" and t[k].ndim > ax and t[k].shape[ax] == T:
+        if rs is not None and _has_rows(k) and t[k].ndim > ax and t[k].shape[ax] == T:
             t[k] = np.take(t[k], rs, axis=ax)
     write_dump(a.dst, t, unsupported=sorted(set(caps)), rows=rows, row_sets=sets,
                producer=meta.get("m3.producer", "m3dump.py strip"), mode=meta.get("m3.mode", ""), T=T)
