@@ -93,6 +93,27 @@ int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err 
 int cf_st_meta_mem(const void *data, size_t size, const char *name, const char *key, char *out,
                    size_t cap, m3_err *e);
 
+/* ---- row subsets (rows.c, M3-DUMP-10/11) ---------------------------------- */
+/* Row axis of a dump name: 1 for the [G, T, ...] block tensors, else 0. */
+int cf_row_axis(const char *name);
+/* 1 when the rows of tensor `name` are positions (not greedy_tokens, vision.*, row sets). */
+int cf_has_rows(const char *name);
+/* The row set of tensor `name` in s: "NAME.rows", else "rows", else NULL. */
+const cf_tensor *cf_rows_of(const cf_tset *s, const char *name);
+/* Check every row set of a dump read from path: int32 [n], strictly ascending,
+ * inside [0, T) (T <= 0: unchecked), NAME.rows names a tensor of the dump, and
+ * every row tensor has T rows or as many as its set. */
+int cf_rows_validate(const cf_tset *s, const char *path, long T, m3_err *e);
+/* 1 when t holds a proper subset of the T positions: its row count is set's length (and not T). */
+int cf_tensor_subset(const cf_tensor *t, const cf_tensor *set, long T);
+/* Add to dst a copy of g holding only the positions pos[0..n) along its row
+ * axis; have: NULL when g holds every position, else g's own row set. */
+int cf_tensor_take_rows(cf_tset *dst, const cf_tensor *g, const cf_tensor *have, const int32_t *pos, long n,
+                        m3_err *e);
+/* Mark in want[0..T) the positions named by a params.rows selector (M3-DUMP-11);
+ * block: the index block size for "*blocks~D"; where names the case in messages. */
+int cf_rows_select(const char *sel, long T, int block, const char *where, unsigned char *want, m3_err *e);
+
 /* ---- metrics and set comparison (compare.c) ------------------------------- */
 typedef struct cf_metrics {
     double nmse;       /* sum (out-ref)^2 / sum ref^2 over finite pairs (0/0 = 0) */
@@ -290,6 +311,8 @@ typedef struct cf_record {
     const cf_rule *rule;    /* matched rule, NULL for discrete tensors */
     cf_setstat set;
     char msg[512];
+    char not_judged[24];    /* NotSupported: the capability declared absent ("internals", ...),
+                               or "embeddings" (absent, = layers.0.input) */
     /* M3-TOL-8: rows that depend on a tie-accepted row of an earlier record */
     long excluded_rows;     /* rows left out of the judgement (M3-TOL-8 (a)) */
     long excl_tie_row;      /* token row of the first tie behind them, -1 none */
@@ -319,6 +342,9 @@ typedef struct cf_report {
     char error[1024];       /* set for InternalError / bad input of the whole case */
     double seconds;
     int teacher_forced;
+    long rows_total;        /* positions of the forward (T); 0 unknown */
+    long rows_judged;       /* positions some judged tensor covers (M3-DUMP-10 row subsets) */
+    char rows_note[160];    /* e.g. the case's row selector */
 } cf_report;
 
 /* Everything judging needs besides the two tensor sets. */
@@ -329,6 +355,9 @@ typedef struct cf_judge_ctx {
     const cf_tset *aux;        /* extra golden data (ref outputs: block_scores, scores, bias); may be NULL */
     const char *unsupported;   /* comma-separated capabilities the port declared absent */
     int teacher_forced;
+    const unsigned char *want; /* NULL, or [want_T]: positions the case wants (params.rows, M3-DUMP-11) */
+    long want_T;
+    const char *want_sel;      /* the selector text, for messages */
 } cf_judge_ctx;
 
 /* Judge every golden tensor against out, appending records to r, then
@@ -338,6 +367,9 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
 /* The capability a tensor belongs to (eagle3, block_indices, router, greedy,
  * vision) or NULL if it is core. */
 const char *cf_capability_of(const char *tensor);
+/* 1 when tensor is a per-layer internal (layers.{i}.<sub>, sub other than
+ * input and output): capability "internals" (M3-DUMP-6). */
+int cf_is_internal(const char *tensor);
 /* Component label, layer and forward-order rank of a dump tensor name. */
 void cf_classify(const char *tensor, const char *case_component, int is_moe_layer,
                  char *component, size_t cap, int *layer, int *order);

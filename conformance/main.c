@@ -56,7 +56,8 @@ static void usage(FILE *f)
             "           accepted tie reaches differ). Without --no-settle check settles such a\n"
             "           dump itself: it judges it (or --tie-dump FILE, the port's own\n"
             "           teacher-forced dump) teacher-forced, and exits 0 or 1 on that.\n"
-            "Capabilities a port may declare absent: block_indices router eagle3 greedy vision.\n"
+            "Capabilities a port may declare absent: block_indices router eagle3 greedy vision\n"
+            "internals (every per-layer tensor but layers.{i}.input/output: a residual-only dump).\n"
             "Docs: docs/validating-a-port.md\n");
 }
 
@@ -209,7 +210,7 @@ static int parse_args(opts *o, int argc, char **argv)
     if (o->profile && strcmp(o->profile, "fp32") && strcmp(o->profile, "bf16")) {
         /* other profile names are allowed if the tolerance file has them; checked later */
     }
-    static const char *const caps[] = {"block_indices", "router", "eagle3", "greedy", "vision", NULL};
+    static const char *const caps[] = {"block_indices", "router", "eagle3", "greedy", "vision", "internals", NULL};
     for (const char *p = o->unsupported; *p;) {
         while (*p == ',' || *p == ' ')
             p++;
@@ -222,7 +223,7 @@ static int parse_args(opts *o, int argc, char **argv)
         for (int k = 0; caps[k]; k++)
             ok |= strlen(caps[k]) == (size_t)(q - p) && strncmp(caps[k], p, (size_t)(q - p)) == 0;
         if (!ok) {
-            fprintf(stderr, "m3-conform: unknown capability \"%.*s\" (known: block_indices router eagle3 greedy vision)\n",
+            fprintf(stderr, "m3-conform: unknown capability \"%.*s\" (known: block_indices router eagle3 greedy vision internals)\n",
                     (int)(q - p), p);
             return -1;
         }
@@ -333,6 +334,7 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
 {
     cf_tset dump = {0}, tf_golden = {0};
     char meta[512], unsupported[1024];
+    unsigned char *want = NULL;
     cf_report r;
     int rc = -1;
     double t0 = now();
@@ -341,7 +343,38 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
     if (cf_tset_load(&dump, path, e) || cf_st_meta(path, "m3.unsupported", meta, sizeof meta, e))
         goto out;
     append_caps(unsupported, sizeof unsupported, meta);
-    const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf};
+    /* row subsets (M3-DUMP-10) and the rows the case wants (M3-DUMP-11) */
+    const cf_tensor *gin = cf_tset_get(golden, "layers.0.input");
+    long T = gin && gin->ndim == 2 ? (long)gin->shape[0] : 0;
+    if (cf_rows_validate(&dump, path, T, e))
+        goto out;
+    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(cs->params, "rows");
+    if (cJSON_IsString(sel) && T > 0) {
+        want = malloc((size_t)T);
+        if (!want) {
+            m3_fail(e, "out of memory");
+            goto out;
+        }
+        char where[2400];
+        snprintf(where, sizeof where, "%s/case.json", cs->dir);
+        if (cf_rows_select(sel->valuestring, T, model ? model->cfg.text.index_block_size : 0, where, want, e))
+            goto out;
+    }
+    const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf, want, T,
+                             cJSON_IsString(sel) ? sel->valuestring : NULL};
+    if (tf && model) {
+        /* teacher forcing runs each layer from the dump's own input: every position of it */
+        for (int i = 0; i < model->cfg.text.num_layers; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "layers.%d.input", i);
+            const cf_tensor *x = cf_tset_get(&dump, nm);
+            if (x && cf_tensor_subset(x, cf_rows_of(&dump, nm), T)) {
+                m3_fail(e, "%s: teacher forcing needs every position of \"%s\"; its rows hold %lld of %ld "
+                           "(M3-DUMP-10)", path, nm, (long long)x->shape[0], T);
+                goto out;
+            }
+        }
+    }
     if (tf) {
         /* golden per layer = the reference layer run on the dump's own layer input */
         if (cf_ref_teacher_forced(model, cs->mode, &dump, &tf_golden, e))
@@ -367,6 +400,7 @@ out:
         cf_report_free(&r);
     cf_tset_free(&dump);
     cf_tset_free(&tf_golden);
+    free(want);
     return rc;
 }
 
@@ -518,7 +552,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
             internal_error(&r, &e);
             goto finish;
         }
-        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0};
+        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0, NULL, 0, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
         goto finish;
@@ -530,7 +564,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         goto finish;
     }
     {
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
     }
@@ -544,7 +578,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset ch = {0};
         init_report(&r, &cs, "#chunked", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL};
         if (cf_ref_model(&cs, &model, &in, 1, &ch, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
             internal_error(&r, &e);
         cf_tset_free(&ch);
@@ -558,7 +592,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset tf = {0};
         init_report(&r, &cs, "#teacher-forced", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, 0, NULL};
         const cf_tensor *emb = cf_tset_get(&out, "embeddings");
         if (cf_ref_teacher_forced(&model, cs.mode, &golden, &tf, &e) ||
             (emb && cf_tset_add_f(&tf, "embeddings", emb->ndim, emb->shape, emb->f, &e)) ||
@@ -627,7 +661,7 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
     if (!have_model && !computed && cf_ref_component(&cs, &aux, &e))
         goto ierr;
     {
-        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0};
+        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0, NULL, 0, NULL};
         if (cf_judge(&r, &jc, &dump, &golden, &e))
             goto ierr;
     }
