@@ -11,6 +11,7 @@
 #include "progress.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
@@ -44,6 +45,18 @@ void m3_progress_init(m3_progress *p, FILE *out, m3_progress_style style, const 
     p->plain_interval_s = M3_PROGRESS_PLAIN_INTERVAL;
     snprintf(p->prog, sizeof p->prog, "%s", prog ? prog : "m3");
     p->t_init = p->t_task = p->t_last = m3_progress_now(p);
+}
+
+void m3_progress_init_stderr(m3_progress *p, const char *prog, int quiet)
+{
+    m3_progress_init(p, stderr, m3_progress_style_for(stderr, quiet), prog, NULL, NULL);
+    const char *iv = getenv("M3_PROGRESS_INTERVAL");
+    if (iv && *iv) {
+        char *end;
+        double v = strtod(iv, &end);
+        if (*end == 0 && isfinite(v) && v > 0)
+            p->plain_interval_s = v;
+    }
 }
 
 double m3_progress_now(const m3_progress *p) { return p->clock(p->clock_ctx); }

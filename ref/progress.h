@@ -70,6 +70,9 @@ m3_progress_style m3_progress_style_for(FILE *f, int quiet);
 /* Start a meter writing to out (NULL: stderr) under the prefix prog; clock NULL: CLOCK_MONOTONIC. */
 void m3_progress_init(m3_progress *p, FILE *out, m3_progress_style style, const char *prog,
                       m3_clock_fn clock, void *clock_ctx);
+/* The programs' meter: stderr, its style for quiet, the real clock; the
+ * environment's M3_PROGRESS_INTERVAL (seconds > 0) replaces the plain interval. */
+void m3_progress_init_stderr(m3_progress *p, const char *prog, int quiet);
 /* Seconds on p's clock. */
 double m3_progress_now(const m3_progress *p);
 
