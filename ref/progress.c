@@ -82,6 +82,8 @@ void m3_progress_stage(m3_progress *p, const char *name, int i, int n)
     p->nstages = n > 0 ? n : 0;
 }
 
+void m3_progress_set_total(m3_progress *p, int64_t total) { p->total = total > 0 ? total : 0; }
+
 /* ---- formatting ---------------------------------------------------------- */
 
 void m3_fmt_duration(double s, char *buf, size_t cap)

@@ -80,6 +80,8 @@ double m3_progress_now(const m3_progress *p);
 void m3_progress_task(m3_progress *p, const char *label, m3_progress_unit unit, int64_t total);
 /* Name the current stage: stage i (0-based) of n, shown as "<name> i+1/n"; n 0 hides it. */
 void m3_progress_stage(m3_progress *p, const char *name, int i, int n);
+/* Set the current task's total (0: unknown), e.g. once a callee knows it. */
+void m3_progress_set_total(m3_progress *p, int64_t total);
 /* Add delta to the count and redraw when the interval has passed. */
 void m3_progress_add(m3_progress *p, int64_t delta);
 /* Set the count and redraw when the interval has passed. */
