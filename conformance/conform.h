@@ -271,9 +271,10 @@ int cf_mutant_verify(const cf_mutant *mu, m3_err *e);
 int cf_ref_component(const cf_case *c, cf_tset *out, m3_err *e);
 /* Run a model case: prefill of input_ids (in params.chunks pieces when
  * chunked != 0 and chunks are given), the dump of every activation, then
- * params.max_new_tokens greedy tokens as "greedy_tokens". */
+ * params.max_new_tokens greedy tokens as "greedy_tokens". pg: NULL, or a
+ * meter whose current task gets the total and one count per row per layer. */
 int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inputs, int chunked,
-                 cf_tset *out, m3_err *e);
+                 cf_tset *out, m3_progress *pg, m3_err *e);
 /* M3-TOL-4: the reference's logits (case mode) at generated step k, after the
  * prompt of dir/inputs.safetensors and the golden tokens gen[0..k-1]:
  * *margin = logit[gen[k]] - logit[alt], *maxabs = max |logit| of that row. */
@@ -287,9 +288,10 @@ int cf_ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int
 int cf_ref_head(const m3_model *m, m3_mode mode, const float *x, int T, cf_tset *out, m3_err *e);
 /* Teacher-forced run of every layer: layer i starts from feed's
  * "layers.{i}.input"; then the head from feed's last "layers.{L-1}.output".
- * The per-layer activations, final_norm and logits go into out. */
+ * The per-layer activations, final_norm and logits go into out. pg as for
+ * cf_ref_model. */
 int cf_ref_teacher_forced(const m3_model *m, m3_mode mode, const cf_tset *feed, cf_tset *out,
-                          m3_err *e);
+                          m3_progress *pg, m3_err *e);
 /* Golden block scores [G, T, NB] of a sparse layer from its attn_norm [T, H]
  * (index projections, norms, RoPE, scores; raw, before forcing). */
 int cf_ref_block_scores(const m3_model *m, m3_mode mode, int layer, const float *attn_norm, int T,
@@ -392,7 +394,5 @@ int cf_write_junit(const char *path, const char *suite, const cf_report *reps, i
 /* PNG heat-map of log10 error per layer (columns) per tensor type (rows),
  * one panel per report. */
 int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e);
-/* Progress bar on f (a tty): done/total and a label. */
-void cf_progress(FILE *f, int done, int total, const char *label);
 
 #endif

@@ -45,7 +45,7 @@ static void usage(FILE *f)
             "  m3-conform check --case DIR --dump FILE [--profile fp32|bf16] [--json OUT]\n"
             "                   [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                   [--declare-unsupported CAP,...] [--capabilities FILE]\n"
-            "                   [--tolerances FILE] [--tie-dump FILE | --no-settle] [--verbose]\n"
+            "                   [--tolerances FILE] [--tie-dump FILE | --no-settle] [--verbose] [--quiet]\n"
             "  m3-conform run [DIR|MANIFEST...] [--profile fp32|bf16] [--target ref]\n"
             "                 [--json OUT] [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                 [--no-mutants] [--tolerances FILE] [--verbose] [--quiet]\n"
@@ -242,6 +242,7 @@ typedef struct ctx {
     const char *suite;
     char suite_name[2400]; /* the last suite run, for the JUnit file */
     int color;
+    m3_progress pg; /* stderr: case i/n, and the layer of the reference runs */
 } ctx;
 
 static cf_report *keep(ctx *c, const cf_report *r)
@@ -260,6 +261,7 @@ static cf_report *keep(ctx *c, const cf_report *r)
 
 static void emit(ctx *c, cf_report *r, int print, int verbose)
 {
+    m3_progress_clear(&c->pg); /* reports start on a clean line */
     if (print)
         cf_print_report(stdout, r, verbose, c->color);
     if (c->jsonl) {
@@ -295,8 +297,10 @@ static void internal_error(cf_report *r, const m3_err *e)
     r->first_fail = r->first_diverged = r->first_tie = -1;
 }
 
-/* Golden outputs of a case: expected.safetensors if present, else the reference's. */
-static int golden_of(const cf_case *cs, const m3_model *m, cf_tset *golden, int *computed, m3_err *e)
+/* Golden outputs of a case: expected.safetensors if present, else the reference's
+ * (reported to pg's current task). */
+static int golden_of(const cf_case *cs, const m3_model *m, cf_tset *golden, int *computed,
+                     m3_progress *pg, m3_err *e)
 {
     char p[2300];
     snprintf(p, sizeof p, "%s/expected.safetensors", cs->dir);
@@ -310,7 +314,7 @@ static int golden_of(const cf_case *cs, const m3_model *m, cf_tset *golden, int 
     snprintf(p, sizeof p, "%s/inputs.safetensors", cs->dir);
     int rc = cf_tset_load(&in, p, e);
     if (!rc)
-        rc = cf_ref_model(cs, m, &in, 0, golden, e);
+        rc = cf_ref_model(cs, m, &in, 0, golden, pg, e);
     cf_tset_free(&in);
     return rc;
 }
@@ -377,7 +381,10 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
     }
     if (tf) {
         /* golden per layer = the reference layer run on the dump's own layer input */
-        if (cf_ref_teacher_forced(model, cs->mode, &dump, &tf_golden, e))
+        m3_progress_task(&c->pg, "teacher-forced golden", M3_UNIT_ROWS, 0);
+        int trc = cf_ref_teacher_forced(model, cs->mode, &dump, &tf_golden, &c->pg, e);
+        m3_progress_end(&c->pg);
+        if (trc)
             goto out;
         const cf_tensor *emb = cf_tset_get(golden, "embeddings");
         if (emb && cf_tset_add_f(&tf_golden, "embeddings", emb->ndim, emb->shape, emb->f, e))
@@ -454,7 +461,10 @@ static int cmd_check(ctx *c)
             have_model = 1;
         }
     }
-    if (golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &e))
+    m3_progress_task(&c->pg, "golden", M3_UNIT_ROWS, 0);
+    int grc = golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &c->pg, &e);
+    m3_progress_end(&c->pg);
+    if (grc)
         goto bad;
     if (!is_model && !computed && cf_ref_component(&cs, &aux, &e))
         goto bad;
@@ -485,6 +495,7 @@ static int cmd_check(ctx *c)
     }
     goto done;
 bad:
+    m3_progress_end(&c->pg);
     fprintf(stderr, "m3-conform: %s\n", e.msg);
 bad_quiet:
     rc = 2;
@@ -523,8 +534,9 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
     cf_case cs;
     cf_report r;
     double t0 = now();
-    if (isatty(2) && !o->quiet)
-        cf_progress(stderr, idx, total, dir);
+    char label[160];
+    snprintf(label, sizeof label, "case %d/%d %.100s", idx + 1, total, dir);
+    m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
     if (cf_case_load(&cs, dir, !o->no_hash, &e)) {
         init_report(&r, NULL, "", o->profile, "ref");
         snprintf(r.id, sizeof r.id, "%s", dir);
@@ -559,7 +571,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
     }
     snprintf(p, sizeof p, "%s/inputs.safetensors", cs.dir);
     if (open_model(&model, &cs, &e) || (have_model = 1, cf_tset_load(&in, p, &e)) ||
-        cf_ref_model(&cs, &model, &in, 0, &out, &e)) {
+        cf_ref_model(&cs, &model, &in, 0, &out, &c->pg, &e)) {
         internal_error(&r, &e);
         goto finish;
     }
@@ -579,7 +591,9 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         cf_tset ch = {0};
         init_report(&r, &cs, "#chunked", prof->name, "ref");
         cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL};
-        if (cf_ref_model(&cs, &model, &in, 1, &ch, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
+        snprintf(label, sizeof label, "case %d/%d %.100s, chunked", idx + 1, total, dir);
+        m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
+        if (cf_ref_model(&cs, &model, &in, 1, &ch, &c->pg, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
             internal_error(&r, &e);
         cf_tset_free(&ch);
     }
@@ -594,7 +608,9 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         init_report(&r, &cs, "#teacher-forced", prof->name, "ref");
         cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, 0, NULL};
         const cf_tensor *emb = cf_tset_get(&out, "embeddings");
-        if (cf_ref_teacher_forced(&model, cs.mode, &golden, &tf, &e) ||
+        snprintf(label, sizeof label, "case %d/%d %.100s, teacher-forced", idx + 1, total, dir);
+        m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
+        if (cf_ref_teacher_forced(&model, cs.mode, &golden, &tf, &c->pg, &e) ||
             (emb && cf_tset_add_f(&tf, "embeddings", emb->ndim, emb->shape, emb->f, &e)) ||
             cf_judge(&r, &jc, &tf, &golden, &e))
             internal_error(&r, &e);
@@ -602,6 +618,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         cf_tset_free(&tf);
     }
 finish:
+    m3_progress_end(&c->pg);
     r.seconds = now() - t0;
     t->cases++;
     tally_add(t, r.result);
@@ -655,8 +672,14 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
         have_model = 1;
     }
     char caps[1024] = "";
-    if (cf_tset_load(&dump, mu.dump, &e) || cf_st_meta(mu.dump, "m3.unsupported", caps, sizeof caps, &e) ||
-        golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &e))
+    char label[300];
+    snprintf(label, sizeof label, "mutant %.200s: golden", mu.id);
+    m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
+    int grc = cf_tset_load(&dump, mu.dump, &e) ||
+              cf_st_meta(mu.dump, "m3.unsupported", caps, sizeof caps, &e) ||
+              golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &c->pg, &e);
+    m3_progress_end(&c->pg);
+    if (grc)
         goto ierr;
     if (!have_model && !computed && cf_ref_component(&cs, &aux, &e))
         goto ierr;
@@ -778,8 +801,6 @@ static int cmd_run(ctx *c)
         fflush(stdout);
         for (int i = 0; i < m.ncases; i++)
             run_case(c, m.cases[i], &t, i, m.ncases);
-        if (isatty(2) && !o->quiet)
-            cf_progress(stderr, m.ncases, m.ncases, "");
         if (!o->no_mutants && m.nmutants) {
             printf("mutants (each dump judged against its case's golden):\n");
             for (int i = 0; i < m.nmutants; i++) {
@@ -863,6 +884,7 @@ int main(int argc, char **argv)
     ctx c;
     memset(&c, 0, sizeof c);
     c.o = &o;
+    m3_progress_init_stderr(&c.pg, "m3-conform", o.quiet);
     c.color = isatty(1) && !getenv("NO_COLOR");
     char tolp[2300];
     if (o.tolerances)
@@ -887,6 +909,11 @@ int main(int argc, char **argv)
         }
     }
     int rc = strcmp(o.cmd, "check") == 0 ? cmd_check(&c) : cmd_run(&c);
+    {
+        char sum[64];
+        snprintf(sum, sizeof sum, "%s, exit %d", o.cmd, rc);
+        m3_progress_summary(&c.pg, sum);
+    }
     if (c.jsonl && fclose(c.jsonl)) {
         fprintf(stderr, "m3-conform: %s: write error\n", o.json);
         rc = 2;

@@ -193,18 +193,6 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
     }
 }
 
-void cf_progress(FILE *f, int done, int total, const char *label)
-{
-    int width = 30, fill = total > 0 ? done * width / total : width;
-    fprintf(f, "\r[");
-    for (int i = 0; i < width; i++)
-        fputc(i < fill ? '#' : '.', f);
-    fprintf(f, "] %d/%d %-40.40s", done, total, label ? label : "");
-    if (done >= total)
-        fprintf(f, "\r%*s\r", width + 60, "");
-    fflush(f);
-}
-
 /* ---- JSON lines ------------------------------------------------------------------- */
 static void add_num(cJSON *o, const char *k, double v)
 {

@@ -27,6 +27,7 @@
 #include "moe.h"
 #include "msa.h"
 #include "norm.h"
+#include "progress.h"
 #include "rope.h"
 
 /* ------------------------------------------------------------------------ */
@@ -91,6 +92,7 @@ struct m3_state {
     int32_t *ridx;      /* [k] */
     float *rw;          /* [k] */
     float *rscores;     /* [E] */
+    m3_progress *progress; /* not owned; NULL: no progress reports */
 };
 
 /* calloc of a * b elements of size sz, NULL on overflow or failure. */
@@ -249,6 +251,8 @@ m3_state *m3_state_new(const m3_model *m, int64_t max_tokens, m3_mode mode, m3_e
 
 int64_t m3_state_len(const m3_state *s) { return s->len; }
 
+void m3_state_set_progress(m3_state *s, m3_progress *p) { s->progress = p; }
+
 m3_mode m3_state_mode(const m3_state *s) { return s->mode; }
 
 void m3_state_truncate(m3_state *s, int64_t len)
@@ -406,6 +410,8 @@ static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, i
     const int K = c->index_topk;
     const size_t kvw = (size_t)nkv * (size_t)hd;
 
+    if (s->progress)
+        m3_progress_stage(s->progress, "layer", l, c->num_layers);
     for (int t = 0; t < n; t++) {
         const int64_t pos = pos0 + t;
         float *xr = x + (size_t)t * (size_t)H;
@@ -470,6 +476,8 @@ static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, i
         stage_row(d->mlp_out, (size_t)t, s->tmp, (size_t)H, sizeof(float));
         add_round(xr, s->tmp, H, mode);
         stage_row(d->output, (size_t)t, xr, (size_t)H, sizeof(float));
+        if (s->progress)
+            m3_progress_add(s->progress, 1);
     }
 }
 
