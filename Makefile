@@ -32,7 +32,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 LIB       := $(BUILD)/libm3.a
 
-.PHONY: all deps run test unit-test cli-test bench vectors vectors-big vectors-check coverage coverage-check gpu clean
+.PHONY: all deps run test unit-test cli-test bench vectors vectors-big vectors-check vectors-real synth-test synth-sums conform-real coverage coverage-check gpu clean
 .DEFAULT_GOAL := all
 
 all: deps bin/m3-ref $(if $(CONF_SRC),bin/m3-conform)
@@ -95,7 +95,7 @@ unit-test: $(TEST_BIN)
 cli-test: bin/m3-ref $(BUILD)/tests/cli_helper
 	sh tests/cli_test.sh bin/m3-ref $(BUILD)/tests/cli_helper
 
-test: all unit-test cli-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
+test: all unit-test cli-test synth-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
 	@echo "m3: all tests passed"
 
 # upstream agreement: bin/m3-ref against the committed HF transformers outputs
@@ -136,6 +136,29 @@ vectors: deps
 # committed: generated here on demand and run by conform-test
 vectors-big: deps
 	$(PYTHON) tools/gen_vectors.py --out $(BUILD)/vectors-big --big-only
+
+# synthetic checkpoints at the released shapes (spec/synth.md, m3-conform synth):
+# refusals, the numpy re-implementation (tools/synth_check.py) on a tiny checkpoint,
+# the published sums of the tiny and a 1.2 GB released-shape checkpoint
+# (vectors/real/checkpoints.sha256), and the real-shape suite's pipeline on tiny shapes
+synth-test: bin/m3-conform bin/m3-ref
+	sh tests/synth_test.sh bin/m3-conform bin/m3-ref $(PYTHON) $(BUILD)
+
+# the real-shape suite (vectors/real/manifest.json), generated on demand, never
+# committed: the 16.4 GB checkpoint (its sha256 checked against
+# vectors/real/checkpoints.sha256), every case, and its golden computed by the
+# reference, under $(BUILD)/vectors-real; prints the sha256 of every golden and
+# compares them with vectors/real/goldens.sha256 when that file exists.
+# conform-real then runs the reference on the suite (chunked variants included).
+vectors-real: bin/m3-conform
+	$(PYTHON) tools/real_suite.py --out $(BUILD)/vectors-real
+
+conform-real: vectors-real
+	bin/m3-conform run $(BUILD)/vectors-real/manifest.json
+
+# the documented synthetic checkpoint of the suite against its published sums (no goldens)
+synth-sums: bin/m3-conform
+	$(PYTHON) tools/real_suite.py --out $(BUILD)/vectors-real --no-golden
 
 # regenerate every non-big vector (and models/tiny) in a temp dir, compare bytes
 vectors-check: deps

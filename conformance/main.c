@@ -19,6 +19,7 @@
  */
 #include "conform.h"
 #include "fileio.h"
+#include "golden.h"
 #include "synth.h"
 
 #include <errno.h>
@@ -50,6 +51,8 @@ static void usage(FILE *f)
             "                 [--json OUT] [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                 [--no-mutants] [--tolerances FILE] [--verbose] [--quiet]\n"
             "  m3-conform synth --layers N --seed S --out DIR [options]   (synth --help)\n"
+            "  m3-conform golden --case DIR [--out FILE]   (write a model case's golden with the\n"
+            "                    reference; default FILE: DIR/expected.safetensors)\n"
             "  m3-conform version\n"
             "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input,\n"
             "       3 = inconclusive (TieDiverged, only with --no-settle: only rows an\n"
@@ -831,6 +834,43 @@ static int cmd_run(ctx *c)
     return all_ok ? 0 : 1;
 }
 
+/* ---- golden ----------------------------------------------------------------------------- */
+static int cmd_golden(int argc, char **argv)
+{
+    const char *dir = NULL, *out = NULL;
+    int verify = 1;
+    for (int i = 0; i < argc; i++) {
+        if ((strcmp(argv[i], "--case") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
+            if (argv[i][2] == 'c')
+                dir = argv[++i];
+            else
+                out = argv[++i];
+        } else if (strcmp(argv[i], "--no-hash") == 0) {
+            verify = 0;
+        } else {
+            fprintf(stderr, "m3-conform golden: unexpected argument \"%s\"; usage: m3-conform golden "
+                            "--case DIR [--out FILE] [--no-hash]\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "m3-conform golden: needs --case DIR\n");
+        return 2;
+    }
+    char def[2300];
+    if (!out) {
+        snprintf(def, sizeof def, "%s/expected.safetensors", dir);
+        out = def;
+    }
+    m3_err e = {{0}};
+    if (cf_golden_write(dir, out, verify, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    printf("golden: %s\n", out);
+    return 0;
+}
+
 /* ---- synth ------------------------------------------------------------------------------ */
 static int cmd_synth(int argc, char **argv)
 {
@@ -865,6 +905,8 @@ int main(int argc, char **argv)
         printf("m3-conform protocol %s\n", CF_PROTOCOL_VERSION);
         return 0;
     }
+    if (argc >= 2 && strcmp(argv[1], "golden") == 0)
+        return cmd_golden(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "synth") == 0)
         return cmd_synth(argc - 2, argv + 2);
     if (parse_args(&o, argc, argv)) {
