@@ -237,7 +237,7 @@ static int run_attention(inputs *in, int sparse, cf_tset *out, m3_err *e)
     }
     float *qf = widen(q, in->path, e), *kf = qf ? widen(k, in->path, e) : NULL;
     float *vf = kf ? widen(v, in->path, e) : NULL;
-    float *o = malloc((size_t)T * nh * hd * sizeof *o), *scr = malloc((size_t)(T + 1) * sizeof *scr);
+    float *o = malloc((size_t)T * nh * hd * sizeof *o), *scr = malloc(m3_attention_scratch(T, nh, nkv, hd) * sizeof *scr);
     int32_t *blk = sparse ? malloc((size_t)nkv * topk * sizeof *blk) : NULL;
     int rc = -1;
     if (!vf || !o || !scr || (sparse && !blk)) {
