@@ -14,6 +14,11 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -ffp-contract=off -Wall -Wextra -Werror -D_DEFAULT_SOURCE -D_FILE_OFFSET_BITS=64 -Iref -I/usr/include/cjson
 LDLIBS  += -lcjson -lpng -ljpeg -lm
+# the numeric kernels: vectorised for the build machine. Exact all the same:
+# no -ffast-math, and -ffp-contract=off (above) forbids fused multiply-adds, so
+# every product and sum is the one the source writes (docs/performance.md)
+KERNEL_CFLAGS ?= -O3 $(shell $(CC) -march=native -E -x c /dev/null >/dev/null 2>&1 && echo -march=native)
+KERNEL_SRC    := linear attention msa
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 
@@ -59,6 +64,8 @@ deps: $(BUILD)/.deps-ok
 $(BUILD)/ref/%.o: ref/%.c $(wildcard ref/*.h) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(patsubst %,$(BUILD)/ref/%.o,$(KERNEL_SRC)): CFLAGS += $(KERNEL_CFLAGS)
 
 $(LIB): $(REF_OBJ)
 	@rm -f $@

@@ -84,6 +84,151 @@ static void bench_matvec(double seconds)
     free(w), free(x), free(y1), free(y2);
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* kernels against in-run baselines                                         */
+
+/* The matmul of the reference before register blocking (512-column chunks
+ * widened per weight row, 8 input rows per chunk, 8 partial sums each): the
+ * in-run baseline of the prefill ratio. Same order, so the same bits. */
+static void baseline_matmul(float *Y, const m3_mat *W, const float *X, int n)
+{
+    enum { CH = 512, NB = 8 };
+    float wbuf[CH], p[NB][8];
+    const uint16_t *w = W->data;
+    for (int i0 = 0; i0 < n; i0 += NB) {
+        int nb = n - i0 < NB ? n - i0 : NB;
+        for (int r = 0; r < W->rows; r++) {
+            memset(p, 0, sizeof p);
+            for (int c0 = 0; c0 < W->cols; c0 += CH) {
+                int len = W->cols - c0 < CH ? W->cols - c0 : CH;
+                for (int c = 0; c < len; c++)
+                    wbuf[c] = m3_bf16_to_f32(w[(size_t)r * W->cols + c0 + c]);
+                for (int i = 0; i < nb; i++) {
+                    const float *x = X + (size_t)(i0 + i) * W->cols + c0;
+                    float a[8];
+                    memcpy(a, p[i], sizeof a);
+                    int c = 0;
+                    for (; c + 8 <= len; c += 8) {
+                        a[0] += wbuf[c + 0] * x[c + 0];
+                        a[1] += wbuf[c + 1] * x[c + 1];
+                        a[2] += wbuf[c + 2] * x[c + 2];
+                        a[3] += wbuf[c + 3] * x[c + 3];
+                        a[4] += wbuf[c + 4] * x[c + 4];
+                        a[5] += wbuf[c + 5] * x[c + 5];
+                        a[6] += wbuf[c + 6] * x[c + 6];
+                        a[7] += wbuf[c + 7] * x[c + 7];
+                    }
+                    for (; c < len; c++)
+                        a[c & 7] += wbuf[c] * x[c];
+                    memcpy(p[i], a, sizeof a);
+                }
+            }
+            for (int i = 0; i < nb; i++)
+                Y[(size_t)(i0 + i) * W->rows + r] =
+                    ((p[i][0] + p[i][1]) + (p[i][2] + p[i][3])) +
+                    ((p[i][4] + p[i][5]) + (p[i][6] + p[i][7]));
+        }
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of the reps[] timings. */
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Sum of a float buffer with 16 independent accumulators (the read stream). */
+static float stream_sum(const float *b, size_t n)
+{
+    float a[16] = {0};
+    for (size_t i = 0; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++)
+            a[l] += b[i + l];
+    float s = 0;
+    for (int l = 0; l < 16; l++)
+        s += a[l];
+    return s;
+}
+
+/* Read bandwidth (stream_sum over 1 GiB, far beyond the LLC), the bf16 matvec
+ * against it (decode), and the bf16 matmul over 64 rows against the baseline
+ * kernel (prefill); medians of `reps` runs each. */
+static void bench_kernels(int reps)
+{
+    enum { R = 6144, C = 6144, N = 64, MAXREP = 64 };
+    const size_t nstream = (size_t)1 << 28; /* floats: 1 GiB */
+    if (reps < 1)
+        reps = 1;
+    if (reps > MAXREP)
+        reps = MAXREP;
+    float *buf = malloc(nstream * sizeof *buf);
+    uint16_t *w = malloc((size_t)R * C * sizeof *w);
+    float *X = malloc((size_t)N * C * sizeof *X), *Y1 = malloc((size_t)N * R * 4),
+          *Y2 = malloc((size_t)N * R * 4);
+    if (!buf || !w || !X || !Y1 || !Y2) {
+        printf("kernels: out of memory\n");
+        free(buf), free(w), free(X), free(Y1), free(Y2);
+        return;
+    }
+    uint64_t st = 42;
+    for (size_t i = 0; i < nstream; i++)
+        buf[i] = (float)(i & 1023) * 1e-3f;
+    for (size_t i = 0; i < (size_t)R * C; i++)
+        w[i] = m3_f32_to_bf16(m3_fixture_uniform(&st, 0.02f));
+    for (int i = 0; i < N * C; i++)
+        X[i] = m3_fixture_uniform(&st, 1.0f);
+    m3_mat W = {.data = w, .dtype = M3_BF16, .rows = R, .cols = C};
+    double t[MAXREP], t0;
+    volatile float sink = 0;
+
+    for (int k = 0; k < reps; k++) {
+        t0 = now_s();
+        sink += stream_sum(buf, nstream);
+        t[k] = now_s() - t0;
+    }
+    double bw = (double)nstream * 4.0 / median(t, reps);
+    for (int k = 0; k < reps; k++) {
+        t0 = now_s();
+        m3_matvec(Y1, &W, X);
+        t[k] = now_s() - t0;
+    }
+    double t_mv = median(t, reps), mv_bw = (double)R * C * 2.0 / t_mv;
+    printf("kernels, single-threaded, medians of %d runs:\n", reps);
+    printf("  read stream (sum of 1 GiB fp32)   %7.2f GB/s\n", bw * 1e-9);
+    printf("  decode: bf16 matvec %dx%d       %7.3f ms  %7.2f GB/s of weights  %7.2f GFLOP/s\n",
+           R, C, 1e3 * t_mv, mv_bw * 1e-9, 2.0 * R * C / t_mv * 1e-9);
+    printf("  ratio matvec / read stream: %.0f%%  (target >= 70%%)\n", 100.0 * mv_bw / bw);
+
+    int mreps = reps < 5 ? reps : 5;
+    for (int k = 0; k < mreps; k++) {
+        t0 = now_s();
+        baseline_matmul(Y2, &W, X, N);
+        t[k] = now_s() - t0;
+    }
+    double t_old = median(t, mreps);
+    for (int k = 0; k < mreps; k++) {
+        t0 = now_s();
+        m3_matmul(Y1, &W, X, N);
+        t[k] = now_s() - t0;
+    }
+    double t_new = median(t, mreps), flop = 2.0 * R * C * N;
+    printf("  prefill: bf16 matmul %dx%d over %d rows:\n", R, C, N);
+    printf("    baseline kernel %8.1f ms  %7.2f GFLOP/s\n", 1e3 * t_old, flop / t_old * 1e-9);
+    printf("    m3_matmul       %8.1f ms  %7.2f GFLOP/s\n", 1e3 * t_new, flop / t_new * 1e-9);
+    printf("    ratio: %.2fx  (target >= 4x); outputs bit-identical: %s\n", t_old / t_new,
+           memcmp(Y1, Y2, (size_t)N * R * 4) ? "NO" : "yes");
+    (void)sink;
+    free(buf), free(w), free(X), free(Y1), free(Y2);
+}
+
 static void bench_decode(const char *dir, const char *what, int ntok)
 {
     m3_model m;
@@ -229,6 +374,7 @@ int main(int argc, char **argv)
     const char *model = "models/tiny";
     int ntok = 64;
     double seconds = 1.0;
+    int reps = 9;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model"))
             model = argv[i + 1];
@@ -236,8 +382,10 @@ int main(int argc, char **argv)
             ntok = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--seconds"))
             seconds = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: bench [--model DIR] [--decode-tokens N] [--seconds S]\n");
+            fprintf(stderr, "usage: bench [--model DIR] [--decode-tokens N] [--seconds S] [--reps K]\n");
             return 2;
         }
     }
@@ -245,6 +393,7 @@ int main(int argc, char **argv)
         ntok = 1;
     printf("m3 benchmarks (numbers are measurements, not checks)\n");
     bench_matvec(seconds);
+    bench_kernels(reps);
 
     struct stat sb;
     char path[4200];

@@ -72,7 +72,8 @@ int cf_tset_load(cf_tset *s, const char *path, m3_err *e);
 /* Load a port's dump for judging against golden: one regular .safetensors
  * file (a directory or an index.json is refused), dtypes of the contract only
  * (F32, BF16, F16, I32, I64). Only tensors golden names, with golden's shape,
- * are widened into s; one with another shape goes into misshaped as shape only
+ * are widened into s (row subsets of M3-DUMP-10, NAME.rows / rows, with no more
+ * elements than the golden); one with another shape goes into misshaped as shape only
  * (its data is never read); names outside the dump contract of a model case
  * are listed in unrec[cap] with the closest expected name; other names are
  * ignored unread. */
@@ -101,6 +102,27 @@ int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err 
 /* As cf_st_meta for a safetensors file image data[0..size) in memory (named name). */
 int cf_st_meta_mem(const void *data, size_t size, const char *name, const char *key, char *out,
                    size_t cap, m3_err *e);
+
+/* ---- row subsets (rows.c, M3-DUMP-10/11) ---------------------------------- */
+/* Row axis of a dump name: 1 for the [G, T, ...] block tensors, else 0. */
+int cf_row_axis(const char *name);
+/* 1 when the rows of tensor `name` are positions (not greedy_tokens, vision.*, row sets). */
+int cf_has_rows(const char *name);
+/* The row set of tensor `name` in s: "NAME.rows", else "rows", else NULL. */
+const cf_tensor *cf_rows_of(const cf_tset *s, const char *name);
+/* Check every row set of a dump read from path: int32 [n], strictly ascending,
+ * inside [0, T) (T <= 0: unchecked), NAME.rows names a tensor of the dump, and
+ * every row tensor has T rows or as many as its set. */
+int cf_rows_validate(const cf_tset *s, const char *path, long T, m3_err *e);
+/* 1 when t holds a proper subset of the T positions: its row count is set's length (and not T). */
+int cf_tensor_subset(const cf_tensor *t, const cf_tensor *set, long T);
+/* Add to dst a copy of g holding only the positions pos[0..n) along its row
+ * axis; have: NULL when g holds every position, else g's own row set. */
+int cf_tensor_take_rows(cf_tset *dst, const cf_tensor *g, const cf_tensor *have, const int32_t *pos, long n,
+                        m3_err *e);
+/* Mark in want[0..T) the positions named by a params.rows selector (M3-DUMP-11);
+ * block: the index block size for "*blocks~D"; where names the case in messages. */
+int cf_rows_select(const char *sel, long T, int block, const char *where, unsigned char *want, m3_err *e);
 
 /* ---- metrics and set comparison (compare.c) ------------------------------- */
 typedef struct cf_metrics {
@@ -259,9 +281,10 @@ int cf_mutant_verify(const cf_mutant *mu, m3_err *e);
 int cf_ref_component(const cf_case *c, cf_tset *out, m3_err *e);
 /* Run a model case: prefill of input_ids (in params.chunks pieces when
  * chunked != 0 and chunks are given), the dump of every activation, then
- * params.max_new_tokens greedy tokens as "greedy_tokens". */
+ * params.max_new_tokens greedy tokens as "greedy_tokens". pg: NULL, or a
+ * meter whose current task gets the total and one count per row per layer. */
 int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inputs, int chunked,
-                 cf_tset *out, m3_err *e);
+                 cf_tset *out, m3_progress *pg, m3_err *e);
 /* M3-TOL-4: the reference's logits (case mode) at generated step k, after the
  * prompt of dir/inputs.safetensors and the golden tokens gen[0..k-1]:
  * *margin = logit[gen[k]] - logit[alt], *maxabs = max |logit| of that row. */
@@ -275,9 +298,10 @@ int cf_ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int
 int cf_ref_head(const m3_model *m, m3_mode mode, const float *x, int T, cf_tset *out, m3_err *e);
 /* Teacher-forced run of every layer: layer i starts from feed's
  * "layers.{i}.input"; then the head from feed's last "layers.{L-1}.output".
- * The per-layer activations, final_norm and logits go into out. */
+ * The per-layer activations, final_norm and logits go into out. pg as for
+ * cf_ref_model. */
 int cf_ref_teacher_forced(const m3_model *m, m3_mode mode, const cf_tset *feed, cf_tset *out,
-                          m3_err *e);
+                          m3_progress *pg, m3_err *e);
 /* Golden block scores [G, T, NB] of a sparse layer from its attn_norm [T, H]
  * (index projections, norms, RoPE, scores; raw, before forcing). */
 int cf_ref_block_scores(const m3_model *m, m3_mode mode, int layer, const float *attn_norm, int T,
@@ -299,6 +323,8 @@ typedef struct cf_record {
     const cf_rule *rule;    /* matched rule, NULL for discrete tensors */
     cf_setstat set;
     char msg[512];
+    char not_judged[24];    /* NotSupported: the capability declared absent ("internals", ...),
+                               or "embeddings" (absent, = layers.0.input) */
     /* M3-TOL-8: rows that depend on a tie-accepted row of an earlier record */
     long excluded_rows;     /* rows left out of the judgement (M3-TOL-8 (a)) */
     long excl_tie_row;      /* token row of the first tie behind them, -1 none */
@@ -329,6 +355,9 @@ typedef struct cf_report {
     char unrecognised[1024]; /* dump names the case does not know, with the closest expected */
     double seconds;
     int teacher_forced;
+    long rows_total;        /* positions of the forward (T); 0 unknown */
+    long rows_judged;       /* positions some judged tensor covers (M3-DUMP-10 row subsets) */
+    char rows_note[160];    /* e.g. the case's row selector */
 } cf_report;
 
 /* Everything judging needs besides the two tensor sets. */
@@ -339,6 +368,9 @@ typedef struct cf_judge_ctx {
     const cf_tset *aux;        /* extra golden data (ref outputs: block_scores, scores, bias); may be NULL */
     const char *unsupported;   /* comma-separated capabilities the port declared absent */
     int teacher_forced;
+    const unsigned char *want; /* NULL, or [want_T]: positions the case wants (params.rows, M3-DUMP-11) */
+    long want_T;
+    const char *want_sel;      /* the selector text, for messages */
     const cf_tset *misshaped;  /* dump tensors refused for their shape (shape only); may be NULL */
     const char *bad_feed;      /* teacher-forced: the dump's own layer input holding NaN/Inf, or NULL */
 } cf_judge_ctx;
@@ -350,6 +382,9 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
 /* The capability a tensor belongs to (eagle3, block_indices, router, greedy,
  * vision) or NULL if it is core. */
 const char *cf_capability_of(const char *tensor);
+/* 1 when tensor is a per-layer internal (layers.{i}.<sub>, sub other than
+ * input and output): capability "internals" (M3-DUMP-6). */
+int cf_is_internal(const char *tensor);
 /* Component label, layer and forward-order rank of a dump tensor name. */
 void cf_classify(const char *tensor, const char *case_component, int is_moe_layer,
                  char *component, size_t cap, int *layer, int *order);
@@ -372,7 +407,5 @@ int cf_write_junit(const char *path, const char *suite, const cf_report *reps, i
 /* PNG heat-map of log10 error per layer (columns) per tensor type (rows),
  * one panel per report. */
 int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e);
-/* Progress bar on f (a tty): done/total and a label. */
-void cf_progress(FILE *f, int done, int total, const char *label);
 
 #endif

@@ -19,6 +19,7 @@
  */
 #include "conform.h"
 #include "fileio.h"
+#include "synth.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -47,17 +48,19 @@ static void usage(FILE *f)
             "                   [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                   [--declare-unsupported CAP,...] [--capabilities FILE]\n"
             "                   [--tolerances FILE] [--tie-dump FILE | --no-settle] [--no-hash]\n"
-            "                   [--verbose]\n"
+            "                   [--verbose] [--quiet]\n"
             "  m3-conform run [DIR|MANIFEST...] [--profile fp32|bf16] [--target ref]\n"
             "                 [--json OUT] [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                 [--no-mutants] [--tolerances FILE] [--no-hash] [--verbose] [--quiet]\n"
+            "  m3-conform synth --layers N --seed S --out DIR [options]   (synth --help)\n"
             "  m3-conform version\n"
             "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input,\n"
             "       3 = inconclusive (TieDiverged, only with --no-settle: only rows an\n"
             "           accepted tie reaches differ). Without --no-settle check settles such a\n"
             "           dump itself: it judges it (or --tie-dump FILE, the port's own\n"
             "           teacher-forced dump) teacher-forced, and exits 0 or 1 on that.\n"
-            "Capabilities a port may declare absent: block_indices router eagle3 greedy vision.\n"
+            "Capabilities a port may declare absent: block_indices router eagle3 greedy vision\n"
+            "internals (every per-layer tensor but layers.{i}.input/output: a residual-only dump).\n"
             "Run 'm3-conform check --help' or 'm3-conform run --help' for the options.\n"
             "Docs: docs/validating-a-port.md\n");
 }
@@ -156,7 +159,7 @@ static void default_tolerances(char *out, size_t cap)
 /* Every name of the comma/space separated list must be a known capability. */
 static int check_cap_names(const char *list, const char *origin, m3_err *e)
 {
-    static const char *const caps[] = {"block_indices", "router", "eagle3", "greedy", "vision", NULL};
+    static const char *const caps[] = {"block_indices", "router", "eagle3", "greedy", "vision", "internals", NULL};
     for (const char *p = list; *p;) {
         while (*p == ',' || *p == ' ')
             p++;
@@ -170,7 +173,7 @@ static int check_cap_names(const char *list, const char *origin, m3_err *e)
             ok |= strlen(caps[k]) == (size_t)(q - p) && strncmp(caps[k], p, (size_t)(q - p)) == 0;
         if (!ok)
             return m3_fail(e, "%s: unknown capability \"%.*s\" (known: block_indices router eagle3 "
-                              "greedy vision)",
+                              "greedy vision internals)",
                            origin, (int)(q - p), p);
         p = q;
     }
@@ -358,6 +361,7 @@ typedef struct ctx {
     char suite_name[2400]; /* the last suite run, for the JUnit file */
     int color;
     char fatal[1024];      /* the problem behind exit 2 when no case report says it */
+    m3_progress pg; /* stderr: case i/n, and the layer of the reference runs */
 } ctx;
 
 static cf_report *keep(ctx *c, const cf_report *r)
@@ -376,6 +380,7 @@ static cf_report *keep(ctx *c, const cf_report *r)
 
 static void emit(ctx *c, cf_report *r, int print, int verbose)
 {
+    m3_progress_clear(&c->pg); /* reports start on a clean line */
     if (print)
         cf_print_report(stdout, r, verbose, c->color);
     if (c->jsonl) {
@@ -411,8 +416,10 @@ static void internal_error(cf_report *r, const m3_err *e)
     r->first_fail = r->first_diverged = r->first_tie = -1;
 }
 
-/* Golden outputs of a case: expected.safetensors if present, else the reference's. */
-static int golden_of(const cf_case *cs, const m3_model *m, cf_tset *golden, int *computed, m3_err *e)
+/* Golden outputs of a case: expected.safetensors if present, else the reference's
+ * (reported to pg's current task). */
+static int golden_of(const cf_case *cs, const m3_model *m, cf_tset *golden, int *computed,
+                     m3_progress *pg, m3_err *e)
 {
     char p[2300];
     snprintf(p, sizeof p, "%s/expected.safetensors", cs->dir);
@@ -426,7 +433,7 @@ static int golden_of(const cf_case *cs, const m3_model *m, cf_tset *golden, int 
     snprintf(p, sizeof p, "%s/inputs.safetensors", cs->dir);
     int rc = cf_tset_load(&in, p, e);
     if (!rc)
-        rc = cf_ref_model(cs, m, &in, 0, golden, e);
+        rc = cf_ref_model(cs, m, &in, 0, golden, pg, e);
     cf_tset_free(&in);
     return rc;
 }
@@ -527,6 +534,7 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
 {
     cf_tset dump = {0}, tf_golden = {0};
     char meta[512], unsupported[1024];
+    unsigned char *want = NULL;
     cf_report r;
     int rc = -1;
     double t0 = now();
@@ -539,11 +547,45 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
         goto out;
     }
     append_caps(unsupported, sizeof unsupported, meta);
+    /* row subsets (M3-DUMP-10) and the rows the case wants (M3-DUMP-11) */
+    const cf_tensor *gin = cf_tset_get(golden, "layers.0.input");
+    long T = gin && gin->ndim == 2 ? (long)gin->shape[0] : 0;
+    if (cf_rows_validate(&dump, path, T, e))
+        goto out;
+    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(cs->params, "rows");
+    if (cJSON_IsString(sel) && T > 0) {
+        want = malloc((size_t)T);
+        if (!want) {
+            m3_fail(e, "out of memory");
+            goto out;
+        }
+        char where[2400];
+        snprintf(where, sizeof where, "%s/case.json", cs->dir);
+        if (cf_rows_select(sel->valuestring, T, model ? model->cfg.text.index_block_size : 0, where, want, e))
+            goto out;
+    }
     const char *bad_feed = tf ? nonfinite_feed(&dump, model) : NULL;
-    const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf, &misshaped, bad_feed};
+    const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf, want, T,
+                             cJSON_IsString(sel) ? sel->valuestring : NULL, &misshaped, bad_feed};
+    if (tf && model) {
+        /* teacher forcing runs each layer from the dump's own input: every position of it */
+        for (int i = 0; i < model->cfg.text.num_layers; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "layers.%d.input", i);
+            const cf_tensor *x = cf_tset_get(&dump, nm);
+            if (x && cf_tensor_subset(x, cf_rows_of(&dump, nm), T)) {
+                m3_fail(e, "%s: teacher forcing needs every position of \"%s\"; its rows hold %lld of %ld "
+                           "(M3-DUMP-10)", path, nm, (long long)x->shape[0], T);
+                goto out;
+            }
+        }
+    }
     if (tf) {
         /* golden per layer = the reference layer run on the dump's own layer input */
-        if (cf_ref_teacher_forced(model, cs->mode, &dump, &tf_golden, e))
+        m3_progress_task(&c->pg, "teacher-forced golden", M3_UNIT_ROWS, 0);
+        int trc = cf_ref_teacher_forced(model, cs->mode, &dump, &tf_golden, &c->pg, e);
+        m3_progress_end(&c->pg);
+        if (trc)
             goto out;
         const cf_tensor *emb = cf_tset_get(golden, "embeddings");
         if (emb && cf_tset_add_f(&tf_golden, "embeddings", emb->ndim, emb->shape, emb->f, e))
@@ -567,6 +609,7 @@ out:
         cf_report_free(&r);
     cf_tset_free(&dump);
     cf_tset_free(&tf_golden);
+    free(want);
     return rc;
 }
 
@@ -621,7 +664,10 @@ static int cmd_check(ctx *c)
             have_model = 1;
         }
     }
-    if (golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &e))
+    m3_progress_task(&c->pg, "golden", M3_UNIT_ROWS, 0);
+    int grc = golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &c->pg, &e);
+    m3_progress_end(&c->pg);
+    if (grc)
         goto bad;
     if (is_model && check_golden_shapes(&cs, have_model ? &model : NULL, &golden, &e)) {
         /* the suite's fault: an InternalError report, exit 2 */
@@ -661,6 +707,7 @@ static int cmd_check(ctx *c)
     }
     goto done;
 bad:
+    m3_progress_end(&c->pg);
     fprintf(stderr, "m3-conform: %s\n", e.msg);
     snprintf(c->fatal, sizeof c->fatal, "%s", e.msg);
 bad_quiet:
@@ -701,8 +748,9 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
     cf_case cs;
     cf_report r;
     double t0 = now();
-    if (isatty(2) && !o->quiet)
-        cf_progress(stderr, idx, total, dir);
+    char label[160];
+    snprintf(label, sizeof label, "case %d/%d %.100s", idx + 1, total, dir);
+    m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
     t->dirs++;
     if (cf_case_load(&cs, dir, !o->no_hash, &e)) {
         init_report(&r, NULL, "", o->profile, "ref");
@@ -730,7 +778,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         int computed = 0;
         m3_model gm;
         int hm = is_model && open_model(&gm, &cs, &e) == 0;
-        int grc = (is_model && !hm) || golden_of(&cs, hm ? &gm : NULL, &golden, &computed, &e);
+        int grc = (is_model && !hm) || golden_of(&cs, hm ? &gm : NULL, &golden, &computed, &c->pg, &e);
         if (hm)
             m3_model_close(&gm);
         if (grc) {
@@ -746,19 +794,19 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
             internal_error(&r, &e);
             goto finish;
         }
-        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0, NULL, 0, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
         goto finish;
     }
     snprintf(p, sizeof p, "%s/inputs.safetensors", cs.dir);
     if (open_model(&model, &cs, &e) || (have_model = 1, cf_tset_load(&in, p, &e)) ||
-        cf_ref_model(&cs, &model, &in, 0, &out, &e)) {
+        cf_ref_model(&cs, &model, &in, 0, &out, &c->pg, &e)) {
         internal_error(&r, &e);
         goto finish;
     }
     {
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
     }
@@ -772,8 +820,10 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset ch = {0};
         init_report(&r, &cs, "#chunked", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, NULL};
-        if (cf_ref_model(&cs, &model, &in, 1, &ch, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL};
+        snprintf(label, sizeof label, "case %d/%d %.100s, chunked", idx + 1, total, dir);
+        m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
+        if (cf_ref_model(&cs, &model, &in, 1, &ch, &c->pg, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
             internal_error(&r, &e);
         cf_tset_free(&ch);
     }
@@ -786,9 +836,11 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset tf = {0};
         init_report(&r, &cs, "#teacher-forced", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, 0, NULL, NULL, NULL};
         const cf_tensor *emb = cf_tset_get(&out, "embeddings");
-        if (cf_ref_teacher_forced(&model, cs.mode, &golden, &tf, &e) ||
+        snprintf(label, sizeof label, "case %d/%d %.100s, teacher-forced", idx + 1, total, dir);
+        m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
+        if (cf_ref_teacher_forced(&model, cs.mode, &golden, &tf, &c->pg, &e) ||
             (emb && cf_tset_add_f(&tf, "embeddings", emb->ndim, emb->shape, emb->f, &e)) ||
             cf_judge(&r, &jc, &tf, &golden, &e))
             internal_error(&r, &e);
@@ -796,6 +848,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         cf_tset_free(&tf);
     }
 finish:
+    m3_progress_end(&c->pg);
     r.seconds = now() - t0;
     t->cases++;
     tally_add(t, r.result);
@@ -849,15 +902,20 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
         have_model = 1;
     }
     char caps[1024] = "";
-    if (golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &e) ||
-        load_dump(&dump, &aux, mu.dump, &golden, r.unrecognised, sizeof r.unrecognised, caps,
-                  sizeof caps, &e))
+    char label[300];
+    snprintf(label, sizeof label, "mutant %.200s: golden", mu.id);
+    m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
+    int grc = golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &c->pg, &e) ||
+              load_dump(&dump, &aux, mu.dump, &golden, r.unrecognised, sizeof r.unrecognised, caps,
+                        sizeof caps, &e);
+    m3_progress_end(&c->pg);
+    if (grc)
         goto ierr;
     cf_tset_free(&aux); /* mis-shaped tensors of a mutant dump: judged missing */
     if (!have_model && !computed && cf_ref_component(&cs, &aux, &e))
         goto ierr;
     {
-        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0, NULL, 0, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &dump, &golden, &e))
             goto ierr;
     }
@@ -975,8 +1033,6 @@ static int cmd_run(ctx *c)
         fflush(stdout);
         for (int i = 0; i < m.ncases; i++)
             run_case(c, m.cases[i], &t, i, m.ncases);
-        if (isatty(2) && !o->quiet)
-            cf_progress(stderr, m.ncases, m.ncases, "");
         if (!o->no_mutants && m.nmutants) {
             printf("mutants (each dump judged against its case's golden):\n");
             for (int i = 0; i < m.nmutants; i++) {
@@ -1010,6 +1066,28 @@ static int cmd_run(ctx *c)
     return all_ok ? 0 : 1;
 }
 
+/* ---- synth ------------------------------------------------------------------------------ */
+static int cmd_synth(int argc, char **argv)
+{
+    cf_synth_opts so;
+    m3_err e = {{0}};
+    int help = 0;
+    if (cf_synth_parse_args(&so, argc, argv, &help, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        cf_synth_usage(stderr);
+        return 2;
+    }
+    if (help) {
+        cf_synth_usage(stdout);
+        return 0;
+    }
+    if (cf_synth_write(&so, stdout, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -1022,6 +1100,8 @@ int main(int argc, char **argv)
         printf("m3-conform protocol %s\n", CF_PROTOCOL_VERSION);
         return 0;
     }
+    if (argc >= 2 && strcmp(argv[1], "synth") == 0)
+        return cmd_synth(argc - 2, argv + 2);
     if (parse_args(&o, argc, argv)) {
         usage(stderr);
         return 2;
@@ -1043,6 +1123,7 @@ int main(int argc, char **argv)
     ctx c;
     memset(&c, 0, sizeof c);
     c.o = &o;
+    m3_progress_init_stderr(&c.pg, "m3-conform", o.quiet);
     c.color = isatty(1) && !getenv("NO_COLOR");
     char tolp[2300];
     if (o.tolerances)
@@ -1074,6 +1155,11 @@ int main(int argc, char **argv)
         c.jsonl = jout.f;
     }
     int rc = strcmp(o.cmd, "check") == 0 ? cmd_check(&c) : cmd_run(&c);
+    {
+        char sum[64];
+        snprintf(sum, sizeof sum, "%s, exit %d", o.cmd, rc);
+        m3_progress_summary(&c.pg, sum);
+    }
     if (rc == 2 && c.nreps == 0) {
         /* bad input: CI still gets a record naming the problem */
         cf_report r;

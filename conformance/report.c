@@ -38,6 +38,68 @@ static void fmt_num(char *b, size_t cap, double v)
         snprintf(b, cap, "%.2e", v);
 }
 
+/* 1 when some per-layer internal of `layer` was not judged (capability internals). */
+static int layer_internals_absent(const cf_report *r, int layer)
+{
+    for (int i = 0; i < r->nrec; i++)
+        if (r->rec[i].layer == layer && strcmp(r->rec[i].not_judged, "internals") == 0)
+            return 1;
+    return 0;
+}
+
+/* The reasons records were not judged, with counts: {"internals", n}, ... */
+typedef struct nj_count {
+    char what[24];
+    int n;
+    const char *first;
+} nj_count;
+
+static int not_judged_counts(const cf_report *r, nj_count *c, int cap)
+{
+    int nc = 0;
+    for (int i = 0; i < r->nrec; i++) {
+        const cf_record *x = &r->rec[i];
+        if (x->result != CF_NOT_SUPPORTED || !x->not_judged[0])
+            continue;
+        int k = 0;
+        while (k < nc && strcmp(c[k].what, x->not_judged) != 0)
+            k++;
+        if (k == nc) {
+            if (nc == cap)
+                continue;
+            snprintf(c[nc].what, sizeof c[nc].what, "%s", x->not_judged);
+            c[nc].n = 0;
+            c[nc].first = x->tensor;
+            nc++;
+        }
+        c[k].n++;
+    }
+    return nc;
+}
+
+/* "not judged: ..." and "rows: ..." lines: what the verdict does not cover. */
+static void print_not_judged(FILE *f, const cf_report *r)
+{
+    nj_count c[16];
+    int nc = not_judged_counts(r, c, 16), total = 0;
+    for (int k = 0; k < nc; k++)
+        total += c[k].n;
+    if (total) {
+        fprintf(f, "  not judged: %d tensor%s absent from the dump (", total, total == 1 ? "" : "s");
+        for (int k = 0; k < nc; k++) {
+            if (strcmp(c[k].what, "embeddings") == 0)
+                fprintf(f, "%sembeddings: = layers.0.input", k ? "; " : "");
+            else
+                fprintf(f, "%s%d of capability %s declared absent, e.g. %s", k ? "; " : "", c[k].n, c[k].what,
+                        c[k].first);
+        }
+        fprintf(f, "); the verdict covers the other %d\n", r->nrec - total);
+    }
+    if (r->rows_total > 0 && r->rows_judged < r->rows_total)
+        fprintf(f, "  rows: only the %ld of %ld positions the dump carries were judged (M3-DUMP-10)%s%s\n",
+                r->rows_judged, r->rows_total, r->rows_note[0] ? "; " : "", r->rows_note);
+}
+
 void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
 {
     const char *reset = color ? "\033[0m" : "";
@@ -49,11 +111,11 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
     int shown = 0, hidden = 0;
     for (int i = 0; i < r->nrec; i++) {
         const cf_record *x = &r->rec[i];
-        int interesting = x->result != CF_PASS || x->msg[0];
+        int interesting = (x->result != CF_PASS || x->msg[0]) && x->result != CF_NOT_SUPPORTED;
         int repeat = (x->downstream && x->result == CF_FAIL) ||
                      (x->result == CF_TIE_DIVERGED && i != r->first_diverged);
         if (!verbose && (!interesting || (repeat && shown > 12))) {
-            hidden += x->result != CF_PASS;
+            hidden += x->result != CF_PASS && x->result != CF_NOT_SUPPORTED;
             continue;
         }
         if (shown++ == 0)
@@ -110,7 +172,10 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
         fprintf(f, "  verdict: %s%s%s", color ? color_of(r->result, 0) : "", cf_result_name(r->result), reset);
     if (r->first_fail >= 0) {
         const cf_record *x = &r->rec[r->first_fail];
-        if (x->layer >= 0)
+        if (x->layer >= 0 && layer_internals_absent(r, x->layer))
+            fprintf(f, " — first divergence: layer %d (%s; the layer's internals are not in the dump, so "
+                       "localised to the layer)", x->layer, x->tensor);
+        else if (x->layer >= 0)
             fprintf(f, " — first divergence: layer %d, %s (%s)", x->layer, x->component, x->tensor);
         else
             fprintf(f, " — first divergence: %s (%s)", x->component, x->tensor);
@@ -121,6 +186,7 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
         fprintf(f, " — diverged after the tie-accepted row %ld of %s", x->reach_tie_row, x->reach_tie);
     }
     fprintf(f, "  (%d tensors, %.2fs)\n", r->nrec, r->seconds);
+    print_not_judged(f, r);
     const cf_record *tie = r->first_tie >= 0 && r->first_tie < r->nrec ? &r->rec[r->first_tie] : NULL;
     if (r->result == CF_TIE_DIVERGED && r->first_diverged >= 0 && r->first_diverged < r->nrec) {
         const cf_record *d = &r->rec[r->first_diverged];
@@ -139,18 +205,6 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
             fprintf(f, " (first tie: %s row %ld)", tie->tensor, tie->tie_row);
         fprintf(f, "\n");
     }
-}
-
-void cf_progress(FILE *f, int done, int total, const char *label)
-{
-    int width = 30, fill = total > 0 ? done * width / total : width;
-    fprintf(f, "\r[");
-    for (int i = 0; i < width; i++)
-        fputc(i < fill ? '#' : '.', f);
-    fprintf(f, "] %d/%d %-40.40s", done, total, label ? label : "");
-    if (done >= total)
-        fprintf(f, "\r%*s\r", width + 60, "");
-    fflush(f);
 }
 
 /* ---- JSON lines ------------------------------------------------------------------- */
@@ -293,6 +347,20 @@ void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
         for (int i = 0; names && i < r->nrec; i++)
             if (r->rec[i].excluded_rows)
                 cJSON_AddItemToArray(names, cJSON_CreateString(r->rec[i].tensor));
+    }
+    {
+        nj_count c[16];
+        int nc = not_judged_counts(r, c, 16);
+        if (nc) {
+            cJSON *nj = cJSON_AddObjectToObject(o, "not_judged");
+            for (int k = 0; nj && k < nc; k++)
+                cJSON_AddNumberToObject(nj, c[k].what, c[k].n);
+        }
+    }
+    if (r->rows_total > 0 && r->rows_judged < r->rows_total) {
+        cJSON *x = cJSON_AddObjectToObject(o, "rows");
+        cJSON_AddNumberToObject(x, "judged", (double)r->rows_judged);
+        cJSON_AddNumberToObject(x, "total", (double)r->rows_total);
     }
     if (r->error[0])
         cJSON_AddStringToObject(o, "error", r->error);

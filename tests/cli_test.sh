@@ -55,7 +55,20 @@ grep -q "forward" "$TMP/out" && grep -q "generate" "$TMP/out" || fail "help list
 for c in forward generate inspect; do
     expect_ok "$c --help" "$M3REF" $c --help
     grep -q "usage: m3-ref $c" "$TMP/out" || fail "$c --help has no usage line"
+    cp "$TMP/out" "$TMP/help_$c"
+    # every option the help names is accepted by the command (no "unknown option")
+    for opt in $(grep -o -- '--[a-z][a-z-]*' "$TMP/help_$c" | sort -u); do
+        [ "$opt" = --help ] && continue
+        run "$M3REF" $c --model "$TMP/nonexistent" "$opt" x
+        if grep -q -- "unknown option or argument '$opt'" "$TMP/err"; then fail "$c --help names $opt, which $c rejects"; else pass; fi
+    done
 done
+# every option the parser knows (ref/cli/m3-ref.c) is documented in some --help
+if [ -f ref/cli/m3-ref.c ]; then
+    for opt in $(grep -o 'strcmp(a, "--[a-z-]*")' ref/cli/m3-ref.c | grep -o -- '--[a-z-]*' | grep -v -- --help | sort -u); do
+        if cat "$TMP"/help_* | grep -q -- "$opt\b"; then pass; else fail "option $opt is in no --help text"; fi
+    done
+fi
 
 # ---- forward and dumps ---------------------------------------------------
 expect_ok "forward fp32" "$M3REF" forward --model "$FX" --tokens 5,17,300,2,9 --dump "$TMP/d32.safetensors"
