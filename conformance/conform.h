@@ -79,6 +79,9 @@ int cf_tset_load(cf_tset *s, const char *path, m3_err *e);
  * ignored unread. */
 int cf_tset_load_dump(cf_tset *s, cf_tset *misshaped, const char *path, const cf_tset *golden,
                       char *unrec, size_t cap, m3_err *e);
+/* The judging part of cf_tset_load_dump for an open store st (named path). */
+int cf_tset_from_dump_store(cf_tset *s, cf_tset *misshaped, const m3_store *st, const char *path,
+                            const cf_tset *golden, char *unrec, size_t cap, m3_err *e);
 /* Copy every tensor of an open store into s. */
 int cf_tset_from_store(cf_tset *s, const m3_store *st, m3_err *e);
 /* Save a writer to a private temporary file, load it into s, remove the file. */

@@ -387,6 +387,15 @@ int cf_tset_load_dump(cf_tset *s, cf_tset *misshaped, const char *path, const cf
     m3_store *st = NULL;
     if (m3_store_open(&st, path, e))
         return -1;
+    int rc = cf_tset_from_dump_store(s, misshaped, st, path, golden, unrec, cap, e);
+    m3_store_close(st);
+    return rc;
+}
+
+int cf_tset_from_dump_store(cf_tset *s, cf_tset *misshaped, const m3_store *st, const char *path,
+                            const cf_tset *golden, char *unrec, size_t cap, m3_err *e)
+{
+    unrec[0] = 0;
     /* the model's layer count as the golden shows it (component cases have none) */
     int L = 0, model = cf_tset_get(golden, "logits") != NULL || cf_tset_get(golden, "embeddings") != NULL;
     for (int i = 0; i < golden->n; i++)
@@ -488,6 +497,5 @@ int cf_tset_load_dump(cf_tset *s, cf_tset *misshaped, const char *path, const cf
         size_t n = strlen(unrec);
         snprintf(unrec + n, cap - n, " and %d more", nunrec - 6);
     }
-    m3_store_close(st);
     return rc;
 }
