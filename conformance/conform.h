@@ -69,6 +69,19 @@ typedef struct cf_tset {
 /* Load every tensor of a safetensors file (floats widened to fp32, integers
  * to int32; int64 values outside int32 are an error). */
 int cf_tset_load(cf_tset *s, const char *path, m3_err *e);
+/* Load a port's dump for judging against golden: one regular .safetensors
+ * file (a directory or an index.json is refused), dtypes of the contract only
+ * (F32, BF16, F16, I32, I64). Only tensors golden names, with golden's shape,
+ * are widened into s (row subsets of M3-DUMP-10, NAME.rows / rows, with no more
+ * elements than the golden); one with another shape goes into misshaped as shape only
+ * (its data is never read); names outside the dump contract of a model case
+ * are listed in unrec[cap] with the closest expected name; other names are
+ * ignored unread. */
+int cf_tset_load_dump(cf_tset *s, cf_tset *misshaped, const char *path, const cf_tset *golden,
+                      char *unrec, size_t cap, m3_err *e);
+/* The judging part of cf_tset_load_dump for an open store st (named path). */
+int cf_tset_from_dump_store(cf_tset *s, cf_tset *misshaped, const m3_store *st, const char *path,
+                            const cf_tset *golden, char *unrec, size_t cap, m3_err *e);
 /* Copy every tensor of an open store into s. */
 int cf_tset_from_store(cf_tset *s, const m3_store *st, m3_err *e);
 /* Save a writer to a private temporary file, load it into s, remove the file. */
@@ -342,6 +355,7 @@ typedef struct cf_report {
     int tensors_excluded;   /* records with such rows */
     int ndiverged;          /* TieDiverged records */
     char error[1024];       /* set for InternalError / bad input of the whole case */
+    char unrecognised[1024]; /* dump names the case does not know, with the closest expected */
     double seconds;
     int teacher_forced;
     long rows_total;        /* positions of the forward (T); 0 unknown */
@@ -360,6 +374,8 @@ typedef struct cf_judge_ctx {
     const unsigned char *want; /* NULL, or [want_T]: positions the case wants (params.rows, M3-DUMP-11) */
     long want_T;
     const char *want_sel;      /* the selector text, for messages */
+    const cf_tset *misshaped;  /* dump tensors refused for their shape (shape only); may be NULL */
+    const char *bad_feed;      /* teacher-forced: the dump's own layer input holding NaN/Inf, or NULL */
 } cf_judge_ctx;
 
 /* Judge every golden tensor against out, appending records to r, then
