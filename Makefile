@@ -17,7 +17,7 @@ LDLIBS  += -lcjson -lpng -ljpeg -lm
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 
-DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil
+DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil tmux
 
 REF_SRC   := $(sort $(wildcard ref/*.c))
 REF_OBJ   := $(patsubst ref/%.c,$(BUILD)/ref/%.o,$(REF_SRC))
@@ -41,6 +41,7 @@ $(BUILD)/.deps-ok:
 	test -f /usr/include/jpeglib.h || missing="$$missing libjpeg62-turbo-dev"; \
 	$(PYTHON) -c 'import numpy' 2>/dev/null || missing="$$missing python3-numpy"; \
 	$(PYTHON) -c 'import PIL' 2>/dev/null || missing="$$missing python3-pil"; \
+	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "m3: installing Debian packages:$$missing"; \
@@ -88,8 +89,14 @@ unit-test: $(TEST_BIN)
 cli-test: bin/m3-ref $(BUILD)/tests/cli_helper
 	sh tests/cli_test.sh bin/m3-ref $(BUILD)/tests/cli_helper
 
-test: all unit-test cli-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
+test: all unit-test cli-test progress-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
 	@echo "m3: all tests passed"
+
+# progress and summary lines in a real terminal (a tmux pane), in a log, under
+# --quiet and with stdout through head (tests/progress_test.sh)
+.PHONY: progress-test
+progress-test: bin/m3-ref deps
+	sh tests/progress_test.sh bin/m3-ref models/demo
 
 # upstream agreement: bin/m3-ref against the committed HF transformers outputs
 # (vectors/hf, written on a GPU machine by tools/hf_crosscheck.py); numpy only
