@@ -6,6 +6,7 @@
 #   make bench      benchmarks (numbers printed, ratios against an in-run baseline)
 #   make vectors    regenerate the published vectors with tools/ (numpy)
 #   make gpu        build bin/m3-gpu with hipcc or nvcc, whichever is present
+#   make install    install under PREFIX (/usr/local), staged under DESTDIR
 #
 # Missing Debian packages are installed with apt-get when run as root;
 # otherwise the exact apt-get line is printed.
@@ -22,7 +23,7 @@ KERNEL_SRC    := linear attention msa
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 
-DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil
+DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil tmux pkgconf
 
 REF_SRC   := $(sort $(wildcard ref/*.c))
 REF_OBJ   := $(patsubst ref/%.c,$(BUILD)/ref/%.o,$(REF_SRC))
@@ -46,6 +47,8 @@ $(BUILD)/.deps-ok:
 	test -f /usr/include/jpeglib.h || missing="$$missing libjpeg62-turbo-dev"; \
 	$(PYTHON) -c 'import numpy' 2>/dev/null || missing="$$missing python3-numpy"; \
 	$(PYTHON) -c 'import PIL' 2>/dev/null || missing="$$missing python3-pil"; \
+	command -v tmux >/dev/null || missing="$$missing tmux"; \
+	command -v pkg-config >/dev/null || missing="$$missing pkgconf"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "m3: installing Debian packages:$$missing"; \
@@ -95,8 +98,14 @@ unit-test: $(TEST_BIN)
 cli-test: bin/m3-ref $(BUILD)/tests/cli_helper
 	sh tests/cli_test.sh bin/m3-ref $(BUILD)/tests/cli_helper
 
-test: all unit-test cli-test synth-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
+test: all unit-test cli-test synth-test progress-test install-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
 	@echo "m3: all tests passed"
+
+# progress and summary lines in a real terminal (a tmux pane), in a log, under
+# --quiet and with stdout through head (tests/progress_test.sh)
+.PHONY: progress-test
+progress-test: bin/m3-ref deps
+	sh tests/progress_test.sh bin/m3-ref models/demo
 
 # upstream agreement: bin/m3-ref against the committed HF transformers outputs
 # (vectors/hf, written on a GPU machine by tools/hf_crosscheck.py); numpy only
@@ -116,6 +125,63 @@ demo-check: bin/m3-ref
 .PHONY: eagle-check
 eagle-check: bin/m3-ref
 	$(PYTHON) tools/check_eagle3.py --bin bin/m3-ref --model models/demo --draft models/demo-drafter
+
+# ---- install -----------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=STAGE]: the programs into bin/
+# (m3-gpu only when it was built), libm3.a into lib/ and its headers into
+# include/m3/, lib/pkgconfig/m3.pc (cflags and the static link line), man
+# pages written from the programs' --help (tools/mkman.sh) into
+# share/man/man1/, and spec/tolerances.json as share/m3/tolerances.json,
+# where an installed m3-conform looks (relative to its own directory, so the
+# tree may be staged or moved). make uninstall removes the same files.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+INSTALL ?= install
+M3_VERSION ?= 0+g$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+MAN_PAGES := $(BUILD)/man/m3-ref.1 $(BUILD)/man/m3-conform.1
+I_BIN := $(DESTDIR)$(PREFIX)/bin
+I_LIB := $(DESTDIR)$(PREFIX)/lib
+I_INC := $(DESTDIR)$(PREFIX)/include/m3
+I_MAN := $(DESTDIR)$(PREFIX)/share/man/man1
+I_DAT := $(DESTDIR)$(PREFIX)/share/m3
+.PHONY: man install uninstall install-test
+
+$(BUILD)/man/m3-ref.1: bin/m3-ref tools/mkman.sh
+	@mkdir -p $(@D)
+	sh tools/mkman.sh m3-ref "the m3 reference interpreter for MiniMax-M3 text models" \
+	  bin/m3-ref forward generate inspect >$@.tmp && mv $@.tmp $@
+$(BUILD)/man/m3-conform.1: bin/m3-conform tools/mkman.sh
+	@mkdir -p $(@D)
+	sh tools/mkman.sh m3-conform "the MiniMax-M3 conformance kit: judge a port's activation dumps" \
+	  bin/m3-conform >$@.tmp && mv $@.tmp $@
+man: $(MAN_PAGES)
+
+install: all man
+	$(INSTALL) -d $(I_BIN) $(I_LIB)/pkgconfig $(I_INC) $(I_MAN) $(I_DAT)
+	$(INSTALL) -m 755 bin/m3-ref bin/m3-conform $(I_BIN)/
+	$(INSTALL) -m 644 $(LIB) $(I_LIB)/
+	$(INSTALL) -m 644 $(wildcard ref/*.h) $(I_INC)/
+	$(INSTALL) -m 644 $(MAN_PAGES) $(I_MAN)/
+	$(INSTALL) -m 644 spec/tolerances.json $(I_DAT)/
+	printf 'prefix=%s\nexec_prefix=$${prefix}\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: m3\nDescription: MiniMax-M3 reference interpreter library\nVersion: %s\nCflags: -I$${includedir}/m3\nLibs: -L$${libdir} -lm3 -lcjson -lpng -ljpeg -lm\n' \
+	  '$(PREFIX)' '$(M3_VERSION)' >$(I_LIB)/pkgconfig/m3.pc
+	@if [ -x bin/m3-gpu ]; then \
+	  sh tools/mkman.sh m3-gpu "the M3 text forward on the GPU, with the CLI of m3-ref" bin/m3-gpu \
+	    >$(BUILD)/man/m3-gpu.1 && \
+	  $(INSTALL) -m 755 bin/m3-gpu $(I_BIN)/ && $(INSTALL) -m 644 $(BUILD)/man/m3-gpu.1 $(I_MAN)/ && \
+	  echo "install: bin/m3-gpu and its man page installed"; \
+	else echo "install: bin/m3-gpu was not built (make gpu): not installed"; fi
+
+uninstall:
+	rm -f $(I_BIN)/m3-ref $(I_BIN)/m3-conform $(I_BIN)/m3-gpu $(I_LIB)/libm3.a \
+	  $(I_LIB)/pkgconfig/m3.pc $(addprefix $(I_INC)/,$(notdir $(wildcard ref/*.h))) \
+	  $(I_MAN)/m3-ref.1 $(I_MAN)/m3-conform.1 $(I_MAN)/m3-gpu.1 $(I_DAT)/tolerances.json
+	-rmdir $(I_INC) $(I_DAT) 2>/dev/null
+
+# install into a temporary prefix and a DESTDIR stage; the installed programs,
+# library and pkg-config file used from another directory (tests/install_test.sh)
+install-test: all man
+	sh tests/install_test.sh "$(MAKE)" $(CC)
 
 # ---- run, bench, vectors ---------------------------------------------------
 run: all

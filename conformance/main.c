@@ -138,7 +138,10 @@ static void append_caps(char *dst, size_t cap, const char *add)
     snprintf(dst + n, cap - n, "%s%s", n ? "," : "", add);
 }
 
-/* Default tolerance file: ./spec/tolerances.json, else next to the binary. */
+/* Default tolerance file, the first that exists: ./spec/tolerances.json, then
+ * relative to the binary's directory ../spec/tolerances.json (a build tree)
+ * and ../share/m3/tolerances.json (an installed tree: make install puts it
+ * there for any PREFIX, and the tree may be moved). */
 static void default_tolerances(char *out, size_t cap)
 {
     snprintf(out, cap, "spec/tolerances.json");
@@ -152,6 +155,9 @@ static void default_tolerances(char *out, size_t cap)
         if (s) {
             *s = 0;
             snprintf(out, cap, "%s/../spec/tolerances.json", exe);
+            if (exists(out))
+                return;
+            snprintf(out, cap, "%s/../share/m3/tolerances.json", exe);
             if (exists(out))
                 return;
         }
