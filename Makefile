@@ -17,7 +17,7 @@ LDLIBS  += -lcjson -lpng -ljpeg -lm
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 
-DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil
+DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil python3-jinja2
 
 REF_SRC   := $(sort $(wildcard ref/*.c))
 REF_OBJ   := $(patsubst ref/%.c,$(BUILD)/ref/%.o,$(REF_SRC))
@@ -41,6 +41,7 @@ $(BUILD)/.deps-ok:
 	test -f /usr/include/jpeglib.h || missing="$$missing libjpeg62-turbo-dev"; \
 	$(PYTHON) -c 'import numpy' 2>/dev/null || missing="$$missing python3-numpy"; \
 	$(PYTHON) -c 'import PIL' 2>/dev/null || missing="$$missing python3-pil"; \
+	$(PYTHON) -c 'import jinja2' 2>/dev/null || missing="$$missing python3-jinja2"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "m3: installing Debian packages:$$missing"; \
@@ -130,9 +131,13 @@ vectors: deps
 vectors-big: deps
 	$(PYTHON) tools/gen_vectors.py --out $(BUILD)/vectors-big --big-only
 
-# regenerate every non-big vector (and models/tiny) in a temp dir, compare bytes
+# regenerate every non-big vector (and models/tiny) in a temp dir, compare bytes;
+# the chat vectors too, re-rendered with jinja2 when CHAT_TEMPLATE names the
+# published M3 template (docs/tokenizer.md: it is not committed)
+CHAT_TEMPLATE ?=
 vectors-check: deps
 	$(PYTHON) tools/gen_vectors.py --check vectors
+	$(PYTHON) tools/chat_vectors.py --check vectors/chat $(if $(CHAT_TEMPLATE),--template $(CHAT_TEMPLATE))
 
 # spec clause coverage: docs/coverage.md; coverage-check fails on ids spec/ does not define
 coverage:
