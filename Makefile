@@ -228,7 +228,7 @@ valgrind-test: bin/m3-ref
 .PHONY: conform-test
 
 # test_conform links the kit's objects (all but main.o) as well as libm3.a
-$(BUILD)/tests/test_conform $(BUILD)/tests/test_conform_tie $(BUILD)/tests/test_conform_greedy: $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h conformance/*.h ref/*.h) $(CONF_LIBOBJ) $(LIB)
+$(BUILD)/tests/test_conform $(BUILD)/tests/test_conform_tie $(BUILD)/tests/test_conform_greedy $(BUILD)/tests/test_chat_check: $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h conformance/*.h ref/*.h) $(CONF_LIBOBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -Iconformance -o $@ $< $(CONF_LIBOBJ) $(LIB) $(LDLIBS) -lcmocka
 
@@ -239,6 +239,7 @@ conform-test: bin/m3-conform vectors-big $(BUILD)/tests/cli_helper
 	bin/m3-conform run vectors/manifest.json --teacher-forced --quiet
 	bin/m3-conform run $(BUILD)/vectors-big/manifest.json --teacher-forced --quiet
 	sh tests/conform_settle.sh bin/m3-conform $(BUILD)/tests/cli_helper $(PYTHON)
+	sh tests/chat_check.sh bin/m3-conform
 
 # ---- GPU path (gpu/, issue 8) ----------------------------------------------
 # make gpu        bin/m3-gpu with nvcc (CUDA, cuBLAS; gpu/hip_compat.h maps HIP)
