@@ -23,7 +23,7 @@ KERNEL_SRC    := linear attention msa
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 
-DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil tmux pkgconf
+DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil tmux pkgconf python3-jinja2
 
 REF_SRC   := $(sort $(wildcard ref/*.c))
 REF_OBJ   := $(patsubst ref/%.c,$(BUILD)/ref/%.o,$(REF_SRC))
@@ -49,6 +49,7 @@ $(BUILD)/.deps-ok:
 	$(PYTHON) -c 'import PIL' 2>/dev/null || missing="$$missing python3-pil"; \
 	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	command -v pkg-config >/dev/null || missing="$$missing pkgconf"; \
+	$(PYTHON) -c 'import jinja2' 2>/dev/null || missing="$$missing python3-jinja2"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "m3: installing Debian packages:$$missing"; \
@@ -233,9 +234,13 @@ conform-real: vectors-real
 synth-sums: bin/m3-conform
 	$(PYTHON) tools/real_suite.py --out $(BUILD)/vectors-real --no-golden
 
-# regenerate every non-big vector (and models/tiny) in a temp dir, compare bytes
+# regenerate every non-big vector (and models/tiny) in a temp dir, compare bytes;
+# the chat vectors too, re-rendered with jinja2 when CHAT_TEMPLATE names the
+# published M3 template (docs/tokenizer.md: it is not committed)
+CHAT_TEMPLATE ?=
 vectors-check: deps
 	$(PYTHON) tools/gen_vectors.py --check vectors
+	$(PYTHON) tools/chat_vectors.py --check vectors/chat $(if $(CHAT_TEMPLATE),--template $(CHAT_TEMPLATE))
 
 # spec clause coverage: docs/coverage.md; coverage-check fails on ids spec/ does not define
 coverage:
@@ -326,7 +331,7 @@ valgrind-test: bin/m3-ref
 .PHONY: conform-test
 
 # test_conform links the kit's objects (all but main.o) as well as libm3.a
-$(BUILD)/tests/test_conform $(BUILD)/tests/test_conform_tie $(BUILD)/tests/test_conform_greedy: $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h conformance/*.h ref/*.h) $(CONF_LIBOBJ) $(LIB)
+$(BUILD)/tests/test_conform $(BUILD)/tests/test_conform_tie $(BUILD)/tests/test_conform_greedy $(BUILD)/tests/test_chat_check: $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h conformance/*.h ref/*.h) $(CONF_LIBOBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -Iconformance -o $@ $< $(CONF_LIBOBJ) $(LIB) $(LDLIBS) -lcmocka
 
@@ -338,6 +343,7 @@ conform-test: bin/m3-conform bin/m3-ref vectors-big $(BUILD)/tests/cli_helper
 	bin/m3-conform run $(BUILD)/vectors-big/manifest.json --teacher-forced --quiet
 	sh tests/conform_settle.sh bin/m3-conform $(BUILD)/tests/cli_helper $(PYTHON)
 	sh tests/conform_cli.sh bin/m3-conform bin/m3-ref $(PYTHON)
+	sh tests/chat_check.sh bin/m3-conform
 
 # ---- GPU path (gpu/, issue 8) ----------------------------------------------
 # make gpu        bin/m3-gpu with nvcc (CUDA, cuBLAS; gpu/hip_compat.h maps HIP)

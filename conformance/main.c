@@ -5,6 +5,8 @@
  *                    [--tie-dump FILE | --no-settle]
  *   m3-conform run [DIR|MANIFEST...] [--profile P] [--target ref] [--json OUT]
  *                  [--junit OUT] [--plot OUT.png] [--teacher-forced]
+ *   m3-conform chat-check --model DIR --conversation FILE --ids FILE|LIST
+ *                  [--thinking MODE] [--print-expected]
  *
  * check exits 0 when the dump conforms, 1 when it does not, 2 for usage
  * errors and bad input (unreadable case, dump, tolerances) or an internal
@@ -14,9 +16,13 @@
  * judging it teacher-forced (or --tie-dump FILE, the implementation's own
  * teacher-forced dump of the case) and exits 0 or 1 on that. run exits 0 when every
  * case conforms and every mutant behaves as its mutant.json says, else 1
- * (2 for usage errors). Spec: M3-VEC-*, M3-DUMP-*, M3-TOL-*; the pass rule
- * is written in docs/validating-a-port.md.
+ * (2 for usage errors). chat-check exits 0 when the port's prompt ids equal
+ * the spec's rendering of the conversation tokenized with DIR's tokenizer
+ * (M3-CHAT-*, chat_check.h), 1 when they differ (the first difference is
+ * printed), 2 for usage errors and bad input. Spec: M3-VEC-*, M3-DUMP-*,
+ * M3-TOL-*; the pass rule is written in docs/validating-a-port.md.
  */
+#include "chat_check.h"
 #include "conform.h"
 #include "fileio.h"
 #include "golden.h"
@@ -56,12 +62,16 @@ static void usage(FILE *f)
             "  m3-conform synth --layers N --seed S --out DIR [options]   (synth --help)\n"
             "  m3-conform golden --case DIR [--out FILE]   (write a model case's golden with the\n"
             "                    reference; default FILE: DIR/expected.safetensors)\n"
+            "  m3-conform chat-check --model DIR --conversation FILE --ids FILE|LIST\n"
+            "                 [--thinking adaptive|enabled|disabled] [--print-expected]\n"
             "  m3-conform version\n"
             "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input,\n"
             "       3 = inconclusive (TieDiverged, only with --no-settle: only rows an\n"
             "           accepted tie reaches differ). Without --no-settle check settles such a\n"
             "           dump itself: it judges it (or --tie-dump FILE, the port's own\n"
             "           teacher-forced dump) teacher-forced, and exits 0 or 1 on that.\n"
+            "chat-check: exit 0 = the ids are the spec's prompt for FILE, 1 = they differ\n"
+            "       (first difference printed), 2 = usage / bad input.\n"
             "Capabilities a port may declare absent: block_indices router eagle3 greedy vision\n"
             "internals (every per-layer tensor but layers.{i}.input/output: a residual-only dump).\n"
             "Run 'm3-conform check --help' or 'm3-conform run --help' for the options.\n"
@@ -1134,6 +1144,98 @@ static int cmd_synth(int argc, char **argv)
     return 0;
 }
 
+/* Print s with newlines, tabs, quotes and backslashes escaped. */
+static void put_escaped(const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\n')
+            fputs("\\n", stdout);
+        else if (*s == '\t')
+            fputs("\\t", stdout);
+        else if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else
+            putchar(*s);
+    }
+}
+
+/* m3-conform chat-check (see the head comment). */
+static int cmd_chat_check(int argc, char **argv)
+{
+    const char *model = NULL, *conv = NULL, *ids_arg = NULL, *thinking = NULL;
+    int print_expected = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = !strcmp(a, "--model") ? &model : !strcmp(a, "--conversation") ? &conv
+                           : !strcmp(a, "--ids") ? &ids_arg : !strcmp(a, "--thinking") ? &thinking
+                           : NULL;
+        if (dst && i + 1 < argc) {
+            *dst = argv[++i];
+        } else if (!strcmp(a, "--print-expected")) {
+            print_expected = 1;
+        } else {
+            fprintf(stderr, "m3-conform chat-check: %s '%s'\n",
+                    dst ? "missing value for" : "unknown option", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model || !conv || (!ids_arg && !print_expected)) {
+        fprintf(stderr, "m3-conform chat-check: needs --model DIR, --conversation FILE and "
+                        "--ids FILE|LIST (or --print-expected)\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    m3_tokenizer *tok;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (m3_tokenizer_open(&tok, model, &e) != 0) {
+        fprintf(stderr, "m3-conform chat-check: %s\n", e.msg);
+        return 2;
+    }
+    if (ids_arg && cf_chat_read_ids(ids_arg, &ids, &n, &e) != 0) {
+        fprintf(stderr, "m3-conform chat-check: %s\n", e.msg);
+        m3_tokenizer_free(tok);
+        return 2;
+    }
+    cf_chat_diff d;
+    if (cf_chat_check(tok, conv, thinking, ids, n, &d, &e) != 0) {
+        fprintf(stderr, "m3-conform chat-check: %s\n", e.msg);
+        free(ids);
+        m3_tokenizer_free(tok);
+        return 2;
+    }
+    int rc = 0;
+    if (print_expected) {
+        for (size_t i = 0; i < d.n_expected; i++)
+            printf("%s%d", i ? "," : "", (int)d.expected[i]);
+        printf("\n");
+    }
+    if (ids_arg) {
+        printf("chat-check: %s: %zu expected ids, %zu given\n", conv, d.n_expected, d.n_got);
+        if (d.equal) {
+            printf("verdict: PASS (the ids are the spec's rendering, tokenized)\n");
+        } else {
+            printf("first difference at position %zu: expected %d \"", d.pos, (int)d.want);
+            put_escaped(d.want >= 0 ? d.want_str : "(end of the prompt)");
+            printf("\", got %d \"", (int)d.got);
+            put_escaped(d.got >= 0 ? d.got_str : "(end of the ids)");
+            printf("\"\n  before:   \"");
+            put_escaped(d.ctx_before);
+            printf("\"\n  expected: \"");
+            put_escaped(d.ctx_expected);
+            printf("\"\n  got:      \"");
+            put_escaped(d.ctx_got);
+            printf("\"\nverdict: FAIL\n");
+            rc = 1;
+        }
+    }
+    cf_chat_diff_free(&d);
+    free(ids);
+    m3_tokenizer_free(tok);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -1150,6 +1252,8 @@ int main(int argc, char **argv)
         return cmd_golden(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "synth") == 0)
         return cmd_synth(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "chat-check") == 0)
+        return cmd_chat_check(argc, argv);
     if (parse_args(&o, argc, argv)) {
         usage(stderr);
         return 2;

@@ -190,6 +190,13 @@ if [ -f "$TOKJSON" ]; then
     expect_fail "thinking without chat" "need --chat" "$M3REF" generate --model "$TMP/tokm" --prompt hi --thinking enabled
     expect_fail "bad thinking mode" "adaptive, enabled or disabled" "$M3REF" generate --model "$TMP/tokm" --prompt hi --chat --thinking maybe
     expect_fail "chat without prompt" "need --prompt" "$M3REF" generate --model "$TMP/tokm" --tokens 1 --chat
+    CV=$(dirname "$0")/../vectors/chat/cases
+    expect_ok "conversation prompt" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/tools_two_calls_merged.json" --max-new-tokens 2 --greedy --print-ids
+    expect_ok "conversation and thinking" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/single_user_default.json" --thinking disabled --max-new-tokens 2 --greedy --print-ids
+    expect_fail "conversation and prompt" "replaces --prompt" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/single_user_default.json" --prompt hi
+    expect_fail "conversation and tokens" "exactly one" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/single_user_default.json" --tokens 1
+    expect_fail "bad conversation" "unknown_role.json: messages\[1\].role" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/unknown_role.json"
+    expect_fail "missing conversation" "no-such.json" "$M3REF" generate --model "$TMP/tokm" --conversation "$TMP/no-such.json"
     printf '{"model": {"type": "WordPiece"}}' >"$TMP/tokm/tokenizer.json"
     expect_fail "bad tokenizer.json" "tokenizer.json" "$M3REF" generate --model "$TMP/tokm" --prompt hi
 else

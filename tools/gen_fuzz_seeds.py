@@ -6,8 +6,8 @@ safetensors files and shard indexes, both config.json dialects (copied from
 tests/data and models/tiny), PNGs of every colour type / bit depth (plus one
 Adam7-interlaced) written here with zlib, JPEGs (grey, RGB 4:4:4 / 4:2:0,
 progressive, CMYK) made by fuzz/gen_jpeg_seeds.c (libjpeg),
-case.json / manifest.json / tolerances.json texts, token lists and regex
-patterns. Stdlib only. Usage: /usr/bin/python3 tools/gen_fuzz_seeds.py [ROOT]
+case.json / manifest.json / tolerances.json texts, token lists, regex
+patterns and conversation files (the vectors/chat cases and two more). Stdlib only. Usage: /usr/bin/python3 tools/gen_fuzz_seeds.py [ROOT]
 """
 import json
 import os
@@ -273,6 +273,16 @@ def gen_tokenizer():
     put("fuzz_prompt", "special.txt", "<|im_start|>user\nhi<|im_end|>")
 
 
+def gen_conversation():
+    cases = os.path.join(ROOT, "vectors", "chat", "cases")
+    if os.path.isdir(cases):
+        for n in sorted(os.listdir(cases)):
+            with open(os.path.join(cases, n), "rb") as f:
+                put("fuzz_conversation", n, f.read())
+    put("fuzz_conversation", "min.json", '{"messages":[{"role":"user","content":"hi"}]}')
+    put("fuzz_conversation", "numbers.json", '[1, -0, 1.5e-7, 1e400, "\\ud83d\\ude00", {"a": null}]')
+
+
 if __name__ == "__main__":
     gen_safetensors()
     gen_index()
@@ -282,4 +292,5 @@ if __name__ == "__main__":
     gen_conformance()
     gen_text()
     gen_tokenizer()
+    gen_conversation()
     print("gen_fuzz_seeds: wrote", CORPUS)
