@@ -1089,9 +1089,11 @@ static int cmd_run(ctx *c)
 static int cmd_golden(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL;
-    int verify = 1;
+    int verify = 1, quiet = 0;
     for (int i = 0; i < argc; i++) {
-        if ((strcmp(argv[i], "--case") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
+        if (strcmp(argv[i], "--quiet") == 0) {
+            quiet = 1;
+        } else if ((strcmp(argv[i], "--case") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
             if (argv[i][2] == 'c')
                 dir = argv[++i];
             else
@@ -1100,7 +1102,7 @@ static int cmd_golden(int argc, char **argv)
             verify = 0;
         } else {
             fprintf(stderr, "m3-conform golden: unexpected argument \"%s\"; usage: m3-conform golden "
-                            "--case DIR [--out FILE] [--no-hash]\n", argv[i]);
+                            "--case DIR [--out FILE] [--no-hash] [--quiet]\n", argv[i]);
             return 2;
         }
     }
@@ -1114,10 +1116,16 @@ static int cmd_golden(int argc, char **argv)
         out = def;
     }
     m3_err e = {{0}};
-    if (cf_golden_write(dir, out, verify, &e)) {
+    m3_progress pg;
+    m3_progress_init_stderr(&pg, "m3-conform golden", quiet);
+    m3_progress_task(&pg, "golden", M3_UNIT_ROWS, 0);
+    int rc = cf_golden_write(dir, out, verify, &pg, &e);
+    m3_progress_end(&pg);
+    if (rc) {
         fprintf(stderr, "m3-conform: %s\n", e.msg);
         return 2;
     }
+    m3_progress_summary(&pg, out);
     printf("golden: %s\n", out);
     return 0;
 }
