@@ -1,6 +1,7 @@
 /* m3-ref — command-line front end of the m3 reference interpreter.
  *
- *   m3-ref forward  --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]
+ *   m3-ref forward  --model DIR (--tokens IDS | --prompt TEXT [--chat ...]) [--dtype fp32|bf16]
+ *                   [--dump OUT.safetensors]
  *                   [vision inputs]
  *   m3-ref generate --model DIR (--tokens IDS | --prompt TEXT [--chat ...]) [--max-new-tokens N]
  *                   [--greedy | --temperature T --top-p P --top-k K --seed S]
@@ -63,7 +64,8 @@ static const char *HELP_MAIN =
     "Exit status: 0 success, 1 model or run error, 2 bad command line.\n";
 
 static const char *HELP_FORWARD =
-    "usage: m3-ref forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
+    "usage: m3-ref forward --model DIR (--tokens IDS | --prompt TEXT) [--dtype fp32|bf16]\n"
+    "                      [--dump OUT.safetensors] [--chat [--system TEXT] [--thinking MODE]]\n"
     "                      [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
     "                      [--vision-joint] [--lenient-config]\n"
     "\n"
@@ -73,6 +75,8 @@ static const char *HELP_FORWARD =
     "  --model DIR            checkpoint directory (config.json + safetensors)\n"
     "  --tokens IDS           token ids separated by commas and/or spaces, e.g. 1,2,3\n"
     "                         (each id must be in [0, vocab_size))\n"
+    "  --prompt TEXT          text instead of ids, encoded with DIR/tokenizer.json (the ids\n"
+    "                         are printed first); --chat, --system, --thinking as for generate\n"
     "  --dtype fp32|bf16      numeric mode (default fp32). fp32 is the golden mode: all math\n"
     "                         in fp32 on the checkpoint weights; bf16 rounds to bf16 at the\n"
     "                         points where the upstream bf16 path rounds\n"
@@ -529,24 +533,41 @@ static int prompt_to_ids(const m3_tokenizer *tok, const cli_opts *o, int32_t **i
 static int cmd_forward(int argc, char **argv)
 {
     cli_opts o;
-    if (parse_opts("forward", argc, argv, ALLOW_TOKENS | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION,
-                   &o) != 0 ||
+    if (parse_opts("forward", argc, argv,
+                   ALLOW_TOKENS | ALLOW_PROMPT | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION, &o) != 0 ||
         prompt_check("forward", &o) != 0)
         return EXIT_USAGE;
     if (o.help) {
         fputs(HELP_FORWARD, stdout);
         return 0;
     }
-    if (!o.tokens) {
-        usage_error("forward", "%s is required", "--tokens IDS");
+    if (!!o.tokens == !!o.prompt) {
+        usage_error("forward", "%s", "give exactly one of --tokens IDS and --prompt TEXT");
         return EXIT_USAGE;
     }
     int32_t *ids = NULL;
     int T = 0;
-    char why[256];
-    if (parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
+    char why[8800]; /* room for paths of up to 4 KiB */
+    if (o.tokens && parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
         fprintf(stderr, "m3-ref forward: --tokens: %s\n", why);
         return EXIT_USAGE;
+    }
+    if (o.prompt) { /* --prompt: encoded with DIR's tokenizer, the ids printed */
+        m3_tokenizer *tokzr = open_tokenizer(o.model, why, sizeof why);
+        if (!tokzr) {
+            fprintf(stderr, "m3-ref forward: --prompt needs a tokenizer: %s\n", why);
+            return EXIT_RUN;
+        }
+        int prc = prompt_to_ids(tokzr, &o, &ids, &T, why, sizeof why);
+        m3_tokenizer_free(tokzr);
+        if (prc != 0) {
+            fprintf(stderr, "m3-ref forward: %s\n", why);
+            return EXIT_RUN;
+        }
+        printf("ids:");
+        for (int i = 0; i < T; i++)
+            printf("%s%d", i ? "," : " ", ids[i]);
+        printf("\n");
     }
 
     int rc = EXIT_RUN;
