@@ -100,7 +100,7 @@ check: all unit-test cli-test coverage-check
 	bin/m3-conform run vectors/manifest.json --teacher-forced --quiet
 	@echo "m3: quick checks passed (make test runs everything)"
 
-test: all unit-test cli-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
+test: all unit-test cli-test coverage-check vectors-check conform-test hf-check demo-check eagle-check tour-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
 	@echo "m3: all tests passed"
 
 # upstream agreement: bin/m3-ref against the committed HF transformers outputs
@@ -121,6 +121,25 @@ demo-check: bin/m3-ref
 .PHONY: eagle-check
 eagle-check: bin/m3-ref
 	$(PYTHON) tools/check_eagle3.py --bin bin/m3-ref --model models/demo --draft models/demo-drafter
+
+# ---- docs/tour.md pictures ------------------------------------------------------
+# tour-plots: one forward of the demo model over docs/img/tour-prompt.txt,
+# dumped, then m3-conform plot draws docs/img/msa_selection.png and
+# moe_routing.png; tour-check redraws them in a temp dir and compares bytes.
+TOUR_TITLE := models/demo, Genesis 1:1-10
+.PHONY: tour-plots tour-check
+tour-plots: bin/m3-ref bin/m3-conform
+	@mkdir -p $(BUILD)/tour
+	bin/m3-ref forward --model models/demo --prompt "$$(cat docs/img/tour-prompt.txt)" --dump $(BUILD)/tour/demo.safetensors
+	bin/m3-conform plot --dump $(BUILD)/tour/demo.safetensors --out docs/img --title "$(TOUR_TITLE)"
+
+tour-check: bin/m3-ref bin/m3-conform
+	@set -e; tmp=$$(mktemp -d /tmp/m3_tour.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
+	bin/m3-ref forward --model models/demo --prompt "$$(cat docs/img/tour-prompt.txt)" --dump "$$tmp/demo.safetensors" >/dev/null; \
+	bin/m3-conform plot --dump "$$tmp/demo.safetensors" --out "$$tmp" --title "$(TOUR_TITLE)" >/dev/null; \
+	for f in msa_selection.png moe_routing.png; do cmp "$$tmp/$$f" docs/img/$$f || \
+	  { echo "tour-check: docs/img/$$f is not what make tour-plots draws now"; exit 1; }; done; \
+	echo "tour-check: docs/img/ pictures up to date"
 
 # ---- run, bench, vectors ---------------------------------------------------
 run: all
