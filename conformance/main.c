@@ -7,6 +7,10 @@
  *                  [--junit OUT] [--plot OUT.png] [--teacher-forced]
  *   m3-conform chat-check --model DIR --conversation FILE --ids FILE|LIST
  *                  [--thinking MODE] [--print-expected]
+ *   m3-conform plot --dump FILE --out DIR [--title TEXT]
+ *
+ * plot draws a dump's MSA block selections and MoE routing (dump_plot.h) to
+ * DIR/msa_selection.png and DIR/moe_routing.png; exit 0, or 2 on bad input.
  *
  * check exits 0 when the dump conforms, 1 when it does not, 2 for usage
  * errors and bad input (unreadable case, dump, tolerances) or an internal
@@ -24,6 +28,7 @@
  */
 #include "chat_check.h"
 #include "conform.h"
+#include "dump_plot.h"
 #include "fileio.h"
 #include "golden.h"
 #include "synth.h"
@@ -40,7 +45,7 @@
 typedef struct opts {
     const char *cmd;
     const char *case_dir, *dump, *tie_dump, *profile, *json, *junit, *plot, *tolerances, *target,
-        *caps_file;
+        *caps_file, *out, *title;
     char unsupported[1024];
     int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle, help;
     const char *paths[256];
@@ -64,6 +69,8 @@ static void usage(FILE *f)
             "                    reference; default FILE: DIR/expected.safetensors)\n"
             "  m3-conform chat-check --model DIR --conversation FILE --ids FILE|LIST\n"
             "                 [--thinking adaptive|enabled|disabled] [--print-expected]\n"
+            "  m3-conform plot --dump FILE --out DIR [--title TEXT]\n"
+            "                 (writes DIR/msa_selection.png and DIR/moe_routing.png)\n"
             "  m3-conform version\n"
             "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input,\n"
             "       3 = inconclusive (TieDiverged, only with --no-settle: only rows an\n"
@@ -327,6 +334,8 @@ static int parse_args(opts *o, int argc, char **argv)
         VAL("--tolerances", tolerances)
         VAL("--target", target)
         VAL("--capabilities", caps_file)
+        VAL("--out", out)
+        VAL("--title", title)
 #undef VAL
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             o->help = 1;
@@ -1244,6 +1253,60 @@ static int cmd_chat_check(int argc, char **argv)
     return rc;
 }
 
+/* plot: the pictures of one dump (dump_plot.h); either picture is skipped,
+ * with a note, when the dump has no layer of its kind. */
+static int cmd_plot(const opts *o)
+{
+    if (!o->dump || !o->out || o->npaths) {
+        fprintf(stderr, "m3-conform plot: needs --dump FILE and --out DIR (and nothing else)\n");
+        return 2;
+    }
+    struct stat sb;
+    if (stat(o->out, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "m3-conform plot: %s: not a directory\n", o->out);
+        return 2;
+    }
+    cf_tset d = {0};
+    m3_err e = {{0}};
+    if (cf_tset_load(&d, o->dump, &e) != 0) {
+        fprintf(stderr, "m3-conform plot: %s\n", e.msg);
+        return 2;
+    }
+    const char *base = o->title ? o->title
+                       : strrchr(o->dump, '/') ? strrchr(o->dump, '/') + 1 : o->dump;
+    static const char *const files[2] = {"msa_selection.png", "moe_routing.png"};
+    static const char *const need[2] = {"attn.block_indices", "moe.topk_index"};
+    int rc = 0, drawn = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        int have = 0;
+        for (int i = 0; i < d.n && !have; i++) {
+            const char *dot = strrchr(d.t[i].name, '.');
+            have = strncmp(d.t[i].name, "layers.", 7) == 0 && dot &&
+                   strlen(d.t[i].name) > strlen(need[k]) &&
+                   strcmp(d.t[i].name + strlen(d.t[i].name) - strlen(need[k]), need[k]) == 0;
+        }
+        if (!have) {
+            printf("%s: no layers.{i}.%s; %s not drawn\n", o->dump, need[k], files[k]);
+            continue;
+        }
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", o->out, files[k]);
+        if ((k == 0 ? cf_plot_selection(&d, base, path, &e) : cf_plot_routing(&d, base, path, &e)) != 0) {
+            fprintf(stderr, "m3-conform plot: %s\n", e.msg);
+            rc = 2;
+        } else {
+            printf("%s\n", path);
+            drawn++;
+        }
+    }
+    if (rc == 0 && drawn == 0) {
+        fprintf(stderr, "m3-conform plot: %s has neither block selections nor routing\n", o->dump);
+        rc = 2;
+    }
+    cf_tset_free(&d);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -1266,6 +1329,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (strcmp(o.cmd, "plot") == 0)
+        return cmd_plot(&o);
     if (strcmp(o.cmd, "check") && strcmp(o.cmd, "run")) {
         fprintf(stderr, "m3-conform: unknown command \"%s\"\n", o.cmd);
         usage(stderr);

@@ -1,6 +1,7 @@
 /* m3-ref — command-line front end of the m3 reference interpreter.
  *
- *   m3-ref forward  --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]
+ *   m3-ref forward  --model DIR (--tokens IDS | --prompt TEXT [--chat ...]) [--dtype fp32|bf16]
+ *                   [--dump OUT.safetensors]
  *                   [vision inputs]
  *   m3-ref generate --model DIR (--tokens IDS | --prompt TEXT [--chat ...]) [--max-new-tokens N]
  *                   [--greedy | --temperature T --top-p P --top-k K --seed S]
@@ -76,10 +77,11 @@ static const char *HELP_MAIN =
     "Exit status: 0 success, 1 model or run error, 2 bad command line.\n";
 
 static const char *HELP_FORWARD =
-    "usage: m3-ref forward (--model DIR --tokens IDS | --case DIR) [--dtype fp32|bf16]\n"
-    "                      [--dump OUT.safetensors] [--image FILE]... [--video F1,F2,... --fps R]\n"
-    "                      [--pixels FILE] [--vision-joint] [--strict] [--quiet]\n"
-    "                      [--lenient-config]\n"
+    "usage: m3-ref forward (--model DIR (--tokens IDS | --prompt TEXT) | --case DIR)\n"
+    "                      [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
+    "                      [--chat [--system TEXT] [--thinking MODE]]\n"
+    "                      [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
+    "                      [--vision-joint] [--strict] [--quiet] [--lenient-config]\n"
     "\n"
     "Run the T token ids through the model in one pass (positions 0..T-1) and print T and the\n"
     "top-5 entries of the last row of logits.\n"
@@ -87,6 +89,8 @@ static const char *HELP_FORWARD =
     "  --model DIR            checkpoint directory (config.json + safetensors)\n"
     "  --tokens IDS           token ids separated by commas and/or spaces, e.g. 1,2,3\n"
     "                         (each id must be in [0, vocab_size); exit 2 otherwise)\n"
+    "  --prompt TEXT          text instead of ids, encoded with DIR/tokenizer.json (the ids\n"
+    "                         are printed first); --chat, --system, --thinking as for generate\n"
     "  --case DIR             a text model case of the conformance vectors: input_ids from\n"
     "                         DIR/inputs.safetensors, the model from DIR (unless --model),\n"
     "                         params.chunks / params.T checked against input_ids; with\n"
@@ -774,26 +778,43 @@ static int cmd_forward(int argc, char **argv)
 {
     cli_opts o;
     if (parse_opts("forward", argc, argv,
-                   ALLOW_TOKENS | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION | ALLOW_CASE, &o) != 0 ||
+                   ALLOW_TOKENS | ALLOW_PROMPT | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION | ALLOW_CASE, &o) != 0 ||
         prompt_check("forward", &o) != 0)
         return EXIT_USAGE;
     if (o.help) {
         fputs(HELP_FORWARD, stdout);
         return 0;
     }
-    if (!o.tokens == !o.case_dir) {
-        usage_error("forward", "%s", "give exactly one of --tokens IDS and --case DIR");
+    if (!!o.tokens + !!o.prompt + !!o.case_dir != 1) {
+        usage_error("forward", "%s", "give exactly one of --tokens IDS, --prompt TEXT and --case DIR");
         return EXIT_USAGE;
     }
     int32_t *ids = NULL;
     int T = 0;
     long long max_new = 0; /* --case: params.max_new_tokens */
-    char why[256];
+    char why[8800]; /* room for paths of up to 4 KiB */
     if (o.case_dir && load_case_inputs(o.case_dir, &ids, &T, &max_new) != 0)
         return EXIT_USAGE;
     if (o.tokens && parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
         fprintf(stderr, "m3-ref forward: --tokens: %s\n", why);
         return EXIT_USAGE;
+    }
+    if (o.prompt) { /* --prompt: encoded with DIR's tokenizer, the ids printed */
+        m3_tokenizer *tokzr = open_tokenizer(o.model, why, sizeof why);
+        if (!tokzr) {
+            fprintf(stderr, "m3-ref forward: --prompt needs a tokenizer: %s\n", why);
+            return EXIT_RUN;
+        }
+        int prc = prompt_to_ids(tokzr, &o, &ids, &T, why, sizeof why);
+        m3_tokenizer_free(tokzr);
+        if (prc != 0) {
+            fprintf(stderr, "m3-ref forward: %s\n", why);
+            return EXIT_RUN;
+        }
+        printf("ids:");
+        for (int i = 0; i < T; i++)
+            printf("%s%d", i ? "," : " ", ids[i]);
+        printf("\n");
     }
 
     int rc = EXIT_RUN;
