@@ -290,11 +290,14 @@ int cf_case_parse(cf_case *c, const char *json, size_t len, const char *dir, m3_
             c->chunks[c->nchunks++] = (int)x->valuedouble;
         }
     }
-    const cJSON *rsel = cJSON_GetObjectItemCaseSensitive(params, "rows");
-    if (rsel && (!cJSON_IsString(rsel) || !rsel->valuestring[0] || strlen(rsel->valuestring) > 4096)) {
-        m3_fail(e, "%s: params.rows must be a row selector string such as \"*blocks~1,2048:,-16:\" (M3-DUMP-11)",
-                where);
-        goto fail;
+    static const char *const sel_keys[] = {"rows", "logits_rows"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *rsel = cJSON_GetObjectItemCaseSensitive(params, sel_keys[k]);
+        if (rsel && (!cJSON_IsString(rsel) || !rsel->valuestring[0] || strlen(rsel->valuestring) > 4096)) {
+            m3_fail(e, "%s: params.%s must be a row selector string such as \"*blocks~1,2048:,-16:\" "
+                       "(M3-DUMP-11)", where, sel_keys[k]);
+            goto fail;
+        }
     }
     const cJSON *mnt = cJSON_GetObjectItemCaseSensitive(params, "max_new_tokens");
     if (mnt) {

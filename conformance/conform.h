@@ -358,6 +358,8 @@ typedef struct cf_judge_ctx {
     const unsigned char *want; /* NULL, or [want_T]: positions the case wants (params.rows, M3-DUMP-11) */
     long want_T;
     const char *want_sel;      /* the selector text, for messages */
+    const unsigned char *want_logits; /* NULL, or [want_T]: params.logits_rows, for logits */
+    const char *want_logits_sel;
 } cf_judge_ctx;
 
 /* Judge every golden tensor against out, appending records to r, then

@@ -32,7 +32,7 @@ typedef struct opts {
     const char *case_dir, *dump, *tie_dump, *profile, *json, *junit, *plot, *tolerances, *target,
         *caps_file;
     char unsupported[1024];
-    int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle;
+    int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle, logits;
     const char *paths[256];
     int npaths;
 } opts;
@@ -48,6 +48,8 @@ static void usage(FILE *f)
             "  m3-conform run [DIR|MANIFEST...] [--profile fp32|bf16] [--target ref]\n"
             "                 [--json OUT] [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                 [--no-mutants] [--tolerances FILE] [--verbose] [--quiet]\n"
+            "  m3-conform rows --case DIR [--logits]   the positions the case wants in a dump\n"
+            "                 (params.rows / params.logits_rows, M3-DUMP-11), comma-separated\n"
             "  m3-conform version\n"
             "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input,\n"
             "       3 = inconclusive (TieDiverged, only with --no-settle: only rows an\n"
@@ -185,6 +187,8 @@ static int parse_args(opts *o, int argc, char **argv)
             append_caps(o->unsupported, sizeof o->unsupported, argv[++i]);
         } else if (strcmp(a, "--teacher-forced") == 0) {
             o->teacher_forced = 1;
+        } else if (strcmp(a, "--logits") == 0) {
+            o->logits = 1;
         } else if (strcmp(a, "--no-settle") == 0) {
             o->no_settle = 1;
         } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
@@ -332,7 +336,7 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
 {
     cf_tset dump = {0}, tf_golden = {0};
     char meta[512], unsupported[1024];
-    unsigned char *want = NULL;
+    unsigned char *want = NULL, *want_logits = NULL;
     cf_report r;
     int rc = -1;
     double t0 = now();
@@ -347,19 +351,29 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
     if (cf_rows_validate(&dump, path, T, e))
         goto out;
     const cJSON *sel = cJSON_GetObjectItemCaseSensitive(cs->params, "rows");
+    const cJSON *lsel = cJSON_GetObjectItemCaseSensitive(cs->params, "logits_rows");
+    char where[2400];
+    snprintf(where, sizeof where, "%s/case.json", cs->dir);
+    int block = model ? model->cfg.text.index_block_size : 0;
     if (cJSON_IsString(sel) && T > 0) {
-        want = malloc((size_t)T);
-        if (!want) {
+        if (!(want = malloc((size_t)T))) {
             m3_fail(e, "out of memory");
             goto out;
         }
-        char where[2400];
-        snprintf(where, sizeof where, "%s/case.json", cs->dir);
-        if (cf_rows_select(sel->valuestring, T, model ? model->cfg.text.index_block_size : 0, where, want, e))
+        if (cf_rows_select(sel->valuestring, T, block, where, want, e))
+            goto out;
+    }
+    if (cJSON_IsString(lsel) && T > 0) {
+        if (!(want_logits = malloc((size_t)T))) {
+            m3_fail(e, "out of memory");
+            goto out;
+        }
+        if (cf_rows_select(lsel->valuestring, T, block, where, want_logits, e))
             goto out;
     }
     const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf, want, T,
-                             cJSON_IsString(sel) ? sel->valuestring : NULL};
+                             cJSON_IsString(sel) ? sel->valuestring : NULL, want_logits,
+                             cJSON_IsString(lsel) ? lsel->valuestring : NULL};
     if (tf && model) {
         /* teacher forcing runs each layer from the dump's own input: every position of it */
         for (int i = 0; i < model->cfg.text.num_layers; i++) {
@@ -399,6 +413,7 @@ out:
     cf_tset_free(&dump);
     cf_tset_free(&tf_golden);
     free(want);
+    free(want_logits);
     return rc;
 }
 
@@ -495,6 +510,68 @@ done:
     return rc;
 }
 
+/* ---- rows: the positions a case wants (M3-DUMP-11) ------------------------------------------- */
+static int cmd_rows(ctx *c)
+{
+    opts *o = c->o;
+    if (!o->case_dir || o->npaths) {
+        fprintf(stderr, "m3-conform rows: needs --case DIR (and no other arguments)\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    cf_case cs;
+    if (cf_case_load(&cs, o->case_dir, !o->no_hash, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    int rc = 2;
+    cf_tset in = {0};
+    m3_config cfg;
+    unsigned char *want = NULL;
+    char p[2300], where[2400];
+    snprintf(p, sizeof p, "%s/inputs.safetensors", cs.dir);
+    snprintf(where, sizeof where, "%s/case.json", cs.dir);
+    const char *key = o->logits ? "logits_rows" : "rows";
+    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(cs.params, key);
+    if (!sel && o->logits)
+        sel = cJSON_GetObjectItemCaseSensitive(cs.params, "rows");
+    if (cf_tset_load(&in, p, &e))
+        goto bad;
+    const cf_tensor *ids = cf_tset_get(&in, "input_ids");
+    if (!ids || !ids->is_int || ids->ndim != 1 || ids->n == 0) {
+        m3_fail(&e, "%s: needs \"input_ids\", a non-empty integer vector [T]", p);
+        goto bad;
+    }
+    long T = (long)ids->n;
+    if (!(want = malloc((size_t)T))) {
+        m3_fail(&e, "out of memory");
+        goto bad;
+    }
+    if (!cJSON_IsString(sel)) {
+        memset(want, 1, (size_t)T); /* no selector: every position */
+    } else {
+        char cp[2300];
+        snprintf(cp, sizeof cp, "%s/config.json", cs.dir);
+        if (m3_config_load(&cfg, cp, NULL, &e))
+            goto bad;
+        if (cf_rows_select(sel->valuestring, T, cfg.text.index_block_size, where, want, &e))
+            goto bad;
+    }
+    for (long q = 0, n = 0; q < T; q++)
+        if (want[q])
+            printf("%s%ld", n++ ? "," : "", q);
+    printf("\n");
+    rc = 0;
+    goto done;
+bad:
+    fprintf(stderr, "m3-conform: %s\n", e.msg);
+done:
+    free(want);
+    cf_tset_free(&in);
+    cf_case_free(&cs);
+    return rc;
+}
+
 /* ---- run --------------------------------------------------------------------------------- */
 typedef struct tally {
     int cases, conform, fail, internal, diverged;
@@ -550,7 +627,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
             internal_error(&r, &e);
             goto finish;
         }
-        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0, NULL, 0, NULL};
+        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0, NULL, 0, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
         goto finish;
@@ -562,7 +639,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         goto finish;
     }
     {
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
     }
@@ -576,7 +653,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset ch = {0};
         init_report(&r, &cs, "#chunked", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL};
         if (cf_ref_model(&cs, &model, &in, 1, &ch, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
             internal_error(&r, &e);
         cf_tset_free(&ch);
@@ -590,7 +667,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset tf = {0};
         init_report(&r, &cs, "#teacher-forced", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, 0, NULL};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, 0, NULL, NULL, NULL};
         const cf_tensor *emb = cf_tset_get(&out, "embeddings");
         if (cf_ref_teacher_forced(&model, cs.mode, &golden, &tf, &e) ||
             (emb && cf_tset_add_f(&tf, "embeddings", emb->ndim, emb->shape, emb->f, &e)) ||
@@ -659,7 +736,7 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
     if (!have_model && !computed && cf_ref_component(&cs, &aux, &e))
         goto ierr;
     {
-        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0, NULL, 0, NULL};
+        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0, NULL, 0, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &dump, &golden, &e))
             goto ierr;
     }
@@ -824,7 +901,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (strcmp(o.cmd, "check") && strcmp(o.cmd, "run")) {
+    if (strcmp(o.cmd, "check") && strcmp(o.cmd, "run") && strcmp(o.cmd, "rows")) {
         fprintf(stderr, "m3-conform: unknown command \"%s\"\n", o.cmd);
         usage(stderr);
         return 2;
@@ -860,7 +937,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    int rc = strcmp(o.cmd, "check") == 0 ? cmd_check(&c) : cmd_run(&c);
+    int rc = strcmp(o.cmd, "check") == 0 ? cmd_check(&c) : strcmp(o.cmd, "rows") == 0 ? cmd_rows(&c) : cmd_run(&c);
     if (c.jsonl && fclose(c.jsonl)) {
         fprintf(stderr, "m3-conform: %s: write error\n", o.json);
         rc = 2;

@@ -209,8 +209,8 @@ def _main(argv):
         keep = re.compile(r"layers\.\d+\.(input|output)$|final_norm$|logits$|greedy_tokens$|eagle3\.aux$")
         t = {k: v for k, v in t.items() if keep.match(k)}
         caps.append("internals")
+    T = a.T or next(v.shape[0] for k, v in t.items() if k in ("layers.0.input", "embeddings", "logits"))
     t = {k: v for k, v in t.items() if k not in drop}
-    T = a.T or t["layers.0.input"].shape[0]
     rows = parse_selector(a.rows, T, a.block) if a.rows else None
     sets = {}
     if a.logits_rows:
