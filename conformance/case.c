@@ -99,9 +99,9 @@ static void sha256_final(sha256 *s, char hex[65])
 
 int cf_sha256_file(const char *path, char hex[65], m3_err *e)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = m3_fopen_regular(path, e);
     if (!f)
-        return m3_fail(e, "%s: cannot open (%s)", path, strerror(errno));
+        return -1;
     sha256 s;
     sha256_init(&s);
     uint8_t buf[1 << 16];

@@ -4,6 +4,7 @@
  * Spec: M3-DUMP-* (names and shapes), M3-FMT-ST-* (files read through ref/safetensors).
  */
 #include "conform.h"
+#include "fileio.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -272,9 +273,9 @@ static int meta_from_header(const char *h, size_t len, const char *path, const c
 int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err *e)
 {
     out[0] = 0;
-    FILE *f = fopen(path, "rb");
+    FILE *f = m3_fopen_regular(path, e);
     if (!f)
-        return m3_fail(e, "%s: cannot open", path);
+        return -1;
     unsigned char lb[8];
     uint64_t len = 0;
     if (fread(lb, 1, 8, f) != 8) {

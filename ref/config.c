@@ -69,7 +69,8 @@ static const char *const common_keys[] = {
 
 static const char *const top_keys[] = {
     "text_config", "vision_config", "image_token_index", "video_token_index",
-    "image_token_id", "video_token_id", "image_grid_pinpoints", "image_seq_length",
+    "image_token_id", "video_token_id", "image_start_token_id", "image_end_token_id",
+    "image_grid_pinpoints", "image_seq_length",
     "img_token_compression_config", "multimodal_projector_bias", "num_reward_heads",
     "process_image_mode", "projector_hidden_act", "projector_hidden_size",
     "vision_feature_layer", "vision_feature_select_strategy", "merged_hidden_size", NULL};
@@ -465,8 +466,18 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
                 return m3_fail(x->e, "%s: %s must be an integer or a non-empty list of integers",
                                x->name, nm_a);
             t->eos_token_id = (int)f->valuedouble;
+            for (; f; f = f->next) /* every entry is an id the model can produce */
+                if (!cJSON_IsNumber(f) || f->valuedouble < 0 ||
+                    f->valuedouble >= (double)t->vocab_size)
+                    return m3_fail(x->e, "%s: %s entry is not an id in the vocabulary [0, %d)",
+                                   x->name, nm_a, t->vocab_size);
         } else if (rd_int(x, o, path, "eos_token_id", &t->eos_token_id, 0, BIG) < 0) {
             return -1;
+        }
+        if (v && t->eos_token_id >= t->vocab_size) { /* the default is the released id */
+            join_path(nm_a, sizeof nm_a, path, "eos_token_id");
+            return m3_fail(x->e, "%s: %s %d is not in the vocabulary [0, %d)", x->name, nm_a,
+                           t->eos_token_id, t->vocab_size);
         }
     }
 
@@ -843,11 +854,14 @@ int m3_config_parse(m3_config *c, const char *json, size_t len, const char *name
             goto done;
         c->text.tie_word_embeddings |= tie;
         /* image / video token ids: *_index (saved spelling) or *_id alias */
-        static const char *const ids[2][2] = {{"image_token_index", "image_token_id"},
-                                              {"video_token_index", "video_token_id"}};
-        int *dst[2] = {&c->image_token_id, &c->video_token_id};
-        int defaults[2] = {200025, 200026};
-        for (int i = 0; i < 2; i++) {
+        static const char *const ids[4][2] = {{"image_token_index", "image_token_id"},
+                                              {"video_token_index", "video_token_id"},
+                                              {"image_start_token_id", "image_start_token_id"},
+                                              {"image_end_token_id", "image_end_token_id"}};
+        int *dst[4] = {&c->image_token_id, &c->video_token_id, &c->image_start_token_id,
+                       &c->image_end_token_id};
+        int defaults[4] = {200025, 200026, 200029, 200030}; /* the released ids */
+        for (int i = 0; i < 4; i++) {
             int a = 0, b = 0;
             *dst[i] = defaults[i];
             int ra = rd_int(&x, root, "", ids[i][0], &a, 0, 2147483647);
@@ -905,6 +919,8 @@ int m3_config_parse(m3_config *c, const char *json, size_t len, const char *name
             goto done;
         c->image_token_id = 200025;
         c->video_token_id = 200026;
+        c->image_start_token_id = 200029;
+        c->image_end_token_id = 200030;
     }
     rc = m3_config_validate(c, name, e);
 done:
@@ -947,6 +963,27 @@ int m3_config_validate(const m3_config *c, const char *name, m3_err *e)
     if (t->num_layers > M3_MAX_LAYERS)
         return m3_fail(e, "%s: num_hidden_layers too large (%d vs max %d)", name, t->num_layers,
                        M3_MAX_LAYERS);
+    /* sizes and their products, in 64 bits, against documented caps before anything is
+     * allocated from them (the checkpoint's tensor shapes are checked against them next) */
+#define CAP(v, label, cap)                                                                     \
+    do {                                                                                       \
+        if ((int64_t)(v) > (int64_t)(cap))                                                     \
+            return m3_fail(e, "%s: %s = %lld is over the cap %lld (%s)", name, label,         \
+                           (long long)(v), (long long)(cap), #cap);                            \
+    } while (0)
+    CAP(t->hidden_size, "hidden_size", M3_MAX_WIDTH);
+    CAP(t->vocab_size, "vocab_size", M3_MAX_WIDTH);
+    CAP(t->head_dim, "head_dim", M3_MAX_WIDTH);
+    CAP((int64_t)t->num_heads * t->head_dim, "num_attention_heads x head_dim", M3_MAX_WIDTH);
+    CAP((int64_t)t->num_kv_heads * t->head_dim, "num_key_value_heads x head_dim", M3_MAX_WIDTH);
+    CAP(t->intermediate_size, "intermediate_size", M3_MAX_WIDTH);
+    CAP(t->dense_intermediate_size, "dense_intermediate_size", M3_MAX_WIDTH);
+    CAP(t->shared_intermediate_size, "shared_intermediate_size", M3_MAX_WIDTH);
+    CAP(t->num_experts, "num_local_experts", M3_MAX_EXPERTS);
+    CAP(t->index_head_dim, "index_head_dim", M3_MAX_WIDTH);
+    CAP(t->index_topk, "index_topk_blocks", M3_MAX_TOPK);
+    CAP((int64_t)t->index_n_heads * t->index_head_dim, "index_n_heads x index_head_dim",
+        M3_MAX_WIDTH);
     if (t->head_dim % 2 != 0)
         return m3_fail(e, "%s: head_dim %d must be even", name, t->head_dim);
     if (t->num_heads % t->num_kv_heads != 0)
@@ -1024,6 +1061,17 @@ int m3_config_validate(const m3_config *c, const char *name, m3_err *e)
         if (v->num_layers > M3_MAX_LAYERS)
             return m3_fail(e, "%s: vision_config.num_hidden_layers too large (%d vs max %d)",
                            name, v->num_layers, M3_MAX_LAYERS);
+        CAP(v->hidden_size, "vision_config.hidden_size", M3_MAX_WIDTH);
+        CAP(v->intermediate_size, "vision_config.intermediate_size", M3_MAX_WIDTH);
+        CAP(v->projector_hidden_size, "projector_hidden_size", M3_MAX_WIDTH);
+        CAP(v->patch_size, "vision_config.patch_size", 1024);
+        CAP(v->temporal_patch_size, "vision_config.temporal_patch_size", 64);
+        CAP(v->spatial_merge_size, "vision_config.spatial_merge_size", 64);
+        CAP(v->num_channels, "vision_config.num_channels", 64);
+        CAP((int64_t)v->num_channels * v->temporal_patch_size * v->patch_size * v->patch_size,
+            "vision_config patch size (channels x temporal x patch^2)", M3_MAX_WIDTH);
+        CAP((int64_t)t->hidden_size * v->spatial_merge_size * v->spatial_merge_size,
+            "hidden_size x spatial_merge_size^2", M3_MAX_WIDTH);
         if (v->hidden_size % v->num_heads != 0 || (v->hidden_size / v->num_heads) % 2 != 0)
             return m3_fail(e, "%s: vision_config head_dim = hidden_size %d / num_attention_heads "
                               "%d must be a whole even number",
@@ -1036,5 +1084,6 @@ int m3_config_validate(const m3_config *c, const char *name, m3_err *e)
          * test models keep the released ids; they matter only when images are given. */
     }
 #undef POS
+#undef CAP
     return 0;
 }

@@ -87,6 +87,7 @@ struct m3_state {
     float *ascr;        /* [cap] attention scratch */
     float *bs;          /* [G, max blocks] block scores */
     int32_t *blk;       /* [G, topk] selected blocks */
+    int topk;           /* selection width: min(index_topk, blocks of cap); dumps pad to index_topk */
     float *ffn;         /* FFN scratch */
     int32_t *ridx;      /* [k] */
     float *rw;          /* [k] */
@@ -233,7 +234,10 @@ m3_state *m3_state_new(const m3_model *m, int64_t max_tokens, m3_mode mode, m3_e
     s->sin_t = alloc3((size_t)imax(c->rotary_dim / 2, 1), 1, sizeof(float));
     s->ascr = alloc3(cap, 1, sizeof(float));
     s->bs = alloc3(G ? G : 1, nb_max, sizeof(float));
-    s->blk = alloc3(G ? G : 1, (size_t)imax(c->index_topk, 1), sizeof(int32_t));
+    /* no row can select more blocks than the capacity has: a huge index_topk must not
+     * size scratch or the per-row selection loop */
+    s->topk = any_sparse && (size_t)c->index_topk > nb_max ? (int)nb_max : imax(c->index_topk, 1);
+    s->blk = alloc3(G ? G : 1, (size_t)s->topk, sizeof(int32_t));
     s->ffn = alloc3(ffn, 1, sizeof(float));
     s->ridx = alloc3(kmax, 1, sizeof(int32_t));
     s->rw = alloc3(kmax, 1, sizeof(float));
@@ -393,7 +397,7 @@ static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, i
     const float eps = c->rms_norm_eps;
     const int sparse = c->layer_sparse[l] != 0;
     const int G = c->index_n_heads, ihd = c->index_head_dim, B = c->index_block_size;
-    const int K = c->index_topk;
+    const int K = s->topk, Kd = c->index_topk; /* selection width; dump width (-1 padded) */
     const size_t kvw = (size_t)nkv * (size_t)hd;
 
     for (int t = 0; t < n; t++) {
@@ -438,9 +442,12 @@ static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, i
                           c->index_init_blocks);
             blocks = s->blk;
             if (d)
-                for (int g = 0; g < G; g++)
-                    memcpy(d->block_idx + ((size_t)g * (size_t)n + (size_t)t) * (size_t)K,
-                           s->blk + (size_t)g * (size_t)K, sizeof(int32_t) * (size_t)K);
+                for (int g = 0; g < G; g++) {
+                    int32_t *dr = d->block_idx + ((size_t)g * (size_t)n + (size_t)t) * (size_t)Kd;
+                    memcpy(dr, s->blk + (size_t)g * (size_t)K, sizeof(int32_t) * (size_t)K);
+                    for (int j = K; j < Kd; j++)
+                        dr[j] = -1;
+                }
         }
         m3_attention_row(s->att, s->q, s->kc[l], s->vc[l], pos, nh, nkv, hd, blocks,
                          sparse ? K : 0, B, s->ascr, mode);
@@ -604,7 +611,8 @@ int m3_forward(const m3_model *m, m3_state *s, const int32_t *tokens, int n, flo
         return m3_fail(e, "forward: no token array given");
     for (int t = 0; t < n; t++) /* M3-EMB-2: rejected, never clamped */
         if (tokens[t] < 0 || tokens[t] >= V)
-            return m3_fail(e, "token %d at index %d is out of range [0, %d)", (int)tokens[t], t, V);
+            return m3_fail(e, "token %d at position %lld is out of range [0, %d)", (int)tokens[t],
+                           (long long)(s->len + t), V);
     /* embedding rows, no scaling (M3-EMB-1); a bf16 rounding point */
     for (int t = 0; t < n; t++) {
         float *xr = s->h + (size_t)t * (size_t)H;

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "err.h"
+#include "fileio.h"
 #include "genconfig.h"
 #include "inspect.h"
 #include "model.h"
@@ -57,20 +58,30 @@ static const char *HELP_MAIN =
     "Exit status: 0 success, 1 model or run error, 2 bad command line.\n";
 
 static const char *HELP_FORWARD =
-    "usage: m3-ref forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
-    "                      [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
-    "                      [--lenient-config]\n"
+    "usage: m3-ref forward (--model DIR --tokens IDS | --case DIR) [--dtype fp32|bf16]\n"
+    "                      [--dump OUT.safetensors] [--image FILE]... [--video F1,F2,... --fps R]\n"
+    "                      [--pixels FILE] [--strict] [--lenient-config]\n"
     "\n"
     "Run the T token ids through the model in one pass (positions 0..T-1) and print T and the\n"
     "top-5 entries of the last row of logits.\n"
     "\n"
     "  --model DIR            checkpoint directory (config.json + safetensors)\n"
     "  --tokens IDS           token ids separated by commas and/or spaces, e.g. 1,2,3\n"
-    "                         (each id must be in [0, vocab_size))\n"
+    "                         (each id must be in [0, vocab_size); exit 2 otherwise)\n"
+    "  --case DIR             a text model case of the conformance vectors: input_ids from\n"
+    "                         DIR/inputs.safetensors, the model from DIR (unless --model),\n"
+    "                         params.chunks / params.T checked against input_ids; with\n"
+    "                         params.max_new_tokens N the dump also holds greedy_tokens int32\n"
+    "                         [N] (N greedy steps after the prompt), as m3-conform expects.\n"
+    "                         The dump is of one pass over the prompt (chunked prefill gives\n"
+    "                         the same rows, M3-DUMP-2)\n"
+    "  --strict               fail (exit 1) when the logits hold NaN or Inf (default: warn)\n"
     "  --dtype fp32|bf16      numeric mode (default fp32). fp32 is the golden mode: all math\n"
     "                         in fp32 on the checkpoint weights; bf16 rounds to bf16 at the\n"
     "                         points where the upstream bf16 path rounds\n"
-    "  --dump OUT.safetensors write every activation for the T rows (fp32 unless said):\n"
+    "  --dump OUT.safetensors write every activation for the T rows (fp32 unless said; the\n"
+    "                         file is written whole and renamed into place, and may not be\n"
+    "                         one of the inputs):\n"
     "                         embeddings [T,H]; layers.{i}.input, .attn_norm, .attn.output,\n"
     "                         .post_attn, .ffn_norm, .mlp.output, .output [T,H];\n"
     "                         layers.{i}.attn.block_indices int32 [G,T,K] (sparse layers);\n"
@@ -79,9 +90,12 @@ static const char *HELP_FORWARD =
     "                         eagle3.aux [T,3H] (residual streams entering layers\n"
     "                         min(2,L-1), L/2, max(L-3,0))\n"
     "  --image FILE           a PNG or JPEG for the next image marker (repeatable, in prompt\n"
-    "                         order): each marker id 200025 in the ids becomes start, N image\n"
-    "                         tokens and end (N = merged 28x28 windows after smart_resize)\n"
-    "  --video F1,F2,...      the frames of one video (for marker id 200026), with --fps R\n"
+    "                         order): each image marker id in the ids becomes start, N image\n"
+    "                         tokens and end (N = merged 28x28 windows after smart_resize);\n"
+    "                         the ids are the config's image_token_id, image_start_token_id\n"
+    "                         and image_end_token_id (released values 200025, 200029, 200030)\n"
+    "  --video F1,F2,...      the frames of one video (for the config's video_token_id,\n"
+    "                         released 200026), with --fps R\n"
     "  --fps R                frames per second of --video (timestamps)\n"
     "  --pixels FILE          preprocessed pixel_values fp32 [N,1176] and image_grid_thw\n"
     "                         int32 [n,3] (safetensors) instead of image files\n"
@@ -96,7 +110,7 @@ static const char *HELP_GENERATE =
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
     "                       [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
     "                       [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]\n"
-    "                       [--print-ids] [--dtype fp32|bf16] [--lenient-config]\n"
+    "                       [--print-ids] [--dtype fp32|bf16] [--strict] [--lenient-config]\n"
     "\n"
     "Continue the prompt one token at a time (KV cache), streaming each new token as it is\n"
     "produced; stops after N new tokens, at the end-of-sequence token, or when the context\n"
@@ -113,7 +127,8 @@ static const char *HELP_GENERATE =
     "                         (prompt ends with <mm:think>) or disabled (ends with </mm:think>)\n"
     "  --max-new-tokens N     at most N new tokens (default 32)\n"
     "  --greedy               always take the most likely token (lowest id on ties)\n"
-    "  --temperature T        sampling temperature, > 0\n"
+    "  --temperature T        sampling temperature: 0 means greedy; otherwise in\n"
+    "                         [1e-4, 1e6] (smaller ones would overflow logit / T)\n"
     "  --top-p P              nucleus sampling mass in (0, 1]; 1 turns it off\n"
     "  --top-k K              keep the K most likely tokens; 0 turns it off\n"
     "  --seed S               seed of the sampler's random stream (default 0)\n"
@@ -128,9 +143,12 @@ static const char *HELP_GENERATE =
     "                         forward go to stderr at the end\n"
     "  --spec-tokens K        drafts per verification forward with --draft (default 3, <= 32)\n"
     "  --image FILE           a PNG or JPEG for the next image marker (repeatable, in prompt\n"
-    "                         order): each marker id 200025 in the ids becomes start, N image\n"
-    "                         tokens and end (N = merged 28x28 windows after smart_resize)\n"
-    "  --video F1,F2,...      the frames of one video (for marker id 200026), with --fps R\n"
+    "                         order): each image marker id in the ids becomes start, N image\n"
+    "                         tokens and end (N = merged 28x28 windows after smart_resize);\n"
+    "                         the ids are the config's image_token_id, image_start_token_id\n"
+    "                         and image_end_token_id (released values 200025, 200029, 200030)\n"
+    "  --video F1,F2,...      the frames of one video (for the config's video_token_id,\n"
+    "                         released 200026), with --fps R\n"
     "  --fps R                frames per second of --video (timestamps)\n"
     "  --pixels FILE          preprocessed pixel_values fp32 [N,1176] and image_grid_thw\n"
     "                         int32 [n,3] (safetensors) instead of image files\n"
@@ -138,6 +156,7 @@ static const char *HELP_GENERATE =
     "                         default: one segment per image / 4-group video segment)\n"
 
     "  --dtype fp32|bf16      numeric mode (default fp32)\n"
+    "  --strict               fail (exit 1) when logits hold NaN or Inf (default: warn once)\n"
     "  --lenient-config       warn about unknown config.json keys instead of failing\n"
     "\n"
     "The end-of-sequence id is eos_token_id of generation_config.json (a number or a list),\n"
@@ -216,6 +235,8 @@ typedef struct cli_opts {
     long long top_k, seed;
     int print_ids;
     int lenient;
+    int strict;           /* --strict: non-finite logits fail the run */
+    const char *case_dir; /* forward --case DIR */
     int help;
     int chat;             /* --chat: render --prompt as a user turn (M3-CHAT-*) */
     const char *thinking; /* --thinking adaptive|enabled|disabled */
@@ -238,7 +259,8 @@ enum {
     ALLOW_DUMP = 4,
     ALLOW_DTYPE = 8,
     ALLOW_GEN = 16,
-    ALLOW_VISION = 32
+    ALLOW_VISION = 32,
+    ALLOW_CASE = 64
 };
 
 static int usage_error(const char *cmd, const char *fmt, const char *arg)
@@ -274,6 +296,11 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
             o->model = val;
         } else if (!strcmp(a, "--lenient-config")) {
             o->lenient = 1;
+        } else if (!strcmp(a, "--strict") && (allow & (ALLOW_DUMP | ALLOW_GEN))) {
+            o->strict = 1;
+        } else if (!strcmp(a, "--case") && (allow & ALLOW_CASE)) {
+            TAKES_VALUE();
+            o->case_dir = val;
         } else if (!strcmp(a, "--tokens") && (allow & ALLOW_TOKENS)) {
             TAKES_VALUE();
             o->tokens = val;
@@ -298,11 +325,17 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
             o->greedy = 1;
         } else if (!strcmp(a, "--temperature") && (allow & ALLOW_GEN)) {
             TAKES_VALUE();
-            if (parse_float(val, &o->temperature) || !(o->temperature > 0.0f))
-                return usage_error(cmd, "--temperature needs a number > 0 (got '%s'; use --greedy "
-                                        "for argmax decoding)",
+            /* 0 is greedy (M3-SAMPLE-1); tiny positive values would overflow logit / T */
+            if (parse_float(val, &o->temperature) || o->temperature < 0.0f ||
+                (o->temperature > 0.0f && o->temperature < M3_SAMPLE_MIN_TEMPERATURE) ||
+                o->temperature > 1e6f)
+                return usage_error(cmd, "--temperature needs 0 (greedy) or a number in [1e-4, 1e6] "
+                                        "(got '%s')",
                                    val);
-            o->have_temp = 1;
+            if (o->temperature == 0.0f)
+                o->greedy = 1;
+            else
+                o->have_temp = 1;
         } else if (!strcmp(a, "--top-p") && (allow & ALLOW_GEN)) {
             TAKES_VALUE();
             if (parse_float(val, &o->top_p) || !(o->top_p > 0.0f) || o->top_p > 1.0f)
@@ -361,9 +394,192 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
         (void)has_val;
 #undef TAKES_VALUE
     }
+    if (!o->model && o->case_dir)
+        o->model = o->case_dir;
     if (!o->model)
         return usage_error(cmd, "%s is required", "--model DIR");
     return 0;
+}
+
+/* Exit-2 check of --tokens ids against the vocabulary (before any forward). */
+static int check_token_range(const char *cmd, const int32_t *ids, int T, int V)
+{
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= V) {
+            fprintf(stderr, "m3-ref %s: --tokens: token %d at position %d is out of range [0, %d)\n",
+                    cmd, (int)ids[t], t, V);
+            return -1;
+        }
+    return 0;
+}
+
+/* Count the non-finite entries of x [n]. */
+static size_t count_nonfinite(const float *x, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += !isfinite(x[i]);
+    return k;
+}
+
+/* The paths an output may not overwrite: the checkpoint's files and every other input. */
+typedef struct input_list {
+    const char *p[CLI_MAX_IMAGES + 16];
+    char own[8][4200];
+    int n, nown;
+} input_list;
+
+static void inputs_add(input_list *l, const char *p)
+{
+    if (p && l->n < (int)(sizeof l->p / sizeof l->p[0]))
+        l->p[l->n++] = p;
+}
+
+static void inputs_add_in(input_list *l, const char *dir, const char *name)
+{
+    if (!dir || l->nown == 8)
+        return;
+    snprintf(l->own[l->nown], sizeof l->own[0], "%s/%s", dir, name);
+    inputs_add(l, l->own[l->nown++]);
+}
+
+/* Refuse `out` (-1, printed) when it is the same file as an input: the model's
+ * config.json, generation_config.json, tokenizer files, index and shards, the
+ * images, the pixels file or the case's files. */
+static int check_output(const char *cmd, const char *flag, const char *out, const m3_model *m,
+                        input_list *l)
+{
+    inputs_add_in(l, m->dir, "config.json");
+    inputs_add_in(l, m->dir, "generation_config.json");
+    inputs_add_in(l, m->dir, "tokenizer.json");
+    inputs_add_in(l, m->dir, "tokenizer_config.json");
+    inputs_add_in(l, m->dir, "model.safetensors.index.json");
+    for (int i = 0; i < l->n; i++)
+        if (m3_same_file(out, l->p[i])) {
+            fprintf(stderr, "m3-ref %s: %s %s is an input (%s); refusing to overwrite it\n", cmd,
+                    flag, out, l->p[i]);
+            return -1;
+        }
+    const char *prev = NULL;
+    for (size_t i = 0; i < m3_store_count(m->store); i++) {
+        const char *f = m3_store_at(m->store, i)->file;
+        if (f && f != prev && m3_same_file(out, f)) {
+            fprintf(stderr, "m3-ref %s: %s %s is an input (the checkpoint file %s); refusing to "
+                            "overwrite it\n",
+                    cmd, flag, out, f);
+            return -1;
+        }
+        prev = f;
+    }
+    return 0;
+}
+
+/* forward --case DIR: input_ids [T] of DIR/inputs.safetensors, checked against
+ * case.json's params.T and params.chunks; *max_new = params.max_new_tokens (0 when
+ * absent). Prints and returns -1 on bad input. */
+static int load_case_inputs(const char *dir, int32_t **ids, int *T, long long *max_new)
+{
+    char p[4200];
+    m3_err e = {{0}};
+    m3_store *st = NULL;
+    *ids = NULL;
+    *max_new = 0;
+    snprintf(p, sizeof p, "%s/inputs.safetensors", dir);
+    if (m3_store_open(&st, p, &e) != 0) {
+        fprintf(stderr, "m3-ref forward: --case: %s\n", e.msg);
+        return -1;
+    }
+    const m3_tensor *t = m3_store_get(st, "input_ids");
+    int rc = -1;
+    if (m3_store_get(st, "pixel_values")) {
+        fprintf(stderr, "m3-ref forward: --case: %s holds pixel_values: image cases run through "
+                        "m3-conform (or --tokens with --pixels)\n", p);
+        goto out;
+    }
+    if (!t || t->ndim != 1 || t->shape[0] <= 0 || t->shape[0] > M3_TOKENS_MAX ||
+        (t->dtype != M3_I32 && t->dtype != M3_I64)) {
+        fprintf(stderr, "m3-ref forward: --case: %s needs \"input_ids\", a non-empty I32 or I64 "
+                        "vector [T]\n", p);
+        goto out;
+    }
+    const int n = (int)t->shape[0];
+    *ids = malloc((size_t)n * sizeof **ids);
+    if (!*ids) {
+        fprintf(stderr, "m3-ref forward: --case: out of memory\n");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        int64_t v;
+        if (t->dtype == M3_I32) {
+            int32_t v32;
+            memcpy(&v32, (const char *)t->data + 4 * (size_t)i, 4);
+            v = v32;
+        } else {
+            memcpy(&v, (const char *)t->data + 8 * (size_t)i, 8);
+        }
+        if (v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "m3-ref forward: --case: %s: input_ids[%d] = %lld is not a token id\n",
+                    p, i, (long long)v);
+            goto out;
+        }
+        (*ids)[i] = (int32_t)v;
+    }
+    *T = n;
+    /* case.json: params.T, params.chunks, params.max_new_tokens */
+    snprintf(p, sizeof p, "%s/case.json", dir);
+    char *txt = NULL;
+    size_t len = 0;
+    if (m3_read_file(p, 1u << 20, &txt, &len, &e) != 0) {
+        fprintf(stderr, "m3-ref forward: --case: %s\n", e.msg);
+        goto out;
+    }
+    cJSON *root = cJSON_ParseWithLength(txt, len);
+    free(txt);
+    const cJSON *params = root ? cJSON_GetObjectItemCaseSensitive(root, "params") : NULL;
+    const cJSON *jT = cJSON_GetObjectItemCaseSensitive(params, "T");
+    const cJSON *jc = cJSON_GetObjectItemCaseSensitive(params, "chunks");
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(params, "max_new_tokens");
+    int bad = !cJSON_IsObject(params);
+    if (bad)
+        fprintf(stderr, "m3-ref forward: --case: %s: no \"params\" object\n", p);
+    if (!bad && jT && (!cJSON_IsNumber(jT) || jT->valuedouble != (double)n)) {
+        fprintf(stderr, "m3-ref forward: --case: %s: params.T disagrees with input_ids (%d tokens)\n",
+                p, n);
+        bad = 1;
+    }
+    if (!bad && jc) {
+        double sum = 0;
+        const cJSON *x;
+        if (!cJSON_IsArray(jc))
+            bad = 1;
+        else
+            cJSON_ArrayForEach(x, jc) sum += cJSON_IsNumber(x) ? x->valuedouble : 1e300;
+        if (bad || sum != (double)n) {
+            fprintf(stderr, "m3-ref forward: --case: %s: params.chunks do not sum to the %d tokens "
+                            "of input_ids\n", p, n);
+            bad = 1;
+        }
+    }
+    if (!bad && jn) {
+        if (!cJSON_IsNumber(jn) || jn->valuedouble < 0 || jn->valuedouble > 1e6 ||
+            jn->valuedouble != (double)(long long)jn->valuedouble) {
+            fprintf(stderr, "m3-ref forward: --case: %s: params.max_new_tokens must be an integer "
+                            "in [0, 1e6]\n", p);
+            bad = 1;
+        } else {
+            *max_new = (long long)jn->valuedouble;
+        }
+    }
+    cJSON_Delete(root);
+    if (!bad)
+        rc = 0;
+out:
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+    }
+    m3_store_close(st);
+    return rc;
 }
 
 static m3_mode mode_of(const cli_opts *o)
@@ -519,22 +735,25 @@ static int prompt_to_ids(const m3_tokenizer *tok, const cli_opts *o, int32_t **i
 static int cmd_forward(int argc, char **argv)
 {
     cli_opts o;
-    if (parse_opts("forward", argc, argv, ALLOW_TOKENS | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION,
-                   &o) != 0 ||
+    if (parse_opts("forward", argc, argv,
+                   ALLOW_TOKENS | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION | ALLOW_CASE, &o) != 0 ||
         prompt_check("forward", &o) != 0)
         return EXIT_USAGE;
     if (o.help) {
         fputs(HELP_FORWARD, stdout);
         return 0;
     }
-    if (!o.tokens) {
-        usage_error("forward", "%s is required", "--tokens IDS");
+    if (!o.tokens == !o.case_dir) {
+        usage_error("forward", "%s", "give exactly one of --tokens IDS and --case DIR");
         return EXIT_USAGE;
     }
     int32_t *ids = NULL;
     int T = 0;
+    long long max_new = 0; /* --case: params.max_new_tokens */
     char why[256];
-    if (parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
+    if (o.case_dir && load_case_inputs(o.case_dir, &ids, &T, &max_new) != 0)
+        return EXIT_USAGE;
+    if (o.tokens && parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
         fprintf(stderr, "m3-ref forward: --tokens: %s\n", why);
         return EXIT_USAGE;
     }
@@ -551,6 +770,24 @@ static int cmd_forward(int argc, char **argv)
         goto out;
     const int V = m.cfg.text.vocab_size;
     const m3_mode mode = mode_of(&o);
+    if (!mm_requested(&o) && check_token_range("forward", ids, T, V) != 0) {
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    if (o.dump) {
+        input_list in;
+        memset(&in, 0, sizeof in);
+        for (int i = 0; i < o.n_images; i++)
+            inputs_add(&in, o.images[i]);
+        inputs_add(&in, o.pixels);
+        inputs_add_in(&in, o.case_dir, "inputs.safetensors");
+        inputs_add_in(&in, o.case_dir, "case.json");
+        inputs_add_in(&in, o.case_dir, "expected.safetensors");
+        if (check_output("forward", "--dump", o.dump, &m, &in) != 0) {
+            rc = EXIT_USAGE;
+            goto out;
+        }
+    }
     if (o.dump && !(w = m3_st_writer_new())) {
         m3_fail(&e, "cannot allocate the dump writer");
         goto fail;
@@ -558,7 +795,7 @@ static int cmd_forward(int argc, char **argv)
     double t0 = now_s();
     if (mm_requested(&o) && mm_prepare(&m, &o, mode, NULL, &ids, &T, &x, w, &e) != 0)
         goto fail;
-    s = m3_state_new(&m, T, mode, &e);
+    s = m3_state_new(&m, T + max_new, mode, &e);
     if (!s)
         goto fail;
     logits = malloc((size_t)T * (size_t)V * sizeof *logits);
@@ -568,7 +805,36 @@ static int cmd_forward(int argc, char **argv)
     }
     if (x ? m3_forward_embeds(&m, s, x, T, logits, w, &e) : m3_forward(&m, s, ids, T, logits, w, &e))
         goto fail;
+    size_t nonfinite = count_nonfinite(logits, (size_t)T * (size_t)V);
+    if (max_new > 0) { /* --case with params.max_new_tokens: the greedy continuation */
+        int32_t *gen = malloc((size_t)max_new * sizeof *gen);
+        float *row = malloc((size_t)V * sizeof *row);
+        int grc = gen && row ? 0 : m3_fail(&e, "cannot allocate %lld greedy tokens", max_new);
+        if (grc == 0)
+            memcpy(row, logits + (size_t)(T - 1) * (size_t)V, (size_t)V * sizeof *row);
+        for (long long j = 0; grc == 0 && j < max_new; j++) {
+            gen[j] = m3_argmax(row, V);
+            if (j + 1 < max_new) {
+                grc = m3_forward(&m, s, &gen[j], 1, row, NULL, &e);
+                nonfinite += grc == 0 ? count_nonfinite(row, (size_t)V) : 0;
+            }
+        }
+        const int64_t gshape[1] = {max_new};
+        if (grc == 0 && w)
+            grc = m3_st_writer_add(w, "greedy_tokens", M3_I32, 1, gshape, gen, &e);
+        free(gen);
+        free(row);
+        if (grc != 0)
+            goto fail;
+    }
     double dt = now_s() - t0;
+    if (nonfinite > 0) {
+        fprintf(stderr, "%s: the logits hold %zu NaN or Inf values (NaN weights or inputs?); "
+                        "argmax and the summary below are not meaningful\n",
+                o.strict ? "m3-ref forward: error" : "warning", nonfinite);
+        if (o.strict)
+            goto out;
+    }
     if (w) {
         char buf[64];
         /* M3-DUMP-1 metadata */
@@ -665,6 +931,11 @@ static int cmd_generate(int argc, char **argv)
     memset(&m, 0, sizeof m);
     if (open_model("generate", &m, &o) != 0)
         goto out;
+    if (o.tokens && !mm_requested(&o) &&
+        check_token_range("generate", ids, T, m.cfg.text.vocab_size) != 0) {
+        rc = EXIT_USAGE;
+        goto out;
+    }
 
     /* sampling settings: flags override generation_config.json, which overrides the built-in
      * defaults (temperature 1.0, top_p 0.95, top_k 40) */
@@ -760,9 +1031,20 @@ static int cmd_generate(int argc, char **argv)
     if (tokzr && !o.print_ids && o.prompt) /* echo the prompt: the continuation reads in context */
         fwrite(o.prompt, 1, strlen(o.prompt), stdout);
     long long produced = 0;
-    int stop_eos = 0;
+    int stop_eos = 0, warned_nan = 0;
     double t1 = now_s();
     while (produced < (spec_out ? spec_n : o.max_new)) {
+        if (!spec_out && !warned_nan && count_nonfinite(logits, (size_t)V) > 0) {
+            warned_nan = 1;
+            fprintf(stderr, "\n%s: the logits at position %lld hold NaN or Inf (NaN weights or "
+                            "inputs?); the tokens chosen from them are not meaningful\n",
+                    o.strict ? "m3-ref generate: error" : "warning",
+                    (long long)m3_state_len(s) - 1);
+            if (o.strict) {
+                printf("\n");
+                goto out;
+            }
+        }
         int32_t tok = spec_out ? spec_out[produced] : m3_sample(&sp, logits);
         if (o.print_ids) {
             printf("%s%d", produced ? "," : "", (int)tok);
