@@ -19,6 +19,7 @@
  */
 #include "conform.h"
 #include "fileio.h"
+#include "synth.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -50,6 +51,7 @@ static void usage(FILE *f)
             "                 [--no-mutants] [--tolerances FILE] [--verbose] [--quiet]\n"
             "  m3-conform rows --case DIR [--logits]   the positions the case wants in a dump\n"
             "                 (params.rows / params.logits_rows, M3-DUMP-11), comma-separated\n"
+            "  m3-conform synth --layers N --seed S --out DIR [options]   (synth --help)\n"
             "  m3-conform version\n"
             "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input,\n"
             "       3 = inconclusive (TieDiverged, only with --no-settle: only rows an\n"
@@ -885,6 +887,28 @@ static int cmd_run(ctx *c)
     return all_ok ? 0 : 1;
 }
 
+/* ---- synth ------------------------------------------------------------------------------ */
+static int cmd_synth(int argc, char **argv)
+{
+    cf_synth_opts so;
+    m3_err e = {{0}};
+    int help = 0;
+    if (cf_synth_parse_args(&so, argc, argv, &help, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        cf_synth_usage(stderr);
+        return 2;
+    }
+    if (help) {
+        cf_synth_usage(stdout);
+        return 0;
+    }
+    if (cf_synth_write(&so, stdout, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -897,6 +921,8 @@ int main(int argc, char **argv)
         printf("m3-conform protocol %s\n", CF_PROTOCOL_VERSION);
         return 0;
     }
+    if (argc >= 2 && strcmp(argv[1], "synth") == 0)
+        return cmd_synth(argc - 2, argv + 2);
     if (parse_args(&o, argc, argv)) {
         usage(stderr);
         return 2;
