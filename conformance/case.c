@@ -97,6 +97,18 @@ static void sha256_final(sha256 *s, char hex[65])
         snprintf(hex + 8 * i, 9, "%08x", s->h[i]);
 }
 
+void cf_sha256_parts(const void *const *parts, const size_t *lens, int n, char hex[65])
+{
+    sha256 s;
+    sha256_init(&s);
+    for (int k = 0; k < n; k++) {
+        uint8_t sep = 0;
+        sha256_update(&s, parts[k], lens[k]);
+        sha256_update(&s, &sep, 1); /* a separator, so that ("ab","c") and ("a","bc") differ */
+    }
+    sha256_final(&s, hex);
+}
+
 int cf_sha256_file(const char *path, char hex[65], m3_err *e)
 {
     FILE *f = m3_fopen_regular(path, e);

@@ -31,7 +31,7 @@
 typedef struct opts {
     const char *cmd;
     const char *case_dir, *dump, *tie_dump, *profile, *json, *junit, *plot, *tolerances, *target,
-        *caps_file;
+        *caps_file, *model_dir, *layers, *jobs_s, *result, *mode;
     char unsupported[1024];
     int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle, logits;
     const char *paths[256];
@@ -49,6 +49,11 @@ static void usage(FILE *f)
             "  m3-conform run [DIR|MANIFEST...] [--profile fp32|bf16] [--target ref]\n"
             "                 [--json OUT] [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                 [--no-mutants] [--tolerances FILE] [--verbose] [--quiet]\n"
+            "  m3-conform check --teacher-forced --model DIR --dump FILE [--layers A-B] [--jobs N]\n"
+            "                   [--result SLICE.json] [--mode fp32|bf16] [--profile P] [--json OUT] [--junit OUT]\n"
+            "                 a checkpoint directory, no case needed: each layer's golden from the dump's own\n"
+            "                 layers.{i}.input, N worker processes; --layers checks a slice (M3-DUMP-12)\n"
+            "  m3-conform merge SLICE.json... [--json OUT] [--junit OUT]   slices into one verdict\n"
             "  m3-conform rows --case DIR [--logits]   the positions the case wants in a dump\n"
             "                 (params.rows / params.logits_rows, M3-DUMP-11), comma-separated\n"
             "  m3-conform synth --layers N --seed S --out DIR [options]   (synth --help)\n"
@@ -180,6 +185,11 @@ static int parse_args(opts *o, int argc, char **argv)
         VAL("--tolerances", tolerances)
         VAL("--target", target)
         VAL("--capabilities", caps_file)
+        VAL("--model", model_dir)
+        VAL("--layers", layers)
+        VAL("--jobs", jobs_s)
+        VAL("--result", result)
+        VAL("--mode", mode)
 #undef VAL
         if (strcmp(a, "--declare-unsupported") == 0) {
             if (i + 1 >= argc) {
@@ -425,9 +435,146 @@ static int check_status(cf_result res)
     return res == CF_INTERNAL_ERROR ? 2 : cf_result_conforms(res) ? 0 : res == CF_TIE_DIVERGED ? 3 : 1;
 }
 
+/* check --teacher-forced on a checkpoint (--model DIR) or a case, in slices and jobs (M3-DUMP-12). */
+static int cmd_check_tf(ctx *c)
+{
+    opts *o = c->o;
+    m3_err e = {{0}};
+    int jobs = 1, rc = 2, have_model = 0, have_case = 0;
+    m3_model model;
+    cf_case cs;
+    cf_report r;
+    cf_slice sl;
+    memset(&r, 0, sizeof r);
+    if (!o->teacher_forced) {
+        fprintf(stderr, "m3-conform check: --model, --layers, --jobs and --result judge teacher-forced; add "
+                        "--teacher-forced\n");
+        return 2;
+    }
+    if (o->tie_dump || o->no_settle) {
+        fprintf(stderr, "m3-conform check: --tie-dump and --no-settle apply to free-running checks only\n");
+        return 2;
+    }
+    if (o->jobs_s && cf_parse_jobs(o->jobs_s, &jobs, &e))
+        goto bad;
+    const char *dir = o->model_dir ? o->model_dir : o->case_dir;
+    char cfgp[2300], meta[64] = "";
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+    if (cf_st_meta(o->dump, "m3.mode", meta, sizeof meta, &e))
+        goto bad;
+    if (o->case_dir) {
+        if (cf_case_load(&cs, o->case_dir, !o->no_hash, &e))
+            goto bad;
+        have_case = 1;
+        if (strcmp(cs.component, "model") != 0) {
+            m3_fail(&e, "%s: --teacher-forced applies to model cases only", o->case_dir);
+            goto bad;
+        }
+    } else {
+        /* no case: one made up for the checkpoint */
+        const char *mode = o->mode ? o->mode : "fp32";
+        const char *prof = o->profile ? o->profile : strcmp(meta, "fp32") == 0 ? "fp32" : "bf16";
+        if (strcmp(mode, "fp32") && strcmp(mode, "bf16")) {
+            m3_fail(&e, "--mode \"%s\": want fp32 (the golden mode) or bf16", mode);
+            goto bad;
+        }
+        const char *base = strrchr(dir, '/');
+        base = base && base[1] ? base + 1 : dir;
+        char json[800];
+        snprintf(json, sizeof json, "{\"id\": \"checkpoint.%.200s\", \"component\": \"model\", \"mode\": \"%s\", "
+                 "\"profile\": \"%.60s\"}", base, mode, prof);
+        for (char *q = json; *q; q++)
+            if ((unsigned char)*q < 0x20)
+                *q = ' ';
+        if (cf_case_parse(&cs, json, strlen(json), dir, &e))
+            goto bad;
+        have_case = 1;
+    }
+    const cf_profile *prof = pick_profile(c, &cs, o->profile, &e);
+    if (!prof)
+        goto bad;
+    m3_model_opts mo = {0, 1};
+    memset(&model, 0, sizeof model);
+    if (m3_model_open(&model, dir, &mo, &e))
+        goto bad;
+    have_model = 1;
+    int from = -1, to = -1;
+    if (o->layers && cf_parse_layers(o->layers, model.cfg.text.num_layers, &from, &to, &e))
+        goto bad;
+    cf_tf_opts to_ = {&model, &cs, prof, &c->tol, cs.mode, o->dump, cfgp, o->unsupported, from, to, jobs};
+    double t0 = now();
+    if (cf_tf_check(&to_, &r, &sl, &e))
+        goto bad;
+    r.seconds = now() - t0;
+    emit(c, &r, 1, 1);
+    if (o->result && cf_slice_write(o->result, &sl, &r, &e)) {
+        cf_report_free(&r);
+        goto bad;
+    }
+    if (sl.from > 0 || !sl.head)
+        printf("  slice: layers %d-%d of %d%s; combine the slices with m3-conform merge\n", sl.from, sl.to, sl.L,
+               sl.head ? " and the head" : "");
+    rc = check_status(r.result);
+    if (!keep(c, &r))
+        cf_report_free(&r);
+    goto done;
+bad:
+    fprintf(stderr, "m3-conform: %s\n", e.msg);
+    rc = 2;
+done:
+    if (have_model)
+        m3_model_close(&model);
+    if (have_case)
+        cf_case_free(&cs);
+    return rc;
+}
+
+/* merge: slice results into one verdict (M3-DUMP-12). */
+static int cmd_merge(ctx *c)
+{
+    opts *o = c->o;
+    if (o->npaths < 1) {
+        fprintf(stderr, "m3-conform merge: needs one or more slice results (RESULT.json ...)\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    cf_slice *sl = calloc((size_t)o->npaths, sizeof *sl);
+    int n = 0, rc = 2;
+    cf_report r;
+    if (!sl) {
+        fprintf(stderr, "m3-conform: out of memory\n");
+        return 2;
+    }
+    for (; n < o->npaths; n++)
+        if (cf_slice_load(&sl[n], o->paths[n], &c->tol, &e))
+            goto bad;
+    if (cf_slice_merge(&r, sl, n, &e))
+        goto bad;
+    emit(c, &r, 1, o->verbose);
+    rc = check_status(r.result);
+    if (!keep(c, &r))
+        cf_report_free(&r);
+    goto done;
+bad:
+    fprintf(stderr, "m3-conform: %s\n", e.msg);
+done:
+    for (int k = 0; k < n; k++)
+        cf_slice_free(&sl[k]);
+    free(sl);
+    return rc;
+}
+
 static int cmd_check(ctx *c)
 {
     opts *o = c->o;
+    if (o->model_dir && o->case_dir) {
+        fprintf(stderr, "m3-conform check: --model DIR judges against a checkpoint, --case DIR against a case; "
+                        "give one\n");
+        return 2;
+    }
+    if (o->dump && !o->npaths && (o->model_dir || o->layers || o->jobs_s || o->result) &&
+        !(o->model_dir && o->case_dir))
+        return cmd_check_tf(c);
     if (!o->case_dir || !o->dump || o->npaths) {
         fprintf(stderr, "m3-conform check: needs --case DIR and --dump FILE (and no other arguments)\n");
         usage(stderr);
@@ -927,7 +1074,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (strcmp(o.cmd, "check") && strcmp(o.cmd, "run") && strcmp(o.cmd, "rows")) {
+    if (strcmp(o.cmd, "check") && strcmp(o.cmd, "run") && strcmp(o.cmd, "rows") && strcmp(o.cmd, "merge")) {
         fprintf(stderr, "m3-conform: unknown command \"%s\"\n", o.cmd);
         usage(stderr);
         return 2;
@@ -963,7 +1110,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    int rc = strcmp(o.cmd, "check") == 0 ? cmd_check(&c) : strcmp(o.cmd, "rows") == 0 ? cmd_rows(&c) : cmd_run(&c);
+    int rc = strcmp(o.cmd, "check") == 0   ? cmd_check(&c)
+             : strcmp(o.cmd, "rows") == 0  ? cmd_rows(&c)
+             : strcmp(o.cmd, "merge") == 0 ? cmd_merge(&c)
+                                           : cmd_run(&c);
     if (c.jsonl && fclose(c.jsonl)) {
         fprintf(stderr, "m3-conform: %s: write error\n", o.json);
         rc = 2;
