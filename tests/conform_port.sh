@@ -144,5 +144,52 @@ mk "strip 16K short" $strip "$tmp/long_full.st" "$tmp/long_short.st" --rows '*bl
 run 1 "16K: a dump lacking rows the case wants" "$conform" check --case "$long" --dump "$tmp/long_short.st"
 has "the case wants 61 positions this dump's rows lack (first: 2050" "16K missing rows"
 
+# ---- a checkpoint teacher-forced: no case, slices, jobs, merge (M3-DUMP-12) ------------------
+mut=vectors/mutants/shared_x2/dump.safetensors
+run 0 "checkpoint dir, the golden dump" "$conform" check --teacher-forced --model $tiny \
+  --dump $tiny/expected.safetensors --jobs 2
+has "case checkpoint.tiny_fp32#teacher-forced" "checkpoint golden"
+run 1 "checkpoint dir, the buggy port, --jobs 3" "$conform" check --teacher-forced --model $tiny --dump $mut --jobs 3 \
+  --json "$tmp/whole.jsonl"
+has "first divergence: layer 3, moe (layers.3.mlp.output)" "checkpoint buggy"
+run 0 "slice 0-2 (2 jobs)" "$conform" check --teacher-forced --model $tiny --dump $mut --layers 0-2 --jobs 2 \
+  --result "$tmp/s1.json"
+has "slice: layers 0-2 of 5" "slice 0-2"
+run 1 "slice 3-4 and the head" "$conform" check --teacher-forced --model $tiny --dump $mut --layers 3-4 \
+  --result "$tmp/s2.json"
+run 1 "merge of the two slices" "$conform" merge "$tmp/s2.json" "$tmp/s1.json" --json "$tmp/merged.jsonl" \
+  --junit "$tmp/merged.xml"
+has "first divergence: layer 3, moe (layers.3.mlp.output)" "merge"
+grep -o '"tensor":"[^"]*","key":"[^"]*","layer":[-0-9]*,"component":"[^"]*","result":"[^"]*"' "$tmp/whole.jsonl" \
+  >"$tmp/a" && grep -o '"tensor":"[^"]*","key":"[^"]*","layer":[-0-9]*,"component":"[^"]*","result":"[^"]*"' \
+  "$tmp/merged.jsonl" >"$tmp/b" && cmp -s "$tmp/a" "$tmp/b" ||
+  { echo "conform-port: FAILED: the merged slices differ from the whole run"; fails=$((fails + 1)); }
+grep -q 'failures="1"' "$tmp/merged.xml" ||
+  { echo "conform-port: FAILED: the merged JUnit file has no failure"; fails=$((fails + 1)); }
+run 2 "merge: a gap" "$conform" merge "$tmp/s1.json"
+has "layers 3-4 are in no slice result" "merge gap"
+run 2 "merge: an overlap" "$conform" merge "$tmp/s1.json" "$tmp/s1.json" "$tmp/s2.json"
+has "field \"layers\": layer 0 is also in" "merge overlap"
+run 0 "slice 3-4 of the golden dump" "$conform" check --teacher-forced --model $tiny \
+  --dump $tiny/expected.safetensors --layers 3-4 --result "$tmp/s3.json" --declare-unsupported internals
+run 2 "merge: a slice of another dump" "$conform" merge "$tmp/s1.json" "$tmp/s3.json"
+has "s3.json: field \"case\": another case or dump" "merge other case"
+"$py" -c "
+import json, sys
+d = json.load(open(sys.argv[1])); d['kit'] = '0.9'; json.dump(d, open(sys.argv[2], 'w'))" "$tmp/s2.json" "$tmp/s4.json"
+run 2 "merge: a slice of another kit version" "$conform" merge "$tmp/s1.json" "$tmp/s4.json"
+has "s4.json: field \"kit\" is \"0.9\"" "merge other kit"
+run 2 "--layers past L" "$conform" check --teacher-forced --model $tiny --dump $mut --layers 3-5
+has "--layers 3-5: the model has 5 layers (0..4)" "layers past L"
+run 2 "--layers reversed" "$conform" check --teacher-forced --model $tiny --dump $mut --layers 4-3
+run 2 "--jobs 0" "$conform" check --teacher-forced --model $tiny --dump $mut --jobs 0
+has "--jobs \"0\"" "jobs 0"
+run 2 "--model without --teacher-forced" "$conform" check --model $tiny --dump $mut
+run 2 "--model and --case" "$conform" check --teacher-forced --model $tiny --case $tiny --dump $mut
+mk "residual-only subset for the checkpoint" $strip $mut "$tmp/tf_res.st" --residual-only --logits-rows=-4:
+run 1 "checkpoint, residual-only dump, logits for 4 rows" "$conform" check --teacher-forced --model $tiny \
+  --dump "$tmp/tf_res.st" --jobs 2
+has "first divergence: layer 3 (layers.3.output; the layer's internals are not in the dump" "checkpoint residual-only"
+
 [ $fails -eq 0 ] || { echo "conform-port: $fails FAILED"; exit 1; }
 echo "conform-port: all passed"
