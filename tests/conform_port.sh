@@ -64,6 +64,16 @@ mk "drop embeddings and layer 0 input" $strip $tiny/expected.safetensors "$tmp/n
 run 1 "embeddings and layers.0.input both absent" "$conform" check --case $tiny --dump "$tmp/noemb2.st"
 has "embeddings" "embeddings and input absent"
 
+# ---- tools/adapters/m3capture.py: the mappings' calling conventions, simulated (no torch) ---------
+for m in HF_TRANSFORMERS VLLM SGLANG; do
+  mk "capture $m" "$py" tests/capture_sim.py $tiny $tiny/expected.safetensors $m "$tmp/cap_$m.st"
+  run 0 "m3capture $m (simulated calls), the golden values" "$conform" check --case $tiny --dump "$tmp/cap_$m.st"
+done
+mk "capture VLLM buggy" "$py" tests/capture_sim.py $tiny vectors/mutants/shared_x2/dump.safetensors VLLM "$tmp/cap_bad.st"
+run 1 "m3capture VLLM (simulated calls), the shared-expert x2 port" \
+  "$conform" check --case $tiny --dump "$tmp/cap_bad.st" --profile bf16
+has "first divergence: layer 3, moe (layers.3.mlp.output)" "m3capture buggy"
+
 # ---- row subsets on the 20-token case ----------------------------------------------------
 mk "rows subset" $strip $tiny/expected.safetensors "$tmp/rows.st" --rows '*4~1,-3:' --logits-rows=-2:
 run 0 "a row subset of a faithful dump" "$conform" check --case $tiny --dump "$tmp/rows.st"

@@ -98,10 +98,12 @@ def encode(tensors, metadata=None):
     return struct.pack("<Q", len(h)) + h + b"".join(blobs)
 
 
-def write_dump(path, tensors, unsupported=(), rows=None, row_sets=None, producer="", mode="", T=None):
+def write_dump(path, tensors, unsupported=(), rows=None, row_sets=None, producer="", mode="", T=None,
+               metadata=None):
     """Write a dump (M3-DUMP-1): tensors {name: numpy array}; unsupported:
     capabilities declared absent (M3-DUMP-6); rows / row_sets: the positions
-    of a row subset (M3-DUMP-10), checked against T when given."""
+    of a row subset (M3-DUMP-10), checked against T when given; metadata:
+    more __metadata__ strings (e.g. the producer's versions)."""
     out = dict(tensors)
     sets = dict(row_sets or {})
     if rows is not None:
@@ -117,7 +119,8 @@ def write_dump(path, tensors, unsupported=(), rows=None, row_sets=None, producer
         ax = _row_axis(name)
         if rs is not None and np.ndim(a) > ax and np.shape(a)[ax] not in (len(rs), T):
             raise ValueError("%s has %d rows; its row set has %d" % (name, np.shape(a)[ax], len(rs)))
-    meta = {"m3.dump_version": "1"}
+    meta = dict(metadata or {})
+    meta["m3.dump_version"] = "1"
     if unsupported:
         meta["m3.unsupported"] = ",".join(unsupported)
     if producer:
