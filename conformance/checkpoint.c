@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fileio.h"
@@ -112,6 +113,8 @@ static int judge_items(const cf_tf_opts *o, const cf_case *cs, const cf_tset *du
     const cf_judge_ctx jc = {cs, o->profile, m, NULL, o->unsupported, 1, NULL, T, NULL, NULL, NULL};
     for (int k = w; k < nitems; k += jobs) {
         int i = items[k];
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         cf_tset g = {0};
         cf_report part;
         memset(&part, 0, sizeof part);
@@ -146,6 +149,16 @@ static int judge_items(const cf_tf_opts *o, const cf_case *cs, const cf_tset *du
         cf_report_free(&part);
         if (rc)
             return -1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (o->timing) {
+            double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            if (i < L)
+                fprintf(stderr, "m3-conform: worker %d: layer %d (%s, %s) judged in %.2f s\n", w, i,
+                        m->cfg.text.layer_sparse[i] ? "MSA" : "dense attention",
+                        m->cfg.text.layer_moe[i] ? "MoE" : "dense MLP", dt);
+            else
+                fprintf(stderr, "m3-conform: worker %d: head judged in %.2f s\n", w, dt);
+        }
     }
     return 0;
 }

@@ -440,6 +440,7 @@ typedef struct cf_tf_opts {
     const char *unsupported;     /* capabilities declared absent besides the dump's m3.unsupported */
     int from, to;                /* layers to judge (-1: all); the head when to is the last */
     int jobs;                    /* worker processes (1: in this process) */
+    int timing;                  /* 1: each layer's and the head's time on stderr */
 } cf_tf_opts;
 
 /* Judge layers from..to of the dump teacher-forced (each from its own

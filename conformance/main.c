@@ -33,7 +33,7 @@ typedef struct opts {
     const char *case_dir, *dump, *tie_dump, *profile, *json, *junit, *plot, *tolerances, *target,
         *caps_file, *model_dir, *layers, *jobs_s, *result, *mode;
     char unsupported[1024];
-    int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle, logits;
+    int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle, logits, timing;
     const char *paths[256];
     int npaths;
 } opts;
@@ -51,6 +51,7 @@ static void usage(FILE *f)
             "                 [--no-mutants] [--tolerances FILE] [--verbose] [--quiet]\n"
             "  m3-conform check --teacher-forced --model DIR --dump FILE [--layers A-B] [--jobs N]\n"
             "                   [--result SLICE.json] [--mode fp32|bf16] [--profile P] [--json OUT] [--junit OUT]\n"
+            "                   [--timing]   (each layer's time on stderr)\n"
             "                 a checkpoint directory, no case needed: each layer's golden from the dump's own\n"
             "                 layers.{i}.input, N worker processes; --layers checks a slice (M3-DUMP-12)\n"
             "  m3-conform merge SLICE.json... [--json OUT] [--junit OUT]   slices into one verdict\n"
@@ -199,6 +200,8 @@ static int parse_args(opts *o, int argc, char **argv)
             append_caps(o->unsupported, sizeof o->unsupported, argv[++i]);
         } else if (strcmp(a, "--teacher-forced") == 0) {
             o->teacher_forced = 1;
+        } else if (strcmp(a, "--timing") == 0) {
+            o->timing = 1;
         } else if (strcmp(a, "--logits") == 0) {
             o->logits = 1;
         } else if (strcmp(a, "--no-settle") == 0) {
@@ -501,7 +504,8 @@ static int cmd_check_tf(ctx *c)
     int from = -1, to = -1;
     if (o->layers && cf_parse_layers(o->layers, model.cfg.text.num_layers, &from, &to, &e))
         goto bad;
-    cf_tf_opts to_ = {&model, &cs, prof, &c->tol, cs.mode, o->dump, cfgp, o->unsupported, from, to, jobs};
+    cf_tf_opts to_ = {&model, &cs, prof, &c->tol, cs.mode, o->dump, cfgp, o->unsupported, from, to, jobs,
+                      o->timing};
     double t0 = now();
     if (cf_tf_check(&to_, &r, &sl, &e))
         goto bad;
