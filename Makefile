@@ -368,13 +368,16 @@ $(BUILD)/tests/test_conform $(BUILD)/tests/test_conform_tie $(BUILD)/tests/test_
 
 # The reference passes every committed vector (also teacher-forced, layer by
 # layer), every mutant fails at its declared first divergence, and the
-# faithful bf16 dump passes the bf16 profile.
+# faithful bf16 dump passes the bf16 profile; tests/conform_port.sh: partial
+# dumps, row subsets (a 16,384-token case generated into build/vectors-long,
+# its golden computed by the reference), checkpoint teacher forcing in slices.
 conform-test: bin/m3-conform bin/m3-ref vectors-big $(BUILD)/tests/cli_helper
 	bin/m3-conform run vectors/manifest.json --teacher-forced --quiet
 	bin/m3-conform run $(BUILD)/vectors-big/manifest.json --teacher-forced --quiet
 	sh tests/conform_settle.sh bin/m3-conform $(BUILD)/tests/cli_helper $(PYTHON)
 	sh tests/conform_cli.sh bin/m3-conform bin/m3-ref $(PYTHON)
 	sh tests/chat_check.sh bin/m3-conform
+	sh tests/conform_port.sh bin/m3-conform bin/m3-ref $(BUILD)/tests/cli_helper $(PYTHON) $(BUILD)/vectors-long
 
 # ---- GPU path (gpu/) --------------------------------------------------------
 # make gpu        bin/m3-gpu with nvcc (CUDA, cuBLAS; gpu/hip_compat.h maps HIP)

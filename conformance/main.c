@@ -45,9 +45,9 @@
 typedef struct opts {
     const char *cmd;
     const char *case_dir, *dump, *tie_dump, *profile, *json, *junit, *plot, *tolerances, *target,
-        *caps_file, *out, *title;
+        *caps_file, *out, *title, *model_dir, *layers, *jobs_s, *result, *mode;
     char unsupported[1024];
-    int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle, help;
+    int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle, help, logits, timing;
     const char *paths[256];
     int npaths;
 } opts;
@@ -64,6 +64,14 @@ static void usage(FILE *f)
             "  m3-conform run [DIR|MANIFEST...] [--profile fp32|bf16] [--target ref]\n"
             "                 [--json OUT] [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                 [--no-mutants] [--tolerances FILE] [--no-hash] [--verbose] [--quiet]\n"
+            "  m3-conform check --teacher-forced --model DIR --dump FILE [--layers A-B] [--jobs N]\n"
+            "                   [--result SLICE.json] [--mode fp32|bf16] [--profile P] [--json OUT] [--junit OUT]\n"
+            "                   [--timing]   (each layer's time on stderr)\n"
+            "                 a checkpoint directory, no case needed: each layer's golden from the dump's own\n"
+            "                 layers.{i}.input, N worker processes; --layers checks a slice (M3-DUMP-12)\n"
+            "  m3-conform merge SLICE.json... [--json OUT] [--junit OUT]   slices into one verdict\n"
+            "  m3-conform rows --case DIR [--logits]   the positions the case wants in a dump\n"
+            "                 (params.rows / params.logits_rows, M3-DUMP-11), comma-separated\n"
             "  m3-conform synth --layers N --seed S --out DIR [options]   (synth --help)\n"
             "  m3-conform golden --case DIR [--out FILE]   (write a model case's golden with the\n"
             "                    reference; default FILE: DIR/expected.safetensors)\n"
@@ -336,6 +344,11 @@ static int parse_args(opts *o, int argc, char **argv)
         VAL("--capabilities", caps_file)
         VAL("--out", out)
         VAL("--title", title)
+        VAL("--model", model_dir)
+        VAL("--layers", layers)
+        VAL("--jobs", jobs_s)
+        VAL("--result", result)
+        VAL("--mode", mode)
 #undef VAL
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             o->help = 1;
@@ -347,6 +360,10 @@ static int parse_args(opts *o, int argc, char **argv)
             append_caps(o->unsupported, sizeof o->unsupported, argv[++i]);
         } else if (strcmp(a, "--teacher-forced") == 0) {
             o->teacher_forced = 1;
+        } else if (strcmp(a, "--timing") == 0) {
+            o->timing = 1;
+        } else if (strcmp(a, "--logits") == 0) {
+            o->logits = 1;
         } else if (strcmp(a, "--no-settle") == 0) {
             o->no_settle = 1;
         } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
@@ -562,7 +579,7 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
 {
     cf_tset dump = {0}, tf_golden = {0};
     char meta[512], unsupported[1024];
-    unsigned char *want = NULL;
+    unsigned char *want = NULL, *want_logits = NULL;
     cf_report r;
     int rc = -1;
     double t0 = now();
@@ -581,20 +598,30 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
     if (cf_rows_validate(&dump, path, T, e))
         goto out;
     const cJSON *sel = cJSON_GetObjectItemCaseSensitive(cs->params, "rows");
+    const cJSON *lsel = cJSON_GetObjectItemCaseSensitive(cs->params, "logits_rows");
+    char where[2400];
+    snprintf(where, sizeof where, "%s/case.json", cs->dir);
+    int block = model ? model->cfg.text.index_block_size : 0;
     if (cJSON_IsString(sel) && T > 0) {
-        want = malloc((size_t)T);
-        if (!want) {
+        if (!(want = malloc((size_t)T))) {
             m3_fail(e, "out of memory");
             goto out;
         }
-        char where[2400];
-        snprintf(where, sizeof where, "%s/case.json", cs->dir);
-        if (cf_rows_select(sel->valuestring, T, model ? model->cfg.text.index_block_size : 0, where, want, e))
+        if (cf_rows_select(sel->valuestring, T, block, where, want, e))
+            goto out;
+    }
+    if (cJSON_IsString(lsel) && T > 0) {
+        if (!(want_logits = malloc((size_t)T))) {
+            m3_fail(e, "out of memory");
+            goto out;
+        }
+        if (cf_rows_select(lsel->valuestring, T, block, where, want_logits, e))
             goto out;
     }
     const char *bad_feed = tf ? nonfinite_feed(&dump, model) : NULL;
     const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf, want, T,
-                             cJSON_IsString(sel) ? sel->valuestring : NULL, &misshaped, bad_feed};
+                             cJSON_IsString(sel) ? sel->valuestring : NULL, &misshaped, bad_feed,
+                             want_logits, cJSON_IsString(lsel) ? lsel->valuestring : NULL};
     if (tf && model) {
         /* teacher forcing runs each layer from the dump's own input: every position of it */
         for (int i = 0; i < model->cfg.text.num_layers; i++) {
@@ -638,6 +665,7 @@ out:
     cf_tset_free(&dump);
     cf_tset_free(&tf_golden);
     free(want);
+    free(want_logits);
     return rc;
 }
 
@@ -647,9 +675,147 @@ static int check_status(cf_result res)
     return res == CF_INTERNAL_ERROR ? 2 : cf_result_conforms(res) ? 0 : res == CF_TIE_DIVERGED ? 3 : 1;
 }
 
+/* check --teacher-forced on a checkpoint (--model DIR) or a case, in slices and jobs (M3-DUMP-12). */
+static int cmd_check_tf(ctx *c)
+{
+    opts *o = c->o;
+    m3_err e = {{0}};
+    int jobs = 1, rc = 2, have_model = 0, have_case = 0;
+    m3_model model;
+    cf_case cs;
+    cf_report r;
+    cf_slice sl;
+    memset(&r, 0, sizeof r);
+    if (!o->teacher_forced) {
+        fprintf(stderr, "m3-conform check: --model, --layers, --jobs and --result judge teacher-forced; add "
+                        "--teacher-forced\n");
+        return 2;
+    }
+    if (o->tie_dump || o->no_settle) {
+        fprintf(stderr, "m3-conform check: --tie-dump and --no-settle apply to free-running checks only\n");
+        return 2;
+    }
+    if (o->jobs_s && cf_parse_jobs(o->jobs_s, &jobs, &e))
+        goto bad;
+    const char *dir = o->model_dir ? o->model_dir : o->case_dir;
+    char cfgp[2300], meta[64] = "";
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+    if (cf_st_meta(o->dump, "m3.mode", meta, sizeof meta, &e))
+        goto bad;
+    if (o->case_dir) {
+        if (cf_case_load(&cs, o->case_dir, !o->no_hash, &e))
+            goto bad;
+        have_case = 1;
+        if (strcmp(cs.component, "model") != 0) {
+            m3_fail(&e, "%s: --teacher-forced applies to model cases only", o->case_dir);
+            goto bad;
+        }
+    } else {
+        /* no case: one made up for the checkpoint */
+        const char *mode = o->mode ? o->mode : "fp32";
+        const char *prof = o->profile ? o->profile : strcmp(meta, "fp32") == 0 ? "fp32" : "bf16";
+        if (strcmp(mode, "fp32") && strcmp(mode, "bf16")) {
+            m3_fail(&e, "--mode \"%s\": want fp32 (the golden mode) or bf16", mode);
+            goto bad;
+        }
+        const char *base = strrchr(dir, '/');
+        base = base && base[1] ? base + 1 : dir;
+        char json[800];
+        snprintf(json, sizeof json, "{\"id\": \"checkpoint.%.200s\", \"component\": \"model\", \"mode\": \"%s\", "
+                 "\"profile\": \"%.60s\"}", base, mode, prof);
+        for (char *q = json; *q; q++)
+            if ((unsigned char)*q < 0x20)
+                *q = ' ';
+        if (cf_case_parse(&cs, json, strlen(json), dir, &e))
+            goto bad;
+        have_case = 1;
+    }
+    const cf_profile *prof = pick_profile(c, &cs, o->profile, &e);
+    if (!prof)
+        goto bad;
+    m3_model_opts mo = {0, 1};
+    memset(&model, 0, sizeof model);
+    if (m3_model_open(&model, dir, &mo, &e))
+        goto bad;
+    have_model = 1;
+    int from = -1, to = -1;
+    if (o->layers && cf_parse_layers(o->layers, model.cfg.text.num_layers, &from, &to, &e))
+        goto bad;
+    cf_tf_opts to_ = {&model, &cs, prof, &c->tol, cs.mode, o->dump, cfgp, o->unsupported, from, to, jobs,
+                      o->timing};
+    double t0 = now();
+    if (cf_tf_check(&to_, &r, &sl, &e))
+        goto bad;
+    r.seconds = now() - t0;
+    emit(c, &r, 1, 1);
+    if (o->result && cf_slice_write(o->result, &sl, &r, &e)) {
+        cf_report_free(&r);
+        goto bad;
+    }
+    if (sl.from > 0 || !sl.head)
+        printf("  slice: layers %d-%d of %d%s; combine the slices with m3-conform merge\n", sl.from, sl.to, sl.L,
+               sl.head ? " and the head" : "");
+    rc = check_status(r.result);
+    if (!keep(c, &r))
+        cf_report_free(&r);
+    goto done;
+bad:
+    fprintf(stderr, "m3-conform: %s\n", e.msg);
+    rc = 2;
+done:
+    if (have_model)
+        m3_model_close(&model);
+    if (have_case)
+        cf_case_free(&cs);
+    return rc;
+}
+
+/* merge: slice results into one verdict (M3-DUMP-12). */
+static int cmd_merge(ctx *c)
+{
+    opts *o = c->o;
+    if (o->npaths < 1) {
+        fprintf(stderr, "m3-conform merge: needs one or more slice results (RESULT.json ...)\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    cf_slice *sl = calloc((size_t)o->npaths, sizeof *sl);
+    int n = 0, rc = 2;
+    cf_report r;
+    if (!sl) {
+        fprintf(stderr, "m3-conform: out of memory\n");
+        return 2;
+    }
+    for (; n < o->npaths; n++)
+        if (cf_slice_load(&sl[n], o->paths[n], &c->tol, &e))
+            goto bad;
+    if (cf_slice_merge(&r, sl, n, &e))
+        goto bad;
+    emit(c, &r, 1, o->verbose);
+    rc = check_status(r.result);
+    if (!keep(c, &r))
+        cf_report_free(&r);
+    goto done;
+bad:
+    fprintf(stderr, "m3-conform: %s\n", e.msg);
+done:
+    for (int k = 0; k < n; k++)
+        cf_slice_free(&sl[k]);
+    free(sl);
+    return rc;
+}
+
 static int cmd_check(ctx *c)
 {
     opts *o = c->o;
+    if (o->model_dir && o->case_dir) {
+        fprintf(stderr, "m3-conform check: --model DIR judges against a checkpoint, --case DIR against a case; "
+                        "give one\n");
+        return 2;
+    }
+    if (o->dump && !o->npaths && (o->model_dir || o->layers || o->jobs_s || o->result) &&
+        !(o->model_dir && o->case_dir))
+        return cmd_check_tf(c);
     if (!o->case_dir || !o->dump || o->npaths) {
         fprintf(stderr, "m3-conform check: needs --case DIR and --dump FILE (and no other arguments)\n");
         usage(stderr);
@@ -749,6 +915,68 @@ done:
     return rc;
 }
 
+/* ---- rows: the positions a case wants (M3-DUMP-11) ------------------------------------------- */
+static int cmd_rows(ctx *c)
+{
+    opts *o = c->o;
+    if (!o->case_dir || o->npaths) {
+        fprintf(stderr, "m3-conform rows: needs --case DIR (and no other arguments)\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    cf_case cs;
+    if (cf_case_load(&cs, o->case_dir, !o->no_hash, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    int rc = 2;
+    cf_tset in = {0};
+    m3_config cfg;
+    unsigned char *want = NULL;
+    char p[2300], where[2400];
+    snprintf(p, sizeof p, "%s/inputs.safetensors", cs.dir);
+    snprintf(where, sizeof where, "%s/case.json", cs.dir);
+    const char *key = o->logits ? "logits_rows" : "rows";
+    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(cs.params, key);
+    if (!sel && o->logits)
+        sel = cJSON_GetObjectItemCaseSensitive(cs.params, "rows");
+    if (cf_tset_load(&in, p, &e))
+        goto bad;
+    const cf_tensor *ids = cf_tset_get(&in, "input_ids");
+    if (!ids || !ids->is_int || ids->ndim != 1 || ids->n == 0) {
+        m3_fail(&e, "%s: needs \"input_ids\", a non-empty integer vector [T]", p);
+        goto bad;
+    }
+    long T = (long)ids->n;
+    if (!(want = malloc((size_t)T))) {
+        m3_fail(&e, "out of memory");
+        goto bad;
+    }
+    if (!cJSON_IsString(sel)) {
+        memset(want, 1, (size_t)T); /* no selector: every position */
+    } else {
+        char cp[2300];
+        snprintf(cp, sizeof cp, "%s/config.json", cs.dir);
+        if (m3_config_load(&cfg, cp, NULL, &e))
+            goto bad;
+        if (cf_rows_select(sel->valuestring, T, cfg.text.index_block_size, where, want, &e))
+            goto bad;
+    }
+    for (long q = 0, n = 0; q < T; q++)
+        if (want[q])
+            printf("%s%ld", n++ ? "," : "", q);
+    printf("\n");
+    rc = 0;
+    goto done;
+bad:
+    fprintf(stderr, "m3-conform: %s\n", e.msg);
+done:
+    free(want);
+    cf_tset_free(&in);
+    cf_case_free(&cs);
+    return rc;
+}
+
 /* ---- run --------------------------------------------------------------------------------- */
 typedef struct tally {
     int dirs; /* case directories (a case judged chunked / teacher-forced too counts once) */
@@ -822,7 +1050,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
             internal_error(&r, &e);
             goto finish;
         }
-        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0, NULL, 0, NULL, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
         goto finish;
@@ -834,7 +1062,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         goto finish;
     }
     {
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
     }
@@ -848,7 +1076,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset ch = {0};
         init_report(&r, &cs, "#chunked", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         snprintf(label, sizeof label, "case %d/%d %.100s, chunked", idx + 1, total, dir);
         m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
         if (cf_ref_model(&cs, &model, &in, 1, &ch, &c->pg, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
@@ -864,7 +1092,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset tf = {0};
         init_report(&r, &cs, "#teacher-forced", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, 0, NULL, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         const cf_tensor *emb = cf_tset_get(&out, "embeddings");
         snprintf(label, sizeof label, "case %d/%d %.100s, teacher-forced", idx + 1, total, dir);
         m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
@@ -943,7 +1171,7 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
     if (!have_model && !computed && cf_ref_component(&cs, &aux, &e))
         goto ierr;
     {
-        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0, NULL, 0, NULL, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &dump, &golden, &e))
             goto ierr;
     }
@@ -1331,7 +1559,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(o.cmd, "plot") == 0)
         return cmd_plot(&o);
-    if (strcmp(o.cmd, "check") && strcmp(o.cmd, "run")) {
+    if (strcmp(o.cmd, "check") && strcmp(o.cmd, "run") && strcmp(o.cmd, "rows") && strcmp(o.cmd, "merge")) {
         fprintf(stderr, "m3-conform: unknown command \"%s\"\n", o.cmd);
         usage(stderr);
         return 2;
@@ -1379,7 +1607,10 @@ int main(int argc, char **argv)
         }
         c.jsonl = jout.f;
     }
-    int rc = strcmp(o.cmd, "check") == 0 ? cmd_check(&c) : cmd_run(&c);
+    int rc = strcmp(o.cmd, "check") == 0   ? cmd_check(&c)
+             : strcmp(o.cmd, "rows") == 0  ? cmd_rows(&c)
+             : strcmp(o.cmd, "merge") == 0 ? cmd_merge(&c)
+                                           : cmd_run(&c);
     {
         char sum[64];
         snprintf(sum, sizeof sum, "%s, exit %d", o.cmd, rc);

@@ -237,6 +237,44 @@ def gen_conformance():
     put("fuzz_tolerances", "small.json", json.dumps(tol))
 
 
+def gen_port():
+    """Row sets (M3-DUMP-10), selectors and ranges (M3-DUMP-11/12), slice results."""
+    f = [0.5] * 8
+    put("fuzz_rows", "subset.safetensors", st_file([
+        ("rows", "I32", [2], [3, 7]), ("layers.0.output", "F32", [2, 4], f),
+        ("logits", "F32", [1, 4], f[:4]), ("logits.rows", "I32", [1], [19]),
+        ("layers.0.input", "F32", [20, 1], [0.0] * 20)]))
+    put("fuzz_rows", "dup.safetensors", st_file([("rows", "I32", [3], [1, 1, 2]),
+                                                 ("final_norm", "F32", [3, 1], [1.0, 2.0, 3.0])]))
+    put("fuzz_rows", "range.safetensors", st_file([("rows", "I64", [2], [0, 25]),
+                                                   ("final_norm", "F32", [2, 1], [1.0, 2.0])]))
+    put("fuzz_rows", "blocks.safetensors", st_file([
+        ("rows", "I32", [2], [0, 9]), ("layers.1.attn.block_indices", "I32", [2, 2, 2], [0, -1, 1, 2, 0, -1, 1, 2])]))
+    put("fuzz_rows", "orphan.safetensors", st_file([("x.rows", "I32", [1], [0])]))
+    for i, s in enumerate(["*blocks~1,2048:,-16:\n0-59\n64", "*7~2,-3:,5\n3\n1", ":\n59-59\n0",
+                           "-301,1:-1\n4-3\n1025", "*0~1\n-1\nx", "*99999999999~1,--5\n0-60\n2"]):
+        put("fuzz_select", "s%d.txt" % i, s)
+    rec = {"tensor": "layers.0.output", "key": "model/layers.0.output", "component": "residual", "layer": 0,
+           "order": 21, "kind": 0, "result": "Fail", "msg": "NMSE 0.1 > 0.0002", "not_judged": "",
+           "rule": "model/*",
+           "metrics": {"nmse": 0.1, "max_abs": 2.0, "max_rel": "inf", "cos": 0.9, "n_nan": 0, "n_inf_bad": 0,
+                       "n_ref_nan": 0, "first_bad": 3,
+                       "worst": [{"index": 3, "out": 1.5, "ref": -0.5}] + [{"index": -1, "out": 0, "ref": 0}] * 3},
+           "set": {"counts": [0, 0, 0, 0, -1, 0, 0, -1, -1], "why": "", "why_masked": ""},
+           "ties": {"rows": [0, -1, 0, -1, -1, -1], "excl_tie": "", "reach_tie": ""}}
+    head = dict(rec, tensor="logits", key="model/logits", component="lm-head", layer=-1, order=1000001,
+                result="Pass", msg="", rule="model/logits")
+    sl = {"format": "m3-conform-slice-1", "kit": "1.1", "protocol": "1", "case": "ab" * 32,
+          "case_id": "checkpoint.x", "profile": "bf16", "mode": "fp32",
+          "layers": {"from": 0, "to": 0, "of": 1}, "head": True, "rows_total": 20, "rows_judged": 20,
+          "seconds": 0.5, "records": [rec, head]}
+    put("fuzz_slice", "whole.json", json.dumps(sl, indent=1))
+    put("fuzz_slice", "part.json", json.dumps(dict(sl, layers={"from": 1, "to": 2, "of": 4}, head=False,
+                                                   records=[dict(rec, layer=1)])))
+    put("fuzz_slice", "kit.json", json.dumps(dict(sl, kit="0.9")))
+    put("fuzz_slice", "rule.json", json.dumps(dict(sl, records=[dict(rec, rule="model/other")])))
+
+
 def gen_text():
     for i, s in enumerate(["1,2,3", "1 2 3", " 0, 2147483647 ,5\n", "7", "1,,2", "-1", "2147483648", ""]):
         put("fuzz_tokens", "t%d.txt" % i, s)
@@ -305,6 +343,7 @@ if __name__ == "__main__":
     gen_png()
     gen_jpeg()
     gen_conformance()
+    gen_port()
     gen_text()
     gen_tokenizer()
     gen_conversation()
