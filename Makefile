@@ -32,7 +32,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 LIB       := $(BUILD)/libm3.a
 
-.PHONY: all deps run test unit-test cli-test bench vectors vectors-big vectors-check coverage coverage-check gpu clean
+.PHONY: all deps run test unit-test cli-test bench vectors vectors-big vectors-check port-bugs-check coverage coverage-check gpu clean
 .DEFAULT_GOAL := all
 
 all: deps bin/m3-ref $(if $(CONF_SRC),bin/m3-conform)
@@ -95,7 +95,7 @@ unit-test: $(TEST_BIN)
 cli-test: bin/m3-ref $(BUILD)/tests/cli_helper
 	sh tests/cli_test.sh bin/m3-ref $(BUILD)/tests/cli_helper
 
-test: all unit-test cli-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
+test: all unit-test cli-test coverage-check vectors-check conform-test port-bugs-check hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
 	@echo "m3: all tests passed"
 
 # upstream agreement: bin/m3-ref against the committed HF transformers outputs
@@ -241,6 +241,11 @@ conform-test: bin/m3-conform vectors-big $(BUILD)/tests/cli_helper
 	bin/m3-conform run vectors/manifest.json --teacher-forced --quiet
 	bin/m3-conform run $(BUILD)/vectors-big/manifest.json --teacher-forced --quiet
 	sh tests/conform_settle.sh bin/m3-conform $(BUILD)/tests/cli_helper $(PYTHON)
+
+# docs/port-bugs.md: its "flagged first" column is the kit's verdict on each
+# published port-bug mutant (tools/port_bugs.py runs m3-conform check on each)
+port-bugs-check: bin/m3-conform
+	$(PYTHON) tools/port_bugs.py --check docs/port-bugs.md
 
 # ---- GPU path (gpu/, issue 8) ----------------------------------------------
 # make gpu        bin/m3-gpu with nvcc (CUDA, cuBLAS; gpu/hip_compat.h maps HIP)

@@ -628,7 +628,8 @@ PORT_BUG = {
                     "a prefill chunk of 2+ tokens with T != G (4 index heads in the release); "
                     "decode (T = 1) reads the same memory either way"),
     "block_is_page": ("model/tiny_fp32", "layers.3.attn.block_indices", "M3-MSA-BLOCK-1",
-                      "any sparse layer past top-k tokens (17 tokens with --page-size 1 and top 16)"),
+                      "any sparse layer: the selected ids are token ids from 2 tokens on; the attention output "
+                      "changes once the context passes top-k tokens (17 with --page-size 1 and top 16)"),
     "index_cache_lost": ("model/tiny_fp32", "layers.3.attn.block_indices", "M3-MSA-CACHE-1",
                          "a continued cache (reused prefix, partial cache hit, disaggregated decode) and a context "
                          "past top-k blocks (16 x 128 = 2048 tokens): below that every block is selected anyway"),
