@@ -100,13 +100,15 @@ CLASSES = [
      "an unused (-1) top-k slot reads before the block-table row and can form an invalid KV pointer; "
      "TensorRT-LLM's FP32 golden backend deduplicates selected blocks",
      "not reported end to end: it reaches only queries with fewer visible blocks than top-k", None),
-    ("vision: 2-axis RoPE, or RoPE over all 80 dims; pixel channel order swapped before the Conv3d",
-     "vis_rope_2d",
-     ["jjang-ai/vmlx#214", "Blaizzy/mlx-vlm#1429"],
-     "the old code was a 2-axis (H, W) RoPE with the wrong axis_dim; pixel_values in (C, T, ph, pw) order "
-     "scrambled the channels",
-     "not stated in the threads", "any image of 2 x 2 patches or more; the kit's mutant covers the RoPE "
-                                  "half (2-axis, all 80 dims), not the channel order"),
+    ("vision: 2-axis RoPE, or RoPE over all 80 dims", "vis_rope_2d",
+     ["jjang-ai/vmlx#214"],
+     "the old code was a 2-axis (H, W) RoPE with the wrong axis_dim",
+     "not stated in the thread", "any image of 2 x 2 patches or more (the first vision layer)"),
+    ("vision: pixel channel order swapped before the Conv3d", "vis_pixel_order",
+     ["Blaizzy/mlx-vlm#1429"],
+     "pixel_values arrive in (C, T, ph, pw) order and were fed to a channels-last Conv3d without the "
+     "reshape: a pixel scramble / channel shift",
+     "not stated in the thread", "any image: every patch row is permuted"),
     ("Eagle3 aux states captured one layer off", "eagle3_tap_output",
      ["vllm-project/vllm#43671"],
      "position-0 acceptance about 10% instead of about 45%: speculation slower than none",
