@@ -570,7 +570,13 @@ def mutant_case(name):
                    "clauses": sorted([MUTANT_CLAUSE[name], CL["num_bf16"]]),
                    "description": "mutant: " + m3np.MUTANTS[name] + " (otherwise the faithful bf16 mode)"})
     return {"meta": mj, "json_name": "mutant.json",
-            "files": {"dump.safetensors": st.dumps(d, meta)}}
+            "files": {"dump.safetensors": st.dumps(bf16_store(d), meta)}}
+
+
+def bf16_store(d):
+    """Dump tensors for storage: floats as BF16 where exactly representable
+    (M3-DUMP-1; the kit widens them exactly), the rest as they are."""
+    return {n: (st.BF16(v) if v.dtype == F32 and np.array_equal(bf16_round(v), v) else v) for n, v in d.items()}
 
 
 for _n in ["faithful_bf16"] + sorted(m3np.MUTANTS):
@@ -707,7 +713,6 @@ def port_bug_case(name):
             vis = T
             break
     assert vis is not None
-    store = {n: (st.BF16(v) if v.dtype == F32 and np.array_equal(bf16_round(v), v) else v) for n, v in d.items()}
     layer = int(first.split(".")[1])
     sub = first.split(".", 2)[2]
     comp = MUTANT_COMPONENT.get(sub, "moe" if (sub == "mlp.output" and cfg.moe[layer]) else sub.split(".")[0])
@@ -718,7 +723,7 @@ def port_bug_case(name):
           "port_bug": {"condition": cond, "visible_from_tokens": vis, "chunks": list(chunks)},
           "description": "port bug: " + m3np.PORT_BUGS[name] + " (otherwise the faithful bf16 mode). Real shape: "
                          + cond}
-    return {"meta": mj, "json_name": "mutant.json", "files": {"dump.safetensors": st.dumps(store, meta)}}
+    return {"meta": mj, "json_name": "mutant.json", "files": {"dump.safetensors": st.dumps(bf16_store(d), meta)}}
 
 
 for _n in sorted(PORT_BUG):
