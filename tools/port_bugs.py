@@ -103,7 +103,7 @@ CLASSES = [
     ("vision: 2-axis RoPE, or RoPE over all 80 dims", "vis_rope_2d",
      ["jjang-ai/vmlx#214"],
      "the old code was a 2-axis (H, W) RoPE with the wrong axis_dim",
-     "not stated in the thread", "any image of 2 x 2 patches or more (the first vision layer)"),
+     "not stated in the thread", "any image (every image has 2 x 2 patches or more), from the first vision layer on"),
     ("vision: pixel channel order swapped before the Conv3d", "vis_pixel_order",
      ["Blaizzy/mlx-vlm#1429"],
      "pixel_values arrive in (C, T, ph, pw) order and were fed to a channels-last Conv3d without the "
