@@ -38,7 +38,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 LIB       := $(BUILD)/libm3.a
 
-.PHONY: all deps run check test unit-test cli-test bench vectors vectors-big vectors-check vectors-real synth-test synth-sums conform-real coverage coverage-check gpu clean
+.PHONY: all deps run check test unit-test cli-test bench vectors vectors-big vectors-check vectors-real synth-test synth-sums conform-real port-bugs-check coverage coverage-check gpu clean
 .DEFAULT_GOAL := all
 
 all: deps bin/m3-ref $(if $(CONF_SRC),bin/m3-conform)
@@ -111,7 +111,7 @@ check: all unit-test cli-test coverage-check
 	bin/m3-conform run vectors/manifest.json --teacher-forced --quiet
 	@echo "m3: quick checks passed (make test runs everything)"
 
-test: all unit-test cli-test synth-test progress-test install-test coverage-check vectors-check conform-test hf-check demo-check eagle-check tour-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
+test: all unit-test cli-test synth-test progress-test install-test coverage-check vectors-check conform-test port-bugs-check hf-check demo-check eagle-check tour-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
 	@echo "m3: all tests passed"
 
 # progress and summary lines in a real terminal (a tmux pane), in a log, under
@@ -378,6 +378,11 @@ conform-test: bin/m3-conform bin/m3-ref vectors-big $(BUILD)/tests/cli_helper
 	sh tests/conform_cli.sh bin/m3-conform bin/m3-ref $(PYTHON)
 	sh tests/chat_check.sh bin/m3-conform
 	sh tests/conform_port.sh bin/m3-conform bin/m3-ref $(BUILD)/tests/cli_helper $(PYTHON) $(BUILD)/vectors-long
+
+# docs/port-bugs.md: its "flagged first" column is the kit's verdict on each
+# published port-bug mutant (tools/port_bugs.py runs m3-conform check on each)
+port-bugs-check: bin/m3-conform
+	$(PYTHON) tools/port_bugs.py --check docs/port-bugs.md
 
 # ---- GPU path (gpu/) --------------------------------------------------------
 # make gpu        bin/m3-gpu with nvcc (CUDA, cuBLAS; gpu/hip_compat.h maps HIP)
