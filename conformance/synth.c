@@ -305,7 +305,7 @@ static int plan_weights(plan *p, const cf_synth_opts *o, const shape *S)
  * spaces to a multiple of 8. Sets the data offsets. Caller frees. */
 static char *st_header(tspec *t, int n, size_t *len, unsigned long long *data_bytes, m3_err *e)
 {
-    size_t cap = 256 + (size_t)n * (NAME_CAP + 128), k = 0;
+    size_t cap = 256 + (size_t)n * (NAME_CAP + 256), k = 0; /* an entry is at most ~330 bytes */
     char *h = malloc(cap);
     if (!h) {
         m3_fail(e, "synth: out of memory for a safetensors header");
@@ -1121,6 +1121,8 @@ int cf_synth_write(const cf_synth_opts *o, FILE *log, m3_err *e)
                 o->layers, o->dense_layers, o->layers - o->dense_layers, o->vocab, o->vision_layers,
                 o->tiny ? "tiny" : "released", p.n, p.nshards, (double)p.total_data / 1e9, (double)have / 1e9,
                 o->out);
+    if (log)
+        fflush(log);
     if (need > have) {
         m3_fail(e, "synth: %s: the checkpoint needs %.2f GB of disk (%llu bytes, with a %lld MB margin) "
                    "but only %.2f GB are free there; choose fewer --layers, a smaller --vocab or "
