@@ -20,7 +20,7 @@
  *   every product rounded before its add).
  * - One input row (decode, m3_matvec): four weight rows at a time, bf16 or
  *   f32 weights widened in the inner loop; the weights stream once.
- * - Many input rows (prefill, m3_matmul with n >= 4): tiles of NI input rows
+ * - Many input rows (prefill, m3_matmul with n >= 2): tiles of <= NI input rows
  *   x RB weight rows x KC columns. A weight tile is widened to fp32 once and
  *   used by all NI input rows; each 4 x 4 block of outputs keeps its 4*4*8
  *   partial sums in registers over the KC columns, and in the tile's partial
@@ -33,8 +33,10 @@
 
 /* Columns per tile (a multiple of 8). */
 #define KC 256
-/* Input rows per tile (a multiple of RI). */
-#define NI 60
+/* Input rows per tile at most (a multiple of RI); n rows are split into
+ * tiles of nearly equal size, so that a weight tile is widened as few times
+ * as possible (64 rows: one tile, not 60 + 4). */
+#define NI 72
 /* Weight rows per tile (a multiple of RR). */
 #define RB 32
 /* Register block: input rows x weight rows of one micro-kernel call. */
@@ -215,8 +217,11 @@ static void matmul_tiled(float *Y, const m3_mat *W, const float *X, int n)
     const int rows = W->rows, cols = W->cols;
     const size_t xs = (size_t)cols;
 
-    for (int i0 = 0; i0 < n; i0 += NI) {
-        const int ni = n - i0 < NI ? n - i0 : NI;
+    const int ntiles = (n + NI - 1) / NI;
+    int step = (n + ntiles - 1) / ntiles;
+    step = (step + RI - 1) / RI * RI; /* <= NI */
+    for (int i0 = 0; i0 < n; i0 += step) {
+        const int ni = n - i0 < step ? n - i0 : step;
         for (int r0 = 0; r0 < rows; r0 += RB) {
             const int rb = rows - r0 < RB ? rows - r0 : RB;
             memset(P, 0, sizeof P);

@@ -9,11 +9,13 @@
  * points owned here: embedding rows, linear outputs of q/k/v/o/index_q/index_k
  * and lm_head, residual adds, logits), M3-DUMP-* (activation dump names).
  *
- * A forward over n tokens walks the layers in order; inside a layer it walks
- * the n rows in position order and finishes each row (attention, then FFN)
- * before the next. Row t only reads cache rows <= its own position, which are
- * all written by then, so each row's arithmetic is the same whatever n is:
- * prefill, chunked prefill and decode are bit-identical.
+ * A forward over n tokens walks the layers in order; inside a layer it runs
+ * each step over many rows at once (one matmul per projection, the rows routed
+ * to each expert batched), attention before the feed-forward. Row t only reads
+ * cache rows <= its own position, which are all written by then, and every
+ * other step is row-wise with m3_matmul giving m3_matvec's bits, so each
+ * row's arithmetic is the same whatever n is: prefill, chunked prefill and
+ * decode are bit-identical.
  */
 #include "model.h"
 
@@ -30,10 +32,12 @@
 #include "progress.h"
 #include "rope.h"
 
-/* Rows of one layer pass (prefill runs a layer on chunks of this many rows:
- * bounded scratch, and every weight read once per chunk). */
-#define M3_CHUNK_ROWS 1024
-/* Rows of one MLP or expert batch inside a chunk. */
+/* Prefill runs a layer's attention on chunks of this many rows, then its
+ * feed-forward on chunks of M3_FFN_CHUNK rows (bounded scratch; each weight
+ * read once per chunk, the experts' weights once per FFN chunk). */
+#define M3_ATTN_CHUNK 1024
+#define M3_FFN_CHUNK 4096
+/* Rows of one MLP or expert batch inside an FFN chunk. */
 #define M3_FFN_ROWS 256
 
 /* ------------------------------------------------------------------------ */
@@ -84,24 +88,25 @@ struct m3_state {
     float **kc, **vc;   /* [L] -> [cap, nkv, hd] (rounded in bf16 mode) */
     float **ikc;        /* [L] -> [cap, ihd] on sparse layers, else NULL */
     /* scratch, sized once; a layer runs on chunks of up to `chunk` rows */
-    int chunk;          /* rows of one layer pass: min(cap, M3_CHUNK_ROWS) */
-    int ffn_rows;       /* rows of one MLP / expert batch: min(chunk, M3_FFN_ROWS) */
+    int achunk;         /* rows of one attention pass: min(cap, M3_ATTN_CHUNK) */
+    int fchunk;         /* rows of one feed-forward pass: min(cap, M3_FFN_CHUNK) */
+    int ffn_rows;       /* rows of one MLP / expert batch: min(fchunk, M3_FFN_ROWS) */
     float *h;           /* [cap, H] residual stream of the rows of one call */
-    float *xn;          /* [chunk, H] normed rows */
-    float *q;           /* [chunk, nh * hd] */
-    float *att;         /* [chunk, nh * hd] attention outputs */
-    float *tmp;         /* [chunk, H] o_proj / FFN outputs */
-    float *iq;          /* [chunk, ih * ihd] */
+    float *xn;          /* [max(achunk, fchunk), H] normed rows */
+    float *q;           /* [achunk, nh * hd] */
+    float *att;         /* [achunk, nh * hd] attention outputs */
+    float *tmp;         /* [max(achunk, fchunk), H] o_proj / FFN outputs */
+    float *iq;          /* [achunk, ih * ihd] */
     float *cos_t, *sin_t; /* [rotary_dim / 2] */
     float *ascr;        /* [m3_attention_scratch(cap - 1, ...)] attention scratch */
     float *bs;          /* [G, max blocks] block scores */
     int32_t *blk;       /* [G, topk] selected blocks */
     int topk;           /* selection width: min(index_topk, blocks of cap); dumps pad to index_topk */
     float *ffn;         /* FFN scratch */
-    int32_t *ridx;      /* [chunk, k] */
-    float *rw;          /* [chunk, k] */
-    float *rscores;     /* [chunk, E] */
-    int32_t *rsel;      /* [chunk] rows routed to one expert */
+    int32_t *ridx;      /* [fchunk, k] */
+    float *rw;          /* [fchunk, k] */
+    float *rscores;     /* [fchunk, E] */
+    int32_t *rsel;      /* [fchunk] rows routed to one expert */
     m3_progress *progress; /* not owned; NULL: no progress reports */
 };
 
@@ -225,14 +230,16 @@ m3_state *m3_state_new(const m3_model *m, int64_t max_tokens, m3_mode mode, m3_e
     }
 
     size_t nb_max = (size_t)(any_sparse ? m3_msa_num_blocks(max_tokens - 1, c->index_block_size) : 1);
-    s->chunk = max_tokens < M3_CHUNK_ROWS ? (int)max_tokens : M3_CHUNK_ROWS;
-    s->ffn_rows = s->chunk < M3_FFN_ROWS ? s->chunk : M3_FFN_ROWS;
-    const size_t CH = (size_t)s->chunk, FR = (size_t)s->ffn_rows;
+    s->achunk = max_tokens < M3_ATTN_CHUNK ? (int)max_tokens : M3_ATTN_CHUNK;
+    s->fchunk = max_tokens < M3_FFN_CHUNK ? (int)max_tokens : M3_FFN_CHUNK;
+    s->ffn_rows = s->fchunk < M3_FFN_ROWS ? s->fchunk : M3_FFN_ROWS;
+    const size_t CH = (size_t)s->achunk, CF = (size_t)s->fchunk, FR = (size_t)s->ffn_rows;
+    const size_t CX = CH > CF ? CH : CF;
     size_t ffn = 1;
     if (any_dense_mlp)
         ffn = 2 * (size_t)c->dense_intermediate_size * FR;
     if (any_moe) {
-        size_t f = m3_moe_rows_scratch(c, s->chunk, s->ffn_rows);
+        size_t f = m3_moe_rows_scratch(c, s->fchunk, s->ffn_rows);
         if (f > ffn)
             ffn = f;
     }
@@ -240,10 +247,10 @@ m3_state *m3_state_new(const m3_model *m, int64_t max_tokens, m3_mode mode, m3_e
     size_t E = (size_t)imax(c->num_experts, 1);
 
     s->h = alloc3(cap, H, sizeof(float));
-    s->xn = alloc3(CH, H, sizeof(float));
+    s->xn = alloc3(CX, H, sizeof(float));
     s->q = alloc3(CH, nh * hd, sizeof(float));
     s->att = alloc3(CH, nh * hd, sizeof(float));
-    s->tmp = alloc3(CH, H, sizeof(float));
+    s->tmp = alloc3(CX, H, sizeof(float));
     s->iq = alloc3(CH, (G ? G : 1) * (ihd ? ihd : 1), sizeof(float));
     s->cos_t = alloc3((size_t)imax(c->rotary_dim / 2, 1), 1, sizeof(float));
     s->sin_t = alloc3((size_t)imax(c->rotary_dim / 2, 1), 1, sizeof(float));
@@ -255,10 +262,10 @@ m3_state *m3_state_new(const m3_model *m, int64_t max_tokens, m3_mode mode, m3_e
     s->topk = any_sparse && (size_t)c->index_topk > nb_max ? (int)nb_max : imax(c->index_topk, 1);
     s->blk = alloc3(G ? G : 1, (size_t)s->topk, sizeof(int32_t));
     s->ffn = alloc3(ffn, 1, sizeof(float));
-    s->ridx = alloc3(CH, kmax, sizeof(int32_t));
-    s->rw = alloc3(CH, kmax, sizeof(float));
-    s->rscores = alloc3(CH, E, sizeof(float));
-    s->rsel = alloc3(CH, 1, sizeof(int32_t));
+    s->ridx = alloc3(CF, kmax, sizeof(int32_t));
+    s->rw = alloc3(CF, kmax, sizeof(float));
+    s->rscores = alloc3(CF, E, sizeof(float));
+    s->rsel = alloc3(CF, 1, sizeof(int32_t));
     if (!s->h || !s->xn || !s->q || !s->att || !s->tmp || !s->iq || !s->cos_t || !s->sin_t ||
         !s->ascr || !s->bs || !s->blk || !s->ffn || !s->ridx || !s->rw || !s->rscores ||
         !s->rsel) {
@@ -412,13 +419,14 @@ static void stage_rows(float *dst, const float *src, int t0, int n, int w)
         memcpy(dst + (size_t)t0 * (size_t)w, src, sizeof(float) * (size_t)n * (size_t)w);
 }
 
-/* Run layer l on rows x [n, H] at positions pos0..pos0+n-1, in place, with
- * n <= s->chunk. Each step runs over all n rows before the next one; the only
- * step that mixes rows is attention (and the indexer), and row t reads cache
- * rows <= pos0 + t only, all written by the steps before it.
- * d: staging for dumps, or NULL; t0: the rows' first staging row. */
-static void layer_chunk(const m3_model *m, m3_state *s, int l, float *x, int n, int64_t pos0,
-                        dump_stage *d, int t0)
+/* The attention half of layer l on rows x [n, H] at positions pos0..pos0+n-1,
+ * in place (x += attention), n <= s->achunk. Each step runs over all n rows
+ * before the next one; the only step that mixes rows is attention (and the
+ * indexer), and row t reads cache rows <= pos0 + t only, all written by the
+ * steps before it. d: staging for dumps, or NULL; t0: the rows' first
+ * staging row. */
+static void attn_chunk(const m3_model *m, m3_state *s, int l, float *x, int n, int64_t pos0,
+                       dump_stage *d, int t0)
 {
     const m3_text_config *c = &m->cfg.text;
     const m3_layer_weights *lw = &m->w.layers[l];
@@ -495,8 +503,20 @@ static void layer_chunk(const m3_model *m, m3_state *s, int l, float *x, int n, 
     add_round(x, s->tmp, n * H, mode);
     if (d)
         stage_rows(d->post_attn, x, t0, n, H);
+}
 
-    /* feed-forward */
+/* The feed-forward half of layer l on rows x [n, H], in place (x += FFN),
+ * n <= s->fchunk; rows are independent here. */
+static void ffn_chunk(const m3_model *m, m3_state *s, int l, float *x, int n, dump_stage *d,
+                      int t0)
+{
+    const m3_text_config *c = &m->cfg.text;
+    const m3_layer_weights *lw = &m->w.layers[l];
+    const m3_mode mode = s->mode;
+    const int H = c->hidden_size;
+    const float eps = c->rms_norm_eps;
+    const size_t Hs = (size_t)H;
+
     for (int t = 0; t < n; t++)
         m3_rmsnorm(s->xn + (size_t)t * Hs, x + (size_t)t * Hs, &lw->post_norm, H, eps, mode);
     if (d)
@@ -524,18 +544,25 @@ static void layer_chunk(const m3_model *m, m3_state *s, int l, float *x, int n, 
         stage_rows(d->output, x, t0, n, H);
 }
 
-/* Layer l on rows x [n, H] at positions pos0.., in chunks of s->chunk rows
- * (chunked prefill, bit-identical to one pass: M3-CACHE-2). */
+/* Layer l on rows x [n, H] at positions pos0..: attention on chunks of
+ * s->achunk rows, then the feed-forward on chunks of s->fchunk rows. A row's
+ * arithmetic is the same whatever the chunks (the attention of row t needs
+ * only the caches of rows <= t; the FFN of a row only that row), so this is
+ * bit-identical to one row at a time (M3-CACHE-2). */
 static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, int64_t pos0,
                        dump_stage *d)
 {
+    const size_t H = (size_t)m->cfg.text.hidden_size;
     if (s->progress)
         m3_progress_stage(s->progress, "layer", l, m->cfg.text.num_layers);
-    for (int t0 = 0; t0 < n; t0 += s->chunk) {
-        int nc = n - t0 < s->chunk ? n - t0 : s->chunk;
-        layer_chunk(m, s, l, x + (size_t)t0 * (size_t)m->cfg.text.hidden_size, nc, pos0 + t0, d,
-                    t0);
-        if (s->progress)
+    for (int t0 = 0; t0 < n; t0 += s->achunk) {
+        int nc = n - t0 < s->achunk ? n - t0 : s->achunk;
+        attn_chunk(m, s, l, x + (size_t)t0 * H, nc, pos0 + t0, d, t0);
+    }
+    for (int t0 = 0; t0 < n; t0 += s->fchunk) {
+        int nc = n - t0 < s->fchunk ? n - t0 : s->fchunk;
+        ffn_chunk(m, s, l, x + (size_t)t0 * H, nc, d, t0);
+        if (s->progress) /* a row is done when its feed-forward is */
             m3_progress_add(s->progress, nc);
     }
 }
