@@ -97,6 +97,18 @@ static void sha256_final(sha256 *s, char hex[65])
         snprintf(hex + 8 * i, 9, "%08x", s->h[i]);
 }
 
+void cf_sha256_parts(const void *const *parts, const size_t *lens, int n, char hex[65])
+{
+    sha256 s;
+    sha256_init(&s);
+    for (int k = 0; k < n; k++) {
+        uint8_t sep = 0;
+        sha256_update(&s, parts[k], lens[k]);
+        sha256_update(&s, &sep, 1); /* a separator, so that ("ab","c") and ("a","bc") differ */
+    }
+    sha256_final(&s, hex);
+}
+
 int cf_sha256_file(const char *path, char hex[65], m3_err *e)
 {
     FILE *f = m3_fopen_regular(path, e);
@@ -290,11 +302,14 @@ int cf_case_parse(cf_case *c, const char *json, size_t len, const char *dir, m3_
             c->chunks[c->nchunks++] = (int)x->valuedouble;
         }
     }
-    const cJSON *rsel = cJSON_GetObjectItemCaseSensitive(params, "rows");
-    if (rsel && (!cJSON_IsString(rsel) || !rsel->valuestring[0] || strlen(rsel->valuestring) > 4096)) {
-        m3_fail(e, "%s: params.rows must be a row selector string such as \"*blocks~1,2048:,-16:\" (M3-DUMP-11)",
-                where);
-        goto fail;
+    static const char *const sel_keys[] = {"rows", "logits_rows"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *rsel = cJSON_GetObjectItemCaseSensitive(params, sel_keys[k]);
+        if (rsel && (!cJSON_IsString(rsel) || !rsel->valuestring[0] || strlen(rsel->valuestring) > 4096)) {
+            m3_fail(e, "%s: params.%s must be a row selector string such as \"*blocks~1,2048:,-16:\" "
+                       "(M3-DUMP-11)", where, sel_keys[k]);
+            goto fail;
+        }
     }
     const cJSON *mnt = cJSON_GetObjectItemCaseSensitive(params, "max_new_tokens");
     if (mnt) {

@@ -972,10 +972,13 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
                         covered[pos ? pos[j] : j] = 1;
             }
             /* the rows the case wants (M3-DUMP-11) */
-            if (ctx->want && (pos || n_rows(o) != ctx->want_T)) {
+            int is_logits = strcmp(g->name, "logits") == 0 && ctx->want_logits;
+            const unsigned char *want = is_logits ? ctx->want_logits : ctx->want;
+            const char *wsel = is_logits ? ctx->want_logits_sel : ctx->want_sel;
+            if (want && (pos || n_rows(o) != ctx->want_T)) {
                 long miss = -1, nmiss = 0, j = 0;
                 for (long p = 0; p < ctx->want_T; p++) {
-                    if (!ctx->want[p])
+                    if (!want[p])
                         continue;
                     while (pos && j < npos && pos[j] < p)
                         j++;
@@ -986,8 +989,8 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
                 if (nmiss) {
                     rec->result = CF_FAIL;
                     snprintf(rec->msg, sizeof rec->msg,
-                             "the case wants %ld position%s this dump's rows lack (first: %ld; params.rows \"%.200s\", "
-                             "M3-DUMP-11)", nmiss, plural(nmiss), miss, ctx->want_sel ? ctx->want_sel : "");
+                             "the case wants %ld position%s this dump's rows lack (first: %ld; params.%s \"%.200s\", "
+                             "M3-DUMP-11)", nmiss, plural(nmiss), miss, is_logits ? "logits_rows" : "rows", wsel ? wsel : "");
                     continue;
                 }
             }

@@ -132,11 +132,13 @@ int cf_tset_add_i(cf_tset *s, const char *name, int ndim, const int64_t *shape,
     return 0;
 }
 
-int cf_tset_from_store(cf_tset *s, const m3_store *st, m3_err *e)
+static int from_store(cf_tset *s, const m3_store *st, int (*keep)(const char *, void *), void *arg, m3_err *e)
 {
     size_t cnt = m3_store_count(st);
     for (size_t k = 0; k < cnt; k++) {
         const m3_tensor *src = m3_store_at(st, k);
+        if (keep && !keep(src->name, arg))
+            continue; /* never touched: the file is mapped, so its pages are never read */
         cf_tensor *t = slot(s, src->name, e);
         if (!t || set_shape(t, src->ndim, src->shape, e))
             return m3_fail_prefix(e, "%s", src->file ? src->file : "dump");
@@ -163,6 +165,22 @@ int cf_tset_from_store(cf_tset *s, const m3_store *st, m3_err *e)
         }
     }
     return 0;
+}
+
+int cf_tset_from_store(cf_tset *s, const m3_store *st, m3_err *e)
+{
+    return from_store(s, st, NULL, NULL, e);
+}
+
+int cf_tset_load_select(cf_tset *s, const char *path, int (*keep)(const char *name, void *arg), void *arg,
+                        m3_err *e)
+{
+    m3_store *st = NULL;
+    if (m3_store_open(&st, path, e))
+        return -1;
+    int rc = from_store(s, st, keep, arg, e);
+    m3_store_close(st);
+    return rc;
 }
 
 int cf_tset_load(cf_tset *s, const char *path, m3_err *e)

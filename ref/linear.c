@@ -33,12 +33,12 @@
 
 /* Columns per tile (a multiple of 8). */
 #define KC 256
-/* Input rows per tile. */
-#define NI 64
+/* Input rows per tile (a multiple of RI). */
+#define NI 60
 /* Weight rows per tile (a multiple of RR). */
 #define RB 32
 /* Register block: input rows x weight rows of one micro-kernel call. */
-#define RI 4
+#define RI 6
 #define RR 4
 
 /* dst [len] = W[r, c0 .. c0+len) widened to fp32. */
@@ -146,36 +146,52 @@ static void matvec_one(float *y, const m3_mat *W, const float *x)
 #if defined(__GNUC__)
 typedef float lanes8 __attribute__((vector_size(32)));
 
-static void micro_4x4(float *P, int ps, const float *x, size_t xs, const float *w, int len)
+static inline void micro(float *P, int ps, const float *x, size_t xs, const float *w, int len,
+                         const int ri)
 {
-    lanes8 a[RI][RR], wv[RR], xv[RI];
-    for (int i = 0; i < RI; i++)
+    lanes8 a[RI][RR], wv[RR], xv;
+    for (int i = 0; i < ri; i++)
         for (int j = 0; j < RR; j++)
             memcpy(&a[i][j], P + (size_t)i * (size_t)ps + (size_t)j * 8, sizeof a[i][j]);
     for (int c = 0; c < len; c += 8) {
         for (int j = 0; j < RR; j++)
             memcpy(&wv[j], w + j * KC + c, sizeof wv[j]);
-        for (int i = 0; i < RI; i++)
-            memcpy(&xv[i], x + (size_t)i * xs + (size_t)c, sizeof xv[i]);
-        for (int i = 0; i < RI; i++)
+        for (int i = 0; i < ri; i++) {
+            memcpy(&xv, x + (size_t)i * xs + (size_t)c, sizeof xv);
             for (int j = 0; j < RR; j++)
-                a[i][j] += wv[j] * xv[i];
+                a[i][j] += wv[j] * xv;
+        }
     }
-    for (int i = 0; i < RI; i++)
+    for (int i = 0; i < ri; i++)
         for (int j = 0; j < RR; j++)
             memcpy(P + (size_t)i * (size_t)ps + (size_t)j * 8, &a[i][j], sizeof a[i][j]);
 }
 #else
-static void micro_4x4(float *P, int ps, const float *x, size_t xs, const float *w, int len)
+static inline void micro(float *P, int ps, const float *x, size_t xs, const float *w, int len,
+                         const int ri)
 {
     for (int c = 0; c < len; c += 8)
-        for (int i = 0; i < RI; i++)
+        for (int i = 0; i < ri; i++)
             for (int j = 0; j < RR; j++)
                 for (int l = 0; l < 8; l++)
                     P[(size_t)i * (size_t)ps + (size_t)j * 8 + (size_t)l] +=
                         w[j * KC + c + l] * x[(size_t)i * xs + (size_t)(c + l)];
 }
 #endif
+
+/* micro for ri = 1 .. RI input rows, each count its own compiled copy. */
+static void micro_rows(float *P, int ps, const float *x, size_t xs, const float *w, int len,
+                       int ri)
+{
+    switch (ri) {
+    case 6: micro(P, ps, x, xs, w, len, 6); break;
+    case 5: micro(P, ps, x, xs, w, len, 5); break;
+    case 4: micro(P, ps, x, xs, w, len, 4); break;
+    case 3: micro(P, ps, x, xs, w, len, 3); break;
+    case 2: micro(P, ps, x, xs, w, len, 2); break;
+    default: micro(P, ps, x, xs, w, len, 1); break;
+    }
+}
 
 /* The same for an edge block of ni <= RI input rows and nj <= RR weight rows,
  * and for tail columns: c runs from c_from to len (any len). */
@@ -216,8 +232,8 @@ static void matmul_tiled(float *Y, const m3_mat *W, const float *X, int n)
                         const int bj = rb - j < RR ? rb - j : RR;
                         float *p = P + (size_t)i * ps + (size_t)j * 8;
                         const float *w = wt + (size_t)j * KC;
-                        if (bi == RI && bj == RR)
-                            micro_4x4(p, ps, x, xs, w, full);
+                        if (bj == RR)
+                            micro_rows(p, ps, x, xs, w, full, bi);
                         else
                             micro_edge(p, ps, x, xs, w, 0, full, bi, bj);
                         if (full < len) /* only in the last column tile */
@@ -242,7 +258,7 @@ void m3_matvec(float *y, const m3_mat *W, const float *x)
  * comment, independent of n and of the path. */
 void m3_matmul(float *Y, const m3_mat *W, const float *X, int n)
 {
-    if (n >= RI) {
+    if (n >= 2) {
         matmul_tiled(Y, W, X, n);
         return;
     }

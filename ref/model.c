@@ -93,7 +93,7 @@ struct m3_state {
     float *tmp;         /* [chunk, H] o_proj / FFN outputs */
     float *iq;          /* [chunk, ih * ihd] */
     float *cos_t, *sin_t; /* [rotary_dim / 2] */
-    float *ascr;        /* [cap] attention scratch */
+    float *ascr;        /* [m3_attention_scratch(cap - 1, ...)] attention scratch */
     float *bs;          /* [G, max blocks] block scores */
     int32_t *blk;       /* [G, topk] selected blocks */
     int topk;           /* selection width: min(index_topk, blocks of cap); dumps pad to index_topk */
@@ -247,7 +247,8 @@ m3_state *m3_state_new(const m3_model *m, int64_t max_tokens, m3_mode mode, m3_e
     s->iq = alloc3(CH, (G ? G : 1) * (ihd ? ihd : 1), sizeof(float));
     s->cos_t = alloc3((size_t)imax(c->rotary_dim / 2, 1), 1, sizeof(float));
     s->sin_t = alloc3((size_t)imax(c->rotary_dim / 2, 1), 1, sizeof(float));
-    s->ascr = alloc3(cap, 1, sizeof(float));
+    s->ascr = alloc3(m3_attention_scratch(max_tokens - 1, c->num_heads, c->num_kv_heads, c->head_dim),
+                     1, sizeof(float));
     s->bs = alloc3(G ? G : 1, nb_max, sizeof(float));
     /* no row can select more blocks than the capacity has: a huge index_topk must not
      * size scratch or the per-row selection loop */

@@ -1,7 +1,10 @@
 /* cli_helper.c — helper program for tests/cli_test.sh (not a test itself).
  *
  *   cli_helper fixture DIR [--layers N] [--mtp N] [--eos ID] [--max-pos N] [--seed S]
- *       write a tiny random M3 checkpoint (tests/fixture.h) into DIR
+ *                      [--hidden H] [--heads N] [--kv-heads N] [--head-dim D] [--rotary R]
+ *                      [--vocab V] [--dense N] [--block B] [--topk K] [--index-dim D]
+ *       write a tiny random M3 checkpoint (tests/fixture.h) into DIR (--dense: the
+ *       first N layers dense attention + dense MLP, the rest MSA + MoE)
  *   cli_helper dump-check DUMP DIR T [--bf16]
  *       check that DUMP holds exactly the activation names of a T-row forward
  *       of the model in DIR (M3-DUMP-*), with the right shapes and dtypes;
@@ -54,6 +57,26 @@ static int cmd_fixture(int argc, char **argv)
             o.max_position_embeddings = v;
         else if (!strcmp(argv[i], "--seed"))
             o.seed = (uint64_t)v;
+        else if (!strcmp(argv[i], "--hidden"))
+            o.hidden_size = (int)v;
+        else if (!strcmp(argv[i], "--heads"))
+            o.num_heads = (int)v;
+        else if (!strcmp(argv[i], "--kv-heads"))
+            o.num_kv_heads = (int)v;
+        else if (!strcmp(argv[i], "--head-dim"))
+            o.head_dim = (int)v;
+        else if (!strcmp(argv[i], "--rotary"))
+            o.rotary_dim = (int)v;
+        else if (!strcmp(argv[i], "--vocab"))
+            o.vocab_size = (int)v;
+        else if (!strcmp(argv[i], "--dense"))
+            o.n_dense = (int)v;
+        else if (!strcmp(argv[i], "--block"))
+            o.block_size = (int)v;
+        else if (!strcmp(argv[i], "--topk"))
+            o.index_topk = (int)v;
+        else if (!strcmp(argv[i], "--index-dim"))
+            o.index_head_dim = (int)v;
         else {
             fprintf(stderr, "cli_helper fixture: unknown option %s\n", argv[i]);
             return 2;

@@ -98,10 +98,12 @@ def encode(tensors, metadata=None):
     return struct.pack("<Q", len(h)) + h + b"".join(blobs)
 
 
-def write_dump(path, tensors, unsupported=(), rows=None, row_sets=None, producer="", mode="", T=None):
+def write_dump(path, tensors, unsupported=(), rows=None, row_sets=None, producer="", mode="", T=None,
+               metadata=None):
     """Write a dump (M3-DUMP-1): tensors {name: numpy array}; unsupported:
     capabilities declared absent (M3-DUMP-6); rows / row_sets: the positions
-    of a row subset (M3-DUMP-10), checked against T when given."""
+    of a row subset (M3-DUMP-10), checked against T when given; metadata:
+    more __metadata__ strings (e.g. the producer's versions)."""
     out = dict(tensors)
     sets = dict(row_sets or {})
     if rows is not None:
@@ -117,7 +119,8 @@ def write_dump(path, tensors, unsupported=(), rows=None, row_sets=None, producer
         ax = _row_axis(name)
         if rs is not None and np.ndim(a) > ax and np.shape(a)[ax] not in (len(rs), T):
             raise ValueError("%s has %d rows; its row set has %d" % (name, np.shape(a)[ax], len(rs)))
-    meta = {"m3.dump_version": "1"}
+    meta = dict(metadata or {})
+    meta["m3.dump_version"] = "1"
     if unsupported:
         meta["m3.unsupported"] = ",".join(unsupported)
     if producer:
@@ -209,8 +212,8 @@ def _main(argv):
         keep = re.compile(r"layers\.\d+\.(input|output)$|final_norm$|logits$|greedy_tokens$|eagle3\.aux$")
         t = {k: v for k, v in t.items() if keep.match(k)}
         caps.append("internals")
+    T = a.T or next(v.shape[0] for k, v in t.items() if k in ("layers.0.input", "embeddings", "logits"))
     t = {k: v for k, v in t.items() if k not in drop}
-    T = a.T or t["layers.0.input"].shape[0]
     rows = parse_selector(a.rows, T, a.block) if a.rows else None
     sets = {}
     if a.logits_rows:
