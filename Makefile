@@ -341,13 +341,21 @@ fuzz-libfuzzer:
 
 # The unit tests and the CLI tests under AddressSanitizer + UBSan (build-asan/);
 # any report is fatal (ASAN_OPTIONS / UBSAN_OPTIONS above).
+# Also bin/m3-conform under the same sanitizers: a short suite run (a text and a
+# vision model case, teacher-forced too) and the hostile-input tests of
+# tests/conform_cli.sh.
 asan-test:
 	CFLAGS="$(SAN_FLAGS)" $(MAKE) --no-print-directory BUILD=build-asan \
-	  $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BIN)) build-asan/tests/cli_helper
+	  $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BIN)) build-asan/tests/cli_helper \
+	  $(patsubst $(BUILD)/%,build-asan/%,$(CONF_OBJ))
 	@mkdir -p build-asan/bin
 	$(CC) $(SAN_FLAGS) $(filter-out -O2,$(CFLAGS)) -o build-asan/bin/m3-ref ref/cli/m3-ref.c build-asan/libm3.a $(LDLIBS)
+	$(CC) $(SAN_FLAGS) $(filter-out -O2,$(CFLAGS)) -o build-asan/bin/m3-conform \
+	  $(patsubst $(BUILD)/%,build-asan/%,$(CONF_OBJ)) build-asan/libm3.a $(LDLIBS)
 	@set -e; for t in $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BIN)); do echo "== $$t (asan)"; $$t; done
 	sh tests/cli_test.sh build-asan/bin/m3-ref build-asan/tests/cli_helper
+	build-asan/bin/m3-conform run vectors/model/tiny_fp32 vectors/model/vision_tiny_fp32 --teacher-forced --quiet
+	CONFORM_CLI_ASAN=1 sh tests/conform_cli.sh build-asan/bin/m3-conform build-asan/bin/m3-ref $(PYTHON)
 
 # The CLI under valgrind on the embedded model: forward, generate, inspect.
 # Built in build-vg/ with the kernels for the baseline ISA (valgrind does not

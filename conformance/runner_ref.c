@@ -182,7 +182,14 @@ static int run_rope(inputs *in, cf_tset *out, m3_err *e)
         goto done;
     }
     for (int t = 0; t < T; t++) {
-        int64_t pos = p->dtype == M3_I32 ? ((const int32_t *)p->data)[t] : ((const int64_t *)p->data)[t];
+        int64_t pos; /* memcpy: tensor data may sit at any offset */
+        if (p->dtype == M3_I32) {
+            int32_t v32;
+            memcpy(&v32, (const char *)p->data + 4 * (size_t)t, 4);
+            pos = v32;
+        } else {
+            memcpy(&pos, (const char *)p->data + 8 * (size_t)t, 8);
+        }
         if (pos < 0 || pos > ((int64_t)1 << 40)) {
             m3_fail(e, "%s: positions[%d] = %lld is out of range", in->path, t, (long long)pos);
             goto done;
@@ -988,6 +995,10 @@ static const int32_t *need_ids(inputs *in, const char *name, int64_t *n, m3_err 
         return NULL;
     if (t->dtype != M3_I32) {
         m3_fail(e, "%s: tensor \"%s\" must be int32", in->path, name);
+        return NULL;
+    }
+    if ((uintptr_t)t->data % sizeof(int32_t) != 0) {
+        m3_fail(e, "%s: tensor \"%s\" is not 4-byte aligned in the file (re-save it)", in->path, name);
         return NULL;
     }
     *n = d[0];

@@ -408,8 +408,14 @@ int m3_eagle3_open_files(m3_eagle3 *d, const char *path, const char *dir, const 
             goto fail;
         }
         for (int i = 0; i < dvocab; i++) {
-            int64_t off = d2t->dtype == M3_I64 ? ((const int64_t *)d2t->data)[i]
-                                               : ((const int32_t *)d2t->data)[i];
+            int64_t off; /* memcpy: tensor data may sit at any offset */
+            if (d2t->dtype == M3_I64) {
+                memcpy(&off, (const char *)d2t->data + 8 * (size_t)i, 8);
+            } else {
+                int32_t v32;
+                memcpy(&v32, (const char *)d2t->data + 4 * (size_t)i, 4);
+                off = v32;
+            }
             int64_t tid = (int64_t)i + off;
             if (tid < 0 || tid >= tc->vocab_size) {
                 m3_fail(e, "%s: d2t[%d] = %lld maps draft id %d to %lld, outside the target "

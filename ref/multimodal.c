@@ -190,8 +190,14 @@ static int load_pixels(m3_mm_pixels *p, const char *path, int dim, m3_err *e)
         goto done;
     }
     for (int i = 0; i < 3 * n; i++) {
-        int64_t v = gt->dtype == M3_I32 ? ((const int32_t *)gt->data)[i]
-                                        : ((const int64_t *)gt->data)[i];
+        int64_t v; /* memcpy: tensor data may sit at any offset */
+        if (gt->dtype == M3_I32) {
+            int32_t v32;
+            memcpy(&v32, (const char *)gt->data + 4 * (size_t)i, 4);
+            v = v32;
+        } else {
+            memcpy(&v, (const char *)gt->data + 8 * (size_t)i, 8);
+        }
         if (v <= 0 || v > (1 << 20)) {
             m3_fail(e, "%s: image_grid_thw[%d][%d] = %lld is out of range", path, i / 3, i % 3,
                     (long long)v);

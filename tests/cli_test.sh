@@ -232,6 +232,9 @@ expect_fail "heads x head_dim in 64 bits" "num_attention_heads x head_dim = 4294
 cfgedit "$TMP/eos" vocab_size 512
 sed -i 's/"vocab_size": 512/"vocab_size": 512, "eos_token_id": 600/' "$TMP/eos/config.json"
 expect_fail "eos beyond the vocabulary" "eos_token_id 600 is not in the vocabulary" "$M3REF" inspect --model "$TMP/eos"
+cp -r "$FX" "$TMP/eosg"
+printf '{"eos_token_id": [2, 100000]}\n' >"$TMP/eosg/generation_config.json"
+expect_fail "generation_config eos beyond the vocabulary" "eos_token_id 100000 is not in the vocabulary" "$M3REF" generate --model "$TMP/eosg" --tokens 1 --greedy
 # a FIFO never blocks open(): refused as not a regular file, naming it
 if command -v mkfifo >/dev/null && command -v timeout >/dev/null; then
     mkdir -p "$TMP/fifo"; cp "$FX/config.json" "$TMP/fifo/"; mkfifo "$TMP/fifo/model.safetensors"

@@ -1015,6 +1015,14 @@ static int cmd_generate(int argc, char **argv)
     m3_gen_defaults g = m3_gen_defaults_builtin(m.cfg.text.eos_token_id);
     if (m3_gen_config_load(o.model, &g, &e) != 0)
         goto fail;
+    /* an eos the model can never produce is a typo (config.json's own id, the released
+     * default when it gives none, is checked when it is given) */
+    for (int j = 0; j < g.n_eos; j++)
+        if (g.eos[j] != m.cfg.text.eos_token_id && (g.eos[j] < 0 || g.eos[j] >= m.cfg.text.vocab_size)) {
+            m3_fail(&e, "%s/generation_config.json: eos_token_id %d is not in the vocabulary [0, %d)",
+                    o.model, (int)g.eos[j], m.cfg.text.vocab_size);
+            goto fail;
+        }
     const int flag_top_k = (int)o.top_k;
     m3_gen_apply_flags(&g, o.greedy, o.have_temp ? &o.temperature : NULL,
                        o.have_top_p ? &o.top_p : NULL, o.have_top_k ? &flag_top_k : NULL);
