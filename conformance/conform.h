@@ -28,6 +28,7 @@
 #include "safetensors.h"
 
 #define CF_PROTOCOL_VERSION "1"
+#define CF_KIT_VERSION "1.1"        /* slice results carry it; merge refuses others (M3-DUMP-12) */
 
 /* ---- result codes (append-only, Khronos CTS style) ----------------------- */
 typedef enum cf_result {
@@ -69,6 +70,22 @@ typedef struct cf_tset {
 /* Load every tensor of a safetensors file (floats widened to fp32, integers
  * to int32; int64 values outside int32 are an error). */
 int cf_tset_load(cf_tset *s, const char *path, m3_err *e);
+/* Load a port's dump for judging against golden: one regular .safetensors
+ * file (a directory or an index.json is refused), dtypes of the contract only
+ * (F32, BF16, F16, I32, I64). Only tensors golden names, with golden's shape,
+ * are widened into s (row subsets of M3-DUMP-10, NAME.rows / rows, with no more
+ * elements than the golden); one with another shape goes into misshaped as shape only
+ * (its data is never read); names outside the dump contract of a model case
+ * are listed in unrec[cap] with the closest expected name; other names are
+ * ignored unread. */
+int cf_tset_load_dump(cf_tset *s, cf_tset *misshaped, const char *path, const cf_tset *golden,
+                      char *unrec, size_t cap, m3_err *e);
+/* The judging part of cf_tset_load_dump for an open store st (named path). */
+int cf_tset_from_dump_store(cf_tset *s, cf_tset *misshaped, const m3_store *st, const char *path,
+                            const cf_tset *golden, char *unrec, size_t cap, m3_err *e);
+/* As cf_tset_load for the tensors whose name keep(name, arg) accepts. */
+int cf_tset_load_select(cf_tset *s, const char *path, int (*keep)(const char *name, void *arg), void *arg,
+                        m3_err *e);
 /* Copy every tensor of an open store into s. */
 int cf_tset_from_store(cf_tset *s, const m3_store *st, m3_err *e);
 /* Save a writer to a private temporary file, load it into s, remove the file. */
@@ -92,6 +109,27 @@ int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err 
 /* As cf_st_meta for a safetensors file image data[0..size) in memory (named name). */
 int cf_st_meta_mem(const void *data, size_t size, const char *name, const char *key, char *out,
                    size_t cap, m3_err *e);
+
+/* ---- row subsets (rows.c, M3-DUMP-10/11) ---------------------------------- */
+/* Row axis of a dump name: 1 for the [G, T, ...] block tensors, else 0. */
+int cf_row_axis(const char *name);
+/* 1 when the rows of tensor `name` are positions (not greedy_tokens, vision.*, row sets). */
+int cf_has_rows(const char *name);
+/* The row set of tensor `name` in s: "NAME.rows", else "rows", else NULL. */
+const cf_tensor *cf_rows_of(const cf_tset *s, const char *name);
+/* Check every row set of a dump read from path: int32 [n], strictly ascending,
+ * inside [0, T) (T <= 0: unchecked), NAME.rows names a tensor of the dump, and
+ * every row tensor has T rows or as many as its set. */
+int cf_rows_validate(const cf_tset *s, const char *path, long T, m3_err *e);
+/* 1 when t holds a proper subset of the T positions: its row count is set's length (and not T). */
+int cf_tensor_subset(const cf_tensor *t, const cf_tensor *set, long T);
+/* Add to dst a copy of g holding only the positions pos[0..n) along its row
+ * axis; have: NULL when g holds every position, else g's own row set. */
+int cf_tensor_take_rows(cf_tset *dst, const cf_tensor *g, const cf_tensor *have, const int32_t *pos, long n,
+                        m3_err *e);
+/* Mark in want[0..T) the positions named by a params.rows selector (M3-DUMP-11);
+ * block: the index block size for "*blocks~D"; where names the case in messages. */
+int cf_rows_select(const char *sel, long T, int block, const char *where, unsigned char *want, m3_err *e);
 
 /* ---- metrics and set comparison (compare.c) ------------------------------- */
 typedef struct cf_metrics {
@@ -203,6 +241,8 @@ int cf_case_num(const cf_case *c, const char *key, double *v, m3_err *e);
 int cf_case_num_or(const cf_case *c, const char *key, double dflt, double *v, m3_err *e);
 /* Lower-case hex sha256 of a file into hex[65]. */
 int cf_sha256_file(const char *path, char hex[65], m3_err *e);
+/* sha256 of parts[0..n) (lens[k] bytes each), each followed by one zero byte, into hex[65]. */
+void cf_sha256_parts(const void *const *parts, const size_t *lens, int n, char hex[65]);
 
 typedef struct cf_manifest {
     char path[2048];
@@ -265,6 +305,10 @@ int cf_ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int
                  m3_err *e);
 /* Final norm and logits from the last layer's output x [T, H] into out. */
 int cf_ref_head(const m3_model *m, m3_mode mode, const float *x, int T, cf_tset *out, m3_err *e);
+/* As cf_ref_head, with logits only at the positions pos[0..n) (pos NULL: all T),
+ * then also "logits.rows" = pos (M3-DUMP-10). */
+int cf_ref_head_rows(const m3_model *m, m3_mode mode, const float *x, int T, const int32_t *pos, int n,
+                     cf_tset *out, m3_err *e);
 /* Teacher-forced run of every layer: layer i starts from feed's
  * "layers.{i}.input"; then the head from feed's last "layers.{L-1}.output".
  * The per-layer activations, final_norm and logits go into out. pg as for
@@ -292,6 +336,8 @@ typedef struct cf_record {
     const cf_rule *rule;    /* matched rule, NULL for discrete tensors */
     cf_setstat set;
     char msg[512];
+    char not_judged[24];    /* NotSupported: the capability declared absent ("internals", ...),
+                               or "embeddings" (absent, = layers.0.input) */
     /* M3-TOL-8: rows that depend on a tie-accepted row of an earlier record */
     long excluded_rows;     /* rows left out of the judgement (M3-TOL-8 (a)) */
     long excl_tie_row;      /* token row of the first tie behind them, -1 none */
@@ -319,8 +365,12 @@ typedef struct cf_report {
     int tensors_excluded;   /* records with such rows */
     int ndiverged;          /* TieDiverged records */
     char error[1024];       /* set for InternalError / bad input of the whole case */
+    char unrecognised[1024]; /* dump names the case does not know, with the closest expected */
     double seconds;
     int teacher_forced;
+    long rows_total;        /* positions of the forward (T); 0 unknown */
+    long rows_judged;       /* positions some judged tensor covers (M3-DUMP-10 row subsets) */
+    char rows_note[160];    /* e.g. the case's row selector */
 } cf_report;
 
 /* Everything judging needs besides the two tensor sets. */
@@ -331,6 +381,13 @@ typedef struct cf_judge_ctx {
     const cf_tset *aux;        /* extra golden data (ref outputs: block_scores, scores, bias); may be NULL */
     const char *unsupported;   /* comma-separated capabilities the port declared absent */
     int teacher_forced;
+    const unsigned char *want; /* NULL, or [want_T]: positions the case wants (params.rows, M3-DUMP-11) */
+    long want_T;
+    const char *want_sel;      /* the selector text, for messages */
+    const cf_tset *misshaped;  /* dump tensors refused for their shape (shape only); may be NULL */
+    const char *bad_feed;      /* teacher-forced: the dump's own layer input holding NaN/Inf, or NULL */
+    const unsigned char *want_logits; /* NULL, or [want_T]: params.logits_rows, for logits */
+    const char *want_logits_sel;
 } cf_judge_ctx;
 
 /* Judge every golden tensor against out, appending records to r, then
@@ -340,6 +397,9 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
 /* The capability a tensor belongs to (eagle3, block_indices, router, greedy,
  * vision) or NULL if it is core. */
 const char *cf_capability_of(const char *tensor);
+/* 1 when tensor is a per-layer internal (layers.{i}.<sub>, sub other than
+ * input and output): capability "internals" (M3-DUMP-6). */
+int cf_is_internal(const char *tensor);
 /* Component label, layer and forward-order rank of a dump tensor name. */
 void cf_classify(const char *tensor, const char *case_component, int is_moe_layer,
                  char *component, size_t cap, int *layer, int *order);
@@ -350,6 +410,65 @@ void cf_localise(cf_report *r);
 cf_record *cf_report_add(cf_report *r);
 /* Free the records of r. */
 void cf_report_free(cf_report *r);
+
+/* ---- teacher-forced slices and merging (slice.c, M3-DUMP-12) --------------------------- */
+#define CF_SLICE_FORMAT "m3-conform-slice-1"
+#define CF_SLICE_MAX_BYTES (256u << 20)
+#define CF_MAX_JOBS 1024
+
+typedef struct cf_slice {
+    char path[2048];        /* where it was read from (messages) */
+    char kit[32];
+    char identity[72];      /* case identity: sha256 of config.json, the dump's header, mode */
+    char case_id[300];
+    char profile[64];
+    char mode[16];
+    int from, to, L;        /* layers from..to of L */
+    int head;               /* 1: final_norm and logits judged here */
+    cf_report rep;          /* its records */
+} cf_slice;
+
+/* Parse a --layers value "A-B" or "A" for a model of L layers (0 <= A <= B < L). */
+int cf_parse_layers(const char *text, int L, int *a, int *b, m3_err *e);
+/* Parse a --jobs value: 1..CF_MAX_JOBS worker processes. */
+int cf_parse_jobs(const char *text, int *n, m3_err *e);
+/* Write the slice result of report r (sl gives identity, layers, profile) to
+ * path through a temporary file and a rename. */
+int cf_slice_write(const char *path, const cf_slice *sl, const cf_report *r, m3_err *e);
+/* Parse a slice result text (named name); rules are re-found in tol's profile. */
+int cf_slice_parse(cf_slice *sl, const char *json, size_t len, const char *name, const cf_tolerances *tol,
+                   m3_err *e);
+/* cf_slice_parse of the file at path. */
+int cf_slice_load(cf_slice *sl, const char *path, const cf_tolerances *tol, m3_err *e);
+/* Free a slice's records. */
+void cf_slice_free(cf_slice *sl);
+/* One teacher-forced report from slices sl[0..n): same case identity, kit,
+ * profile and L; layer ranges disjoint and covering 0..L-1; one head. */
+int cf_slice_merge(cf_report *out, const cf_slice *sl, int n, m3_err *e);
+
+/* ---- teacher forcing on a checkpoint (checkpoint.c, M3-DUMP-12) ------------------------- */
+typedef struct cf_tf_opts {
+    const m3_model *model;       /* the checkpoint (weights mmap'd) */
+    const cf_case *c;            /* a case, or one made up for the checkpoint */
+    const cf_profile *profile;
+    const cf_tolerances *tol;    /* to read worker results back */
+    m3_mode mode;                /* the golden's numeric mode */
+    const char *dump;            /* the port's dump file */
+    const char *config_path;     /* config.json, part of the case identity */
+    const char *unsupported;     /* capabilities declared absent besides the dump's m3.unsupported */
+    int from, to;                /* layers to judge (-1: all); the head when to is the last */
+    int jobs;                    /* worker processes (1: in this process) */
+    int timing;                  /* 1: each layer's and the head's time on stderr */
+} cf_tf_opts;
+
+/* Judge layers from..to of the dump teacher-forced (each from its own
+ * layers.{i}.input) and, when the slice ends at the last layer, the head,
+ * in o->jobs worker processes; the records go into r, the slice's identity
+ * (for cf_slice_write) into sl. */
+int cf_tf_check(const cf_tf_opts *o, cf_report *r, cf_slice *sl, m3_err *e);
+/* The case identity of a teacher-forced judgement: sha256 of config.json,
+ * the dump's safetensors header, the mode and T, into hex[65]. */
+int cf_tf_identity(const char *config_path, const char *dump, const char *mode, long T, char hex[65], m3_err *e);
 
 /* ---- output (report.c) ---------------------------------------------------- */
 /* Print the per-tensor table and the verdict line for one case. verbose 0

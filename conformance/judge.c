@@ -39,6 +39,21 @@ const char *cf_capability_of(const char *t)
     return NULL;
 }
 
+int cf_is_internal(const char *t)
+{
+    if (strncmp(t, "layers.", 7) != 0)
+        return 0;
+    const char *p = t + 7;
+    if (*p < '0' || *p > '9')
+        return 0;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p != '.')
+        return 0;
+    p++;
+    return strcmp(p, "input") != 0 && strcmp(p, "output") != 0 && strcmp(p, "rows") != 0;
+}
+
 static int declared(const char *list, const char *cap)
 {
     if (!list || !cap)
@@ -285,7 +300,7 @@ typedef struct tie_rows {
  *     its own layer.
  * A row in (a) is not also in (b). */
 static void tie_masks(const tie_list *tl, int layer, int order, int dependent, int isolated, long rows,
-                      tie_rows *tr)
+                      const int32_t *pos, tie_rows *tr)
 {
     memset(tr->excl, 0, (size_t)rows);
     memset(tr->reach, 0, (size_t)rows);
@@ -293,22 +308,26 @@ static void tie_masks(const tie_list *tl, int layer, int order, int dependent, i
     tr->excl_ev = tr->reach_ev = NULL;
     for (int k = 0; k < tl->n; k++) {
         const tie_event *ev = &tl->ev[k];
-        if (ev->order >= order || ev->row < 0 || ev->row >= rows)
+        if (ev->order >= order || ev->row < 0)
             continue;
-        if (ev->layer == layer && dependent) {
-            if (!tr->excl[ev->row]) {
-                tr->excl[ev->row] = 1;
-                tr->nexcl++;
-            }
-            if (!tr->excl_ev)
-                tr->excl_ev = ev;
-        } else if (!isolated) {
-            long hi = ev->layer == layer ? ev->row + 1 : rows;
-            for (long s = ev->row; s < hi; s++)
+        int own = ev->layer == layer && dependent;
+        if (!own && isolated)
+            continue; /* isolated: other layers and the head start from their own inputs */
+        for (long s = 0; s < rows; s++) {
+            long p = pos ? pos[s] : s; /* the position of local row s (M3-DUMP-10) */
+            if (own) {
+                if (p == ev->row && !tr->excl[s]) {
+                    tr->excl[s] = 1;
+                    tr->nexcl++;
+                    if (!tr->excl_ev)
+                        tr->excl_ev = ev;
+                }
+            } else if (ev->layer == layer ? p == ev->row : p >= ev->row) {
                 tr->reach[s] = 1;
-            if (!tr->reach_ev)
-                tr->reach_ev = ev;
-        } /* isolated: other layers and the head start from their own inputs */
+                if (!tr->reach_ev)
+                    tr->reach_ev = ev;
+            }
+        }
     }
     for (long s = 0; s < rows; s++) {
         if (tr->excl[s])
@@ -332,6 +351,13 @@ static void judge_float(cf_record *rec, const cf_judge_ctx *ctx, const float *o,
         }
     rec->kind = 0;
     rec->rule = rule;
+    if (rec->m.n_ref_nan && ctx->teacher_forced && ctx->bad_feed) {
+        /* the teacher-forced golden is the reference run on the port's own layer input */
+        rec->result = CF_FAIL;
+        snprintf(rec->msg, sizeof rec->msg, "the port's own %s holds NaN or Inf, so this layer's "
+                 "teacher-forced golden is NaN too", ctx->bad_feed);
+        return;
+    }
     if (rec->m.n_ref_nan) {
         rec->result = CF_INTERNAL_ERROR;
         snprintf(rec->msg, sizeof rec->msg, "golden tensor holds %zu NaN values (bad vector)",
@@ -504,7 +530,7 @@ done:
  * allocation failure. */
 static int judge_sets(cf_record *rec, const cf_judge_ctx *ctx, const cf_tensor *o, const cf_tensor *g,
                       long nsets, int k, long T, const float *sc, int ns, int blocks, const tie_rows *tr,
-                      tie_list *tl)
+                      tie_list *tl, const int32_t *pos)
 {
     signed char *state = malloc((size_t)(nsets ? nsets : 1));
     unsigned char *sm = tr ? malloc((size_t)(nsets ? nsets : 1)) : NULL;
@@ -562,11 +588,12 @@ static int judge_sets(cf_record *rec, const cf_judge_ctx *ctx, const cf_tensor *
     for (long r = 0; r < nsets && !rc; r++) {
         if (state[r] != 1 || (sm && sm[r]))
             continue;
+        long p = pos ? pos[r % T] : r % T; /* ties are kept by position (M3-DUMP-10) */
         if (rec->tie_row < 0) {
-            rec->tie_row = r % T;
+            rec->tie_row = p;
             rec->tie_head = blocks ? r / T : -1;
         }
-        rc = tie_add(tl, rec, r % T);
+        rc = tie_add(tl, rec, p);
     }
     free(state);
     free(sm);
@@ -632,11 +659,30 @@ static float *block_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const
     return sc;
 }
 
-static int judge_blocks(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset *golden,
-                        const cf_tensor *o, const cf_tensor *g, const tie_rows *tr, tie_list *tl)
+/* Rows pos[0..n) of a [outer * T, inner] score table, in place of sc
+ * ([outer * n, inner] after); sc unchanged when pos is NULL. */
+static float *take_score_rows(float *sc, int outer, long T, int inner, const int32_t *pos, long n)
+{
+    if (!sc || !pos)
+        return sc;
+    float *o = malloc((size_t)outer * (size_t)(n ? n : 1) * (size_t)inner * sizeof *o);
+    if (o)
+        for (int a = 0; a < outer; a++)
+            for (long j = 0; j < n; j++)
+                memcpy(o + ((size_t)a * (size_t)n + (size_t)j) * (size_t)inner,
+                       sc + ((size_t)a * (size_t)T + (size_t)pos[j]) * (size_t)inner, (size_t)inner * sizeof *o);
+    free(sc);
+    return o;
+}
+
+/* gf: the full golden tensor (scores are computed at every position); g: the
+ * rows judged (= gf, or gf's rows pos[0..n) of a row-subset dump). */
+static int judge_blocks(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset *golden, const cf_tensor *o,
+                        const cf_tensor *gf, const cf_tensor *g, const int32_t *pos, const tie_rows *tr,
+                        tie_list *tl)
 {
     rec->kind = 1;
-    if (g->ndim != 3) {
+    if (g->ndim != 3 || gf->ndim != 3) {
         rec->result = CF_INTERNAL_ERROR;
         snprintf(rec->msg, sizeof rec->msg, "golden block_indices must be [G, T, K]");
         return 0;
@@ -645,8 +691,9 @@ static int judge_blocks(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset *
     char prefix[200];
     prefix_of(prefix, sizeof prefix, g->name, "block_indices");
     m3_err e = {{0}};
-    float *sc = block_scores(ctx, golden, prefix, rec->layer, G, T, &NB, &e);
-    int rc = judge_sets(rec, ctx, o, g, (long)G * T, K, T, sc, NB, 1, tr, tl);
+    float *sc = block_scores(ctx, golden, prefix, rec->layer, G, (int)gf->shape[1], &NB, &e);
+    sc = take_score_rows(sc, G, (long)gf->shape[1], NB, pos, T);
+    int rc = judge_sets(rec, ctx, o, g, (long)G * T, K, T, sc, NB, 1, tr, tl, pos);
     free(sc);
     return rc;
 }
@@ -685,11 +732,12 @@ static float *expert_scores(const cf_judge_ctx *ctx, const cf_tset *golden, cons
     return sc;
 }
 
-static int judge_experts(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset *golden,
-                         const cf_tensor *o, const cf_tensor *g, const tie_rows *tr, tie_list *tl)
+static int judge_experts(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset *golden, const cf_tensor *o,
+                         const cf_tensor *gf, const cf_tensor *g, const int32_t *pos, const tie_rows *tr,
+                         tie_list *tl)
 {
     rec->kind = 1;
-    if (g->ndim != 2) {
+    if (g->ndim != 2 || gf->ndim != 2) {
         rec->result = CF_INTERNAL_ERROR;
         snprintf(rec->msg, sizeof rec->msg, "golden topk_index must be [T, k]");
         return 0;
@@ -697,8 +745,9 @@ static int judge_experts(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset 
     int T = (int)g->shape[0], k = (int)g->shape[1], E = 0;
     char prefix[200];
     prefix_of(prefix, sizeof prefix, g->name, "topk_index");
-    float *sc = expert_scores(ctx, golden, prefix, rec->layer, T, &E);
-    int rc = judge_sets(rec, ctx, o, g, T, k, T, sc, E, 0, tr, tl);
+    float *sc = expert_scores(ctx, golden, prefix, rec->layer, (int)gf->shape[0], &E);
+    sc = take_score_rows(sc, 1, (long)gf->shape[0], E, pos, T);
+    int rc = judge_sets(rec, ctx, o, g, T, k, T, sc, E, 0, tr, tl, pos);
     free(sc);
     return rc;
 }
@@ -707,22 +756,30 @@ static int judge_experts(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset 
  * topk_index (M3-DUMP-7); rows whose expert set differs from golden take
  * the golden weights (the index record judges those rows). */
 static float *aligned_weights(const cf_tset *out, const cf_tset *golden, const cf_tensor *o,
-                              const cf_tensor *g)
+                              const cf_tensor *g, const int32_t *pos, long npos)
 {
     char prefix[200], name[240];
     prefix_of(prefix, sizeof prefix, g->name, "topk_weight");
     snprintf(name, sizeof name, "%stopk_index", prefix);
     const cf_tensor *oi = cf_tset_get(out, name), *gi = cf_tset_get(golden, name);
-    float *w = malloc(o->n * sizeof *w);
-    if (!w)
+    cf_tset sub = {0};
+    m3_err e = {{0}};
+    if (gi && pos) { /* the golden index rows of the positions judged (M3-DUMP-10) */
+        gi = cf_tensor_take_rows(&sub, gi, NULL, pos, npos, &e) ? NULL : &sub.t[0];
+    }
+    float *w = malloc((o->n ? o->n : 1) * sizeof *w);
+    if (!w) {
+        cf_tset_free(&sub);
         return NULL;
+    }
     memcpy(w, o->f, o->n * sizeof *w);
+    int32_t *id = NULL;
     if (!oi || !gi || !oi->is_int || !gi->is_int || oi->n != o->n || gi->n != o->n || o->ndim != 2)
-        return w;
+        goto done;
     int T = (int)o->shape[0], k = (int)o->shape[1];
-    int32_t *id = malloc((size_t)k * sizeof *id);
+    id = malloc((size_t)(k ? k : 1) * sizeof *id);
     if (!id)
-        return w;
+        goto done;
     for (int t = 0; t < T; t++) {
         float *wr = w + (size_t)t * k;
         memcpy(id, oi->i + (size_t)t * k, (size_t)k * sizeof *id);
@@ -734,7 +791,9 @@ static float *aligned_weights(const cf_tset *out, const cf_tset *golden, const c
         if (memcmp(id, gi->i + (size_t)t * k, (size_t)k * sizeof *id) != 0)
             memcpy(wr, g->f + (size_t)t * k, (size_t)k * sizeof *wr);
     }
+done:
     free(id);
+    cf_tset_free(&sub);
     return w;
 }
 
@@ -807,8 +866,25 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
     tie_list tl = {NULL, 0, 0};
     tie_rows tr = {NULL, NULL, 0, 0, NULL, NULL};
     long mask_cap = 0;
-    if (!items)
+    cf_tset gsub = {0};
+    /* the positions of the forward, and those some judged tensor covers (M3-DUMP-10) */
+    long Tf = ctx->want_T;
+    const cf_tensor *t0 = cf_tset_get(golden, "layers.0.input");
+    if (!t0)
+        t0 = cf_tset_get(golden, "embeddings");
+    if (Tf <= 0 && is_model && t0 && t0->ndim == 2)
+        Tf = (long)t0->shape[0];
+    unsigned char *covered = Tf > 0 ? calloc((size_t)Tf, 1) : NULL;
+    if (!items || (Tf > 0 && !covered)) {
+        free(items);
+        free(covered);
         return m3_fail(e, "out of memory for the report of %s", ctx->c->id);
+    }
+    /* a case with a vision tower cannot be run by a port without vision: NotSupported whole */
+    int vision_case = 0;
+    if (declared(ctx->unsupported, "vision"))
+        for (int k = 0; k < golden->n; k++)
+            vision_case |= strncmp(golden->t[k].name, "vision.", 7) == 0;
     for (int k = 0; k < golden->n; k++) {
         const cf_tensor *g = &golden->t[k];
         if (strncmp(g->name, "aux.", 4) == 0)
@@ -818,6 +894,9 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
             continue;
         /* the vision tower runs before the embeddings: judged by the whole-forward run only */
         if (ctx->teacher_forced && strncmp(g->name, "vision.", 7) == 0)
+            continue;
+        /* a golden-side row set (a subset golden, e.g. teacher-forced logits) is not judged itself */
+        if (strcmp(g->name, "rows") == 0 || ends_with(g->name, ".rows"))
             continue;
         judge_item *it = &items[ni++];
         it->g = g;
@@ -852,6 +931,70 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
         rec->layer = it->layer;
         rec->order = it->order;
         const cf_tensor *o = cf_tset_get(out, g->name);
+        if (vision_case) {
+            rec->result = CF_NOT_SUPPORTED;
+            snprintf(rec->msg, sizeof rec->msg, "vision case: capability \"vision\" declared unsupported");
+            continue;
+        }
+        const cf_tensor *ms = !o && ctx->misshaped ? cf_tset_get(ctx->misshaped, g->name) : NULL;
+        if (ms) {
+            char so[96], sg[96];
+            shape_str(so, sizeof so, ms);
+            shape_str(sg, sizeof sg, g);
+            rec->result = CF_FAIL;
+            snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s (refused from the header)", so, sg);
+            continue;
+        }
+        /* a row-subset dump (M3-DUMP-10): the golden's rows at the dump's positions */
+        const cf_tensor *gf = g;
+        const int32_t *pos = NULL;
+        long npos = 0;
+        cf_tset_free(&gsub);
+        if (o && is_model && cf_has_rows(g->name)) {
+            const cf_tensor *rs = cf_rows_of(out, g->name);
+            char hn[300];
+            snprintf(hn, sizeof hn, "%s.rows", g->name);
+            const cf_tensor *have = cf_tset_get(golden, hn);
+            if (rs && (cf_tensor_subset(o, rs, Tf) || have)) {
+                m3_err te = {{0}};
+                pos = rs->i;
+                npos = (long)rs->n;
+                if (cf_tensor_take_rows(&gsub, g, have, pos, npos, &te)) {
+                    rec->result = CF_INTERNAL_ERROR;
+                    snprintf(rec->msg, sizeof rec->msg, "%.500s", te.msg);
+                    continue;
+                }
+                g = &gsub.t[0];
+            }
+            if (covered) {
+                for (long j = 0; j < (pos ? npos : Tf); j++)
+                    if (!pos || (pos[j] >= 0 && pos[j] < Tf))
+                        covered[pos ? pos[j] : j] = 1;
+            }
+            /* the rows the case wants (M3-DUMP-11) */
+            int is_logits = strcmp(g->name, "logits") == 0 && ctx->want_logits;
+            const unsigned char *want = is_logits ? ctx->want_logits : ctx->want;
+            const char *wsel = is_logits ? ctx->want_logits_sel : ctx->want_sel;
+            if (want && (pos || n_rows(o) != ctx->want_T)) {
+                long miss = -1, nmiss = 0, j = 0;
+                for (long p = 0; p < ctx->want_T; p++) {
+                    if (!want[p])
+                        continue;
+                    while (pos && j < npos && pos[j] < p)
+                        j++;
+                    int have_p = pos ? j < npos && pos[j] == p : p < n_rows(o);
+                    if (!have_p && nmiss++ == 0)
+                        miss = p;
+                }
+                if (nmiss) {
+                    rec->result = CF_FAIL;
+                    snprintf(rec->msg, sizeof rec->msg,
+                             "the case wants %ld position%s this dump's rows lack (first: %ld; params.%s \"%.200s\", "
+                             "M3-DUMP-11)", nmiss, plural(nmiss), miss, is_logits ? "logits_rows" : "rows", wsel ? wsel : "");
+                    continue;
+                }
+            }
+        }
         int discrete = g->is_int || ends_with(g->name, "block_indices") ||
                        ends_with(g->name, "topk_index") || strcmp(g->name, "greedy_tokens") == 0;
         rec->kind = discrete ? 2 : 0;
@@ -859,7 +1002,17 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
             const char *cap = cf_capability_of(g->name);
             if (cap && declared(ctx->unsupported, cap)) {
                 rec->result = CF_NOT_SUPPORTED;
+                snprintf(rec->not_judged, sizeof rec->not_judged, "%s", cap);
                 snprintf(rec->msg, sizeof rec->msg, "capability \"%s\" declared unsupported", cap);
+            } else if (cf_is_internal(g->name) && declared(ctx->unsupported, "internals")) {
+                rec->result = CF_NOT_SUPPORTED;
+                snprintf(rec->not_judged, sizeof rec->not_judged, "internals");
+                snprintf(rec->msg, sizeof rec->msg, "capability \"internals\" declared unsupported");
+            } else if (strcmp(g->name, "embeddings") == 0 && cf_tset_get(out, "layers.0.input")) {
+                rec->result = CF_NOT_SUPPORTED;
+                snprintf(rec->not_judged, sizeof rec->not_judged, "embeddings");
+                snprintf(rec->msg, sizeof rec->msg,
+                         "absent; equal to layers.0.input by definition (M3-DUMP-3), judged there");
             } else {
                 rec->result = CF_FAIL;
                 snprintf(rec->msg, sizeof rec->msg, "missing from the dump%s%s%s",
@@ -876,7 +1029,12 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
             shape_str(so, sizeof so, o);
             shape_str(sg, sizeof sg, g);
             rec->result = CF_FAIL;
-            snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s", so, sg);
+            const cf_tensor *rs = cf_has_rows(g->name) ? cf_rows_of(out, g->name) : NULL;
+            if (rs && !pos)
+                snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s (all positions) or %zu rows (its row set %s)",
+                         so, sg, rs->n, rs->name);
+            else
+                snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s", so, sg);
             continue;
         }
         /* the rows earlier accepted ties reach (M3-TOL-8) */
@@ -894,7 +1052,7 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
             mask_cap = rows;
         }
         if (rows > 0)
-            tie_masks(&tl, it->layer, it->order, tie_dependent(is_model, it), isolated, rows, &tr);
+            tie_masks(&tl, it->layer, it->order, tie_dependent(is_model, it), isolated, rows, pos, &tr);
         else
             tr.nexcl = tr.nreach = 0;
         const tie_rows *trp = tr.nexcl || tr.nreach ? &tr : NULL;
@@ -904,12 +1062,12 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
                 snprintf(rec->msg, sizeof rec->msg, "%s must be an integer tensor (I32)",
                          o->is_int ? "golden" : "dump");
             } else if (ends_with(g->name, "block_indices")) {
-                if (judge_blocks(rec, ctx, golden, o, g, trp, &tl)) {
+                if (judge_blocks(rec, ctx, golden, o, gf, g, pos, trp, &tl)) {
                     rc = m3_fail(e, "out of memory");
                     break;
                 }
             } else if (ends_with(g->name, "topk_index")) {
-                if (judge_experts(rec, ctx, golden, o, g, trp, &tl)) {
+                if (judge_experts(rec, ctx, golden, o, gf, g, pos, trp, &tl)) {
                     rc = m3_fail(e, "out of memory");
                     break;
                 }
@@ -949,7 +1107,7 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
         }
         float *w = NULL;
         if (ends_with(g->name, "topk_weight")) {
-            w = aligned_weights(out, golden, o, g);
+            w = aligned_weights(out, golden, o, g, pos, npos);
             if (!w) {
                 rc = m3_fail(e, "out of memory");
                 break;
@@ -971,6 +1129,16 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
     free(tl.ev);
     free(tr.excl);
     free(tr.reach);
+    cf_tset_free(&gsub);
+    if (covered) {
+        r->rows_total = Tf;
+        r->rows_judged = 0;
+        for (long p = 0; p < Tf; p++)
+            r->rows_judged += covered[p];
+        if (ctx->want_sel && !r->rows_note[0])
+            snprintf(r->rows_note, sizeof r->rows_note, "the case wants params.rows \"%.100s\"", ctx->want_sel);
+    }
+    free(covered);
     if (rc)
         return rc;
     cf_localise(r);

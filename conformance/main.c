@@ -5,6 +5,12 @@
  *                    [--tie-dump FILE | --no-settle]
  *   m3-conform run [DIR|MANIFEST...] [--profile P] [--target ref] [--json OUT]
  *                  [--junit OUT] [--plot OUT.png] [--teacher-forced]
+ *   m3-conform chat-check --model DIR --conversation FILE --ids FILE|LIST
+ *                  [--thinking MODE] [--print-expected]
+ *   m3-conform plot --dump FILE --out DIR [--title TEXT]
+ *
+ * plot draws a dump's MSA block selections and MoE routing (dump_plot.h) to
+ * DIR/msa_selection.png and DIR/moe_routing.png; exit 0, or 2 on bad input.
  *
  * check exits 0 when the dump conforms, 1 when it does not, 2 for usage
  * errors and bad input (unreadable case, dump, tolerances) or an internal
@@ -14,13 +20,22 @@
  * judging it teacher-forced (or --tie-dump FILE, the implementation's own
  * teacher-forced dump of the case) and exits 0 or 1 on that. run exits 0 when every
  * case conforms and every mutant behaves as its mutant.json says, else 1
- * (2 for usage errors). Spec: M3-VEC-*, M3-DUMP-*, M3-TOL-*; the pass rule
- * is written in docs/validating-a-port.md.
+ * (2 for usage errors). chat-check exits 0 when the port's prompt ids equal
+ * the spec's rendering of the conversation tokenized with DIR's tokenizer
+ * (M3-CHAT-*, chat_check.h), 1 when they differ (the first difference is
+ * printed), 2 for usage errors and bad input. Spec: M3-VEC-*, M3-DUMP-*,
+ * M3-TOL-*; the pass rule is written in docs/validating-a-port.md.
  */
+#include "chat_check.h"
 #include "conform.h"
+#include "dump_plot.h"
 #include "fileio.h"
+#include "golden.h"
+#include "synth.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -30,9 +45,9 @@
 typedef struct opts {
     const char *cmd;
     const char *case_dir, *dump, *tie_dump, *profile, *json, *junit, *plot, *tolerances, *target,
-        *caps_file;
+        *caps_file, *out, *title, *model_dir, *layers, *jobs_s, *result, *mode;
     char unsupported[1024];
-    int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle;
+    int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle, help, logits, timing;
     const char *paths[256];
     int npaths;
 } opts;
@@ -44,18 +59,81 @@ static void usage(FILE *f)
             "  m3-conform check --case DIR --dump FILE [--profile fp32|bf16] [--json OUT]\n"
             "                   [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                   [--declare-unsupported CAP,...] [--capabilities FILE]\n"
-            "                   [--tolerances FILE] [--tie-dump FILE | --no-settle] [--verbose] [--quiet]\n"
+            "                   [--tolerances FILE] [--tie-dump FILE | --no-settle] [--no-hash]\n"
+            "                   [--verbose] [--quiet]\n"
             "  m3-conform run [DIR|MANIFEST...] [--profile fp32|bf16] [--target ref]\n"
             "                 [--json OUT] [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
-            "                 [--no-mutants] [--tolerances FILE] [--verbose] [--quiet]\n"
+            "                 [--no-mutants] [--tolerances FILE] [--no-hash] [--verbose] [--quiet]\n"
+            "  m3-conform check --teacher-forced --model DIR --dump FILE [--layers A-B] [--jobs N]\n"
+            "                   [--result SLICE.json] [--mode fp32|bf16] [--profile P] [--json OUT] [--junit OUT]\n"
+            "                   [--timing]   (each layer's time on stderr)\n"
+            "                 a checkpoint directory, no case needed: each layer's golden from the dump's own\n"
+            "                 layers.{i}.input, N worker processes; --layers checks a slice (M3-DUMP-12)\n"
+            "  m3-conform merge SLICE.json... [--json OUT] [--junit OUT]   slices into one verdict\n"
+            "  m3-conform rows --case DIR [--logits]   the positions the case wants in a dump\n"
+            "                 (params.rows / params.logits_rows, M3-DUMP-11), comma-separated\n"
+            "  m3-conform synth --layers N --seed S --out DIR [options]   (synth --help)\n"
+            "  m3-conform golden --case DIR [--out FILE]   (write a model case's golden with the\n"
+            "                    reference; default FILE: DIR/expected.safetensors)\n"
+            "  m3-conform chat-check --model DIR --conversation FILE --ids FILE|LIST\n"
+            "                 [--thinking adaptive|enabled|disabled] [--print-expected]\n"
+            "  m3-conform plot --dump FILE --out DIR [--title TEXT]\n"
+            "                 (writes DIR/msa_selection.png and DIR/moe_routing.png)\n"
             "  m3-conform version\n"
             "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input,\n"
             "       3 = inconclusive (TieDiverged, only with --no-settle: only rows an\n"
             "           accepted tie reaches differ). Without --no-settle check settles such a\n"
             "           dump itself: it judges it (or --tie-dump FILE, the port's own\n"
             "           teacher-forced dump) teacher-forced, and exits 0 or 1 on that.\n"
-            "Capabilities a port may declare absent: block_indices router eagle3 greedy vision.\n"
+            "chat-check: exit 0 = the ids are the spec's prompt for FILE, 1 = they differ\n"
+            "       (first difference printed), 2 = usage / bad input.\n"
+            "Capabilities a port may declare absent: block_indices router eagle3 greedy vision\n"
+            "internals (every per-layer tensor but layers.{i}.input/output: a residual-only dump).\n"
+            "Run 'm3-conform check --help' or 'm3-conform run --help' for the options.\n"
             "Docs: docs/validating-a-port.md\n");
+}
+
+/* The options of check or run, described (`m3-conform check --help`). */
+static void usage_cmd(FILE *f, const char *cmd)
+{
+    const int check = strcmp(cmd, "check") == 0;
+    if (check)
+        fprintf(f, "usage: m3-conform check --case DIR --dump FILE [options]\n\n"
+                   "Judge one port's activation dump (M3-DUMP-*) of the case in DIR against its golden\n"
+                   "outputs (DIR/expected.safetensors, or the reference's own run when there is none).\n"
+                   "Exit: 0 conforms, 1 does not, 2 bad input or internal error (a JUnit / JSON record\n"
+                   "names it), 3 inconclusive (TieDiverged, only with --no-settle).\n\n"
+                   "  --case DIR              the vector case directory (case.json and its files)\n"
+                   "  --dump FILE             the port's dump: one .safetensors file\n"
+                   "  --teacher-forced        judge every layer from the dump's own layer input\n"
+                   "  --tie-dump FILE         the port's teacher-forced dump, used to settle TieDiverged\n"
+                   "  --no-settle             report TieDiverged (exit 3) instead of settling it\n"
+                   "  --declare-unsupported CAP,...  capabilities the port lacks: their tensors are\n"
+                   "                          NotSupported, not Fail (block_indices router eagle3 greedy\n"
+                   "                          vision; vision makes a whole vision case NotSupported)\n"
+                   "  --capabilities FILE     the same from JSON: {\"unsupported\": [..]} or\n"
+                   "                          {\"capabilities\": {name: true|false}}\n");
+    else
+        fprintf(f, "usage: m3-conform run [DIR|MANIFEST...] [options]\n\n"
+                   "Run the reference on every case of the manifests (default vectors/manifest.json) or\n"
+                   "on the case directories given, judge it, and check every mutant is caught.\n"
+                   "Exit: 0 all conform and every mutant behaves as declared, 1 otherwise, 2 bad input.\n\n"
+                   "  --target ref            the implementation run (only ref in this build)\n"
+                   "  --teacher-forced        also judge every model case layer by layer\n"
+                   "  --no-mutants            skip the mutants\n"
+                   "  --quiet, -q             print failures and the summary only\n");
+    fprintf(f, "  --profile fp32|bf16     tolerance profile (default: the case's)\n"
+               "  --tolerances FILE       tolerance file (default spec/tolerances.json)\n"
+               "  --json OUT              JSON lines: one object per tensor and one per case; the\n"
+               "                          file is replaced, not appended to: give each run its own\n"
+               "  --junit OUT             JUnit XML, one <testcase> per case\n"
+               "  --plot OUT.png          heat map of log10 NMSE per layer and tensor\n"
+               "                          (outputs are written whole and renamed into place; none may\n"
+               "                          be an input or another output)\n"
+               "  --no-hash               skip the sha256 checks of case.json \"files\"\n"
+               "  --verbose, -v           every tensor, not only the non-passing ones\n"
+               "  --help, -h              this text\n"
+               "Docs: docs/validating-a-port.md\n");
 }
 
 static double now(void)
@@ -112,6 +190,30 @@ static void default_tolerances(char *out, size_t cap)
     snprintf(out, cap, "spec/tolerances.json");
 }
 
+/* Every name of the comma/space separated list must be a known capability. */
+static int check_cap_names(const char *list, const char *origin, m3_err *e)
+{
+    static const char *const caps[] = {"block_indices", "router", "eagle3", "greedy", "vision", "internals", NULL};
+    for (const char *p = list; *p;) {
+        while (*p == ',' || *p == ' ')
+            p++;
+        const char *q = p;
+        while (*q && *q != ',' && *q != ' ')
+            q++;
+        if (q == p)
+            break;
+        int ok = 0;
+        for (int k = 0; caps[k]; k++)
+            ok |= strlen(caps[k]) == (size_t)(q - p) && strncmp(caps[k], p, (size_t)(q - p)) == 0;
+        if (!ok)
+            return m3_fail(e, "%s: unknown capability \"%.*s\" (known: block_indices router eagle3 "
+                              "greedy vision internals)",
+                           origin, (int)(q - p), p);
+        p = q;
+    }
+    return 0;
+}
+
 static int load_caps_file(const char *path, char *dst, size_t cap, m3_err *e)
 {
     char *buf;
@@ -150,8 +252,67 @@ static int load_caps_file(const char *path, char *dst, size_t cap, m3_err *e)
     }
     if (!rc && !u && !c)
         rc = m3_fail(e, "%s: needs \"unsupported\" or \"capabilities\"", path);
+    if (!rc && c) /* every name in the object, false or true, must be known */
+        cJSON_ArrayForEach(x, c) if (!rc) rc = check_cap_names(x->string, path, e);
+    if (!rc)
+        rc = check_cap_names(dst, path, e);
     cJSON_Delete(root);
     return rc;
+}
+
+/* No output may be an input, and no two outputs the same file (device and
+ * inode; for a path that does not exist yet, its directory and name). Inputs:
+ * the dumps, the tolerance and capability files, every file of the case
+ * directory or of the directories given to run, and the manifests. */
+static int check_outputs(const opts *o, const char *tolp, m3_err *e)
+{
+    const char *outs[3] = {o->json, o->junit, o->plot};
+    const char *flags[3] = {"--json", "--junit", "--plot"};
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (outs[i] && outs[j] && m3_same_file(outs[i], outs[j]))
+                return m3_fail(e, "%s and %s name the same file (%s); give each its own", flags[i],
+                               flags[j], outs[i]);
+    const char *single[5] = {o->dump, o->tie_dump, tolp, o->caps_file, NULL};
+    const char *dirs[258];
+    int nd = 0;
+    if (o->case_dir)
+        dirs[nd++] = o->case_dir;
+    for (int k = 0; k < o->npaths; k++) {
+        if (is_dir(o->paths[k]))
+            dirs[nd++] = o->paths[k];
+        else
+            single[4] = o->paths[k]; /* a manifest (the last one given) */
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!outs[i])
+            continue;
+        for (int k = 0; k < 5; k++)
+            if (single[k] && m3_same_file(outs[i], single[k]))
+                return m3_fail(e, "%s %s is an input (%s); refusing to overwrite it", flags[i],
+                               outs[i], single[k]);
+        for (int k = 0; k < o->npaths; k++)
+            if (m3_same_file(outs[i], o->paths[k]))
+                return m3_fail(e, "%s %s is an input; refusing to overwrite it", flags[i], outs[i]);
+        for (int d = 0; d < nd; d++) {
+            DIR *dh = opendir(dirs[d]);
+            struct dirent *de;
+            while (dh && (de = readdir(dh))) {
+                char p[4400];
+                if (de->d_name[0] == '.')
+                    continue;
+                snprintf(p, sizeof p, "%s/%s", dirs[d], de->d_name);
+                if (m3_same_file(outs[i], p)) {
+                    closedir(dh);
+                    return m3_fail(e, "%s %s is an input (%s); refusing to overwrite it", flags[i],
+                                   outs[i], p);
+                }
+            }
+            if (dh)
+                closedir(dh);
+        }
+    }
+    return 0;
 }
 
 static int parse_args(opts *o, int argc, char **argv)
@@ -181,8 +342,17 @@ static int parse_args(opts *o, int argc, char **argv)
         VAL("--tolerances", tolerances)
         VAL("--target", target)
         VAL("--capabilities", caps_file)
+        VAL("--out", out)
+        VAL("--title", title)
+        VAL("--model", model_dir)
+        VAL("--layers", layers)
+        VAL("--jobs", jobs_s)
+        VAL("--result", result)
+        VAL("--mode", mode)
 #undef VAL
-        if (strcmp(a, "--declare-unsupported") == 0) {
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            o->help = 1;
+        } else if (strcmp(a, "--declare-unsupported") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "m3-conform: --declare-unsupported needs a value\n");
                 return -1;
@@ -190,6 +360,10 @@ static int parse_args(opts *o, int argc, char **argv)
             append_caps(o->unsupported, sizeof o->unsupported, argv[++i]);
         } else if (strcmp(a, "--teacher-forced") == 0) {
             o->teacher_forced = 1;
+        } else if (strcmp(a, "--timing") == 0) {
+            o->timing = 1;
+        } else if (strcmp(a, "--logits") == 0) {
+            o->logits = 1;
         } else if (strcmp(a, "--no-settle") == 0) {
             o->no_settle = 1;
         } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
@@ -213,24 +387,10 @@ static int parse_args(opts *o, int argc, char **argv)
     if (o->profile && strcmp(o->profile, "fp32") && strcmp(o->profile, "bf16")) {
         /* other profile names are allowed if the tolerance file has them; checked later */
     }
-    static const char *const caps[] = {"block_indices", "router", "eagle3", "greedy", "vision", NULL};
-    for (const char *p = o->unsupported; *p;) {
-        while (*p == ',' || *p == ' ')
-            p++;
-        const char *q = p;
-        while (*q && *q != ',' && *q != ' ')
-            q++;
-        if (q == p)
-            break;
-        int ok = 0;
-        for (int k = 0; caps[k]; k++)
-            ok |= strlen(caps[k]) == (size_t)(q - p) && strncmp(caps[k], p, (size_t)(q - p)) == 0;
-        if (!ok) {
-            fprintf(stderr, "m3-conform: unknown capability \"%.*s\" (known: block_indices router eagle3 greedy vision)\n",
-                    (int)(q - p), p);
-            return -1;
-        }
-        p = q;
+    m3_err ce = {{0}};
+    if (check_cap_names(o->unsupported, "--declare-unsupported", &ce)) {
+        fprintf(stderr, "m3-conform: %s\n", ce.msg);
+        return -1;
     }
     return 0;
 }
@@ -245,6 +405,7 @@ typedef struct ctx {
     const char *suite;
     char suite_name[2400]; /* the last suite run, for the JUnit file */
     int color;
+    char fatal[1024];      /* the problem behind exit 2 when no case report says it */
     m3_progress pg; /* stderr: case i/n, and the layer of the reference runs */
 } ctx;
 
@@ -332,6 +493,83 @@ static int open_model(m3_model *m, const cf_case *cs, m3_err *e)
 }
 
 /* ---- check ---------------------------------------------------------------------------- */
+/* Load a port's dump judged against golden (cf_tset_load_dump) and check its
+ * metadata: m3.dump_version, when present, must be "1"; m3.unsupported (copied
+ * into caps) may name known capabilities only. */
+static int load_dump(cf_tset *dump, cf_tset *misshaped, const char *path, const cf_tset *golden,
+                     char *unrec, size_t ucap, char *caps, size_t ccap, m3_err *e)
+{
+    char ver[64];
+    if (cf_tset_load_dump(dump, misshaped, path, golden, unrec, ucap, e) ||
+        cf_st_meta(path, "m3.dump_version", ver, sizeof ver, e) ||
+        cf_st_meta(path, "m3.unsupported", caps, ccap, e))
+        return -1;
+    if (ver[0] && strcmp(ver, "1") != 0)
+        return m3_fail(e, "%s: m3.dump_version \"%s\" is not supported (this kit reads version 1, "
+                          "M3-DUMP-1)",
+                       path, ver);
+    char origin[2200];
+    snprintf(origin, sizeof origin, "%s: m3.unsupported", path);
+    return check_cap_names(caps, origin, e);
+}
+
+/* Teacher-forced: the first of the dump's layer inputs (and the last layer's
+ * output, which feeds the head) holding NaN or Inf; NULL when all are finite. */
+static const char *nonfinite_feed(const cf_tset *dump, const m3_model *m)
+{
+    static const char *const none = NULL;
+    if (!m)
+        return none;
+    for (int i = 0; i < dump->n; i++) {
+        const cf_tensor *t = &dump->t[i];
+        size_t n = strlen(t->name);
+        int feed = strncmp(t->name, "layers.", 7) == 0 &&
+                   ((n > 6 && strcmp(t->name + n - 6, ".input") == 0) ||
+                    (n > 7 && strcmp(t->name + n - 7, ".output") == 0 && !strstr(t->name, "attn.") &&
+                     !strstr(t->name, "mlp.")));
+        if (!feed || t->is_int || !t->f)
+            continue;
+        for (size_t j = 0; j < t->n; j++)
+            if (!isfinite(t->f[j]))
+                return t->name;
+    }
+    return none;
+}
+
+/* Golden tensors whose shape disagrees with the case (T = params.T, H and V of
+ * the model): the suite's fault, an InternalError. */
+static int check_golden_shapes(const cf_case *cs, const m3_model *m, const cf_tset *g, m3_err *e)
+{
+    double Td = -1;
+    if (!m || cf_case_num_or(cs, "T", -1, &Td, e))
+        return m ? -1 : 0;
+    const int64_t T = (int64_t)Td, H = m->cfg.text.hidden_size, V = m->cfg.text.vocab_size;
+    for (int i = 0; i < g->n; i++) {
+        const cf_tensor *t = &g->t[i];
+        int64_t want1 = -1;
+        if (strcmp(t->name, "logits") == 0)
+            want1 = V;
+        else if (strcmp(t->name, "embeddings") == 0 || strcmp(t->name, "final_norm") == 0 ||
+                 (strncmp(t->name, "layers.", 7) == 0 && t->ndim == 2 && !strstr(t->name, "moe.")))
+            want1 = H;
+        if (want1 < 0)
+            continue;
+        if (t->ndim != 2 || (T >= 0 && t->shape[0] != T) || t->shape[1] != want1)
+            return m3_fail(e, "%s/expected.safetensors: golden %s has shape [%lld%s%lld] but the case "
+                              "has T %lld and the model %s %lld (a bad vector)",
+                           cs->dir, t->name, (long long)t->shape[0], t->ndim > 1 ? ", " : " ",
+                           (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)T,
+                           want1 == V ? "vocab_size" : "hidden_size", (long long)want1);
+    }
+    if (cs->max_new_tokens > 0) {
+        const cf_tensor *t = cf_tset_get(g, "greedy_tokens");
+        if (t && (t->ndim != 1 || t->shape[0] != cs->max_new_tokens))
+            return m3_fail(e, "%s/expected.safetensors: golden greedy_tokens has %lld entries but "
+                              "params.max_new_tokens is %d (a bad vector)",
+                           cs->dir, (long long)(t->ndim ? t->shape[0] : 0), cs->max_new_tokens);
+    }
+    return 0;
+}
 /* Judge the dump file `path` of case cs against its golden outputs (teacher-forced: against
  * the reference run on the dump's own layer inputs), print and keep the report, and store its
  * verdict. Returns -1 with e set on bad input or allocation failure. */
@@ -341,15 +579,62 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
 {
     cf_tset dump = {0}, tf_golden = {0};
     char meta[512], unsupported[1024];
+    unsigned char *want = NULL, *want_logits = NULL;
     cf_report r;
     int rc = -1;
     double t0 = now();
     snprintf(unsupported, sizeof unsupported, "%s", unsupported_in);
     init_report(&r, cs, tf ? "#teacher-forced" : "", prof->name, "dump");
-    if (cf_tset_load(&dump, path, e) || cf_st_meta(path, "m3.unsupported", meta, sizeof meta, e))
+    cf_tset misshaped = {0};
+    if (load_dump(&dump, &misshaped, path, golden, r.unrecognised, sizeof r.unrecognised, meta,
+                  sizeof meta, e)) {
+        cf_tset_free(&misshaped);
         goto out;
+    }
     append_caps(unsupported, sizeof unsupported, meta);
-    const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf};
+    /* row subsets (M3-DUMP-10) and the rows the case wants (M3-DUMP-11) */
+    const cf_tensor *gin = cf_tset_get(golden, "layers.0.input");
+    long T = gin && gin->ndim == 2 ? (long)gin->shape[0] : 0;
+    if (cf_rows_validate(&dump, path, T, e))
+        goto out;
+    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(cs->params, "rows");
+    const cJSON *lsel = cJSON_GetObjectItemCaseSensitive(cs->params, "logits_rows");
+    char where[2400];
+    snprintf(where, sizeof where, "%s/case.json", cs->dir);
+    int block = model ? model->cfg.text.index_block_size : 0;
+    if (cJSON_IsString(sel) && T > 0) {
+        if (!(want = malloc((size_t)T))) {
+            m3_fail(e, "out of memory");
+            goto out;
+        }
+        if (cf_rows_select(sel->valuestring, T, block, where, want, e))
+            goto out;
+    }
+    if (cJSON_IsString(lsel) && T > 0) {
+        if (!(want_logits = malloc((size_t)T))) {
+            m3_fail(e, "out of memory");
+            goto out;
+        }
+        if (cf_rows_select(lsel->valuestring, T, block, where, want_logits, e))
+            goto out;
+    }
+    const char *bad_feed = tf ? nonfinite_feed(&dump, model) : NULL;
+    const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf, want, T,
+                             cJSON_IsString(sel) ? sel->valuestring : NULL, &misshaped, bad_feed,
+                             want_logits, cJSON_IsString(lsel) ? lsel->valuestring : NULL};
+    if (tf && model) {
+        /* teacher forcing runs each layer from the dump's own input: every position of it */
+        for (int i = 0; i < model->cfg.text.num_layers; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "layers.%d.input", i);
+            const cf_tensor *x = cf_tset_get(&dump, nm);
+            if (x && cf_tensor_subset(x, cf_rows_of(&dump, nm), T)) {
+                m3_fail(e, "%s: teacher forcing needs every position of \"%s\"; its rows hold %lld of %ld "
+                           "(M3-DUMP-10)", path, nm, (long long)x->shape[0], T);
+                goto out;
+            }
+        }
+    }
     if (tf) {
         /* golden per layer = the reference layer run on the dump's own layer input */
         m3_progress_task(&c->pg, "teacher-forced golden", M3_UNIT_ROWS, 0);
@@ -365,6 +650,7 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
     } else if (cf_judge(&r, &jc, &dump, golden, e)) {
         goto out;
     }
+    cf_tset_free(&misshaped);
     r.seconds = now() - t0;
     emit(c, &r, 1, 1);
     if (!keep(c, &r)) {
@@ -378,6 +664,8 @@ out:
         cf_report_free(&r);
     cf_tset_free(&dump);
     cf_tset_free(&tf_golden);
+    free(want);
+    free(want_logits);
     return rc;
 }
 
@@ -387,9 +675,147 @@ static int check_status(cf_result res)
     return res == CF_INTERNAL_ERROR ? 2 : cf_result_conforms(res) ? 0 : res == CF_TIE_DIVERGED ? 3 : 1;
 }
 
+/* check --teacher-forced on a checkpoint (--model DIR) or a case, in slices and jobs (M3-DUMP-12). */
+static int cmd_check_tf(ctx *c)
+{
+    opts *o = c->o;
+    m3_err e = {{0}};
+    int jobs = 1, rc = 2, have_model = 0, have_case = 0;
+    m3_model model;
+    cf_case cs;
+    cf_report r;
+    cf_slice sl;
+    memset(&r, 0, sizeof r);
+    if (!o->teacher_forced) {
+        fprintf(stderr, "m3-conform check: --model, --layers, --jobs and --result judge teacher-forced; add "
+                        "--teacher-forced\n");
+        return 2;
+    }
+    if (o->tie_dump || o->no_settle) {
+        fprintf(stderr, "m3-conform check: --tie-dump and --no-settle apply to free-running checks only\n");
+        return 2;
+    }
+    if (o->jobs_s && cf_parse_jobs(o->jobs_s, &jobs, &e))
+        goto bad;
+    const char *dir = o->model_dir ? o->model_dir : o->case_dir;
+    char cfgp[2300], meta[64] = "";
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+    if (cf_st_meta(o->dump, "m3.mode", meta, sizeof meta, &e))
+        goto bad;
+    if (o->case_dir) {
+        if (cf_case_load(&cs, o->case_dir, !o->no_hash, &e))
+            goto bad;
+        have_case = 1;
+        if (strcmp(cs.component, "model") != 0) {
+            m3_fail(&e, "%s: --teacher-forced applies to model cases only", o->case_dir);
+            goto bad;
+        }
+    } else {
+        /* no case: one made up for the checkpoint */
+        const char *mode = o->mode ? o->mode : "fp32";
+        const char *prof = o->profile ? o->profile : strcmp(meta, "fp32") == 0 ? "fp32" : "bf16";
+        if (strcmp(mode, "fp32") && strcmp(mode, "bf16")) {
+            m3_fail(&e, "--mode \"%s\": want fp32 (the golden mode) or bf16", mode);
+            goto bad;
+        }
+        const char *base = strrchr(dir, '/');
+        base = base && base[1] ? base + 1 : dir;
+        char json[800];
+        snprintf(json, sizeof json, "{\"id\": \"checkpoint.%.200s\", \"component\": \"model\", \"mode\": \"%s\", "
+                 "\"profile\": \"%.60s\"}", base, mode, prof);
+        for (char *q = json; *q; q++)
+            if ((unsigned char)*q < 0x20)
+                *q = ' ';
+        if (cf_case_parse(&cs, json, strlen(json), dir, &e))
+            goto bad;
+        have_case = 1;
+    }
+    const cf_profile *prof = pick_profile(c, &cs, o->profile, &e);
+    if (!prof)
+        goto bad;
+    m3_model_opts mo = {0, 1};
+    memset(&model, 0, sizeof model);
+    if (m3_model_open(&model, dir, &mo, &e))
+        goto bad;
+    have_model = 1;
+    int from = -1, to = -1;
+    if (o->layers && cf_parse_layers(o->layers, model.cfg.text.num_layers, &from, &to, &e))
+        goto bad;
+    cf_tf_opts to_ = {&model, &cs, prof, &c->tol, cs.mode, o->dump, cfgp, o->unsupported, from, to, jobs,
+                      o->timing};
+    double t0 = now();
+    if (cf_tf_check(&to_, &r, &sl, &e))
+        goto bad;
+    r.seconds = now() - t0;
+    emit(c, &r, 1, 1);
+    if (o->result && cf_slice_write(o->result, &sl, &r, &e)) {
+        cf_report_free(&r);
+        goto bad;
+    }
+    if (sl.from > 0 || !sl.head)
+        printf("  slice: layers %d-%d of %d%s; combine the slices with m3-conform merge\n", sl.from, sl.to, sl.L,
+               sl.head ? " and the head" : "");
+    rc = check_status(r.result);
+    if (!keep(c, &r))
+        cf_report_free(&r);
+    goto done;
+bad:
+    fprintf(stderr, "m3-conform: %s\n", e.msg);
+    rc = 2;
+done:
+    if (have_model)
+        m3_model_close(&model);
+    if (have_case)
+        cf_case_free(&cs);
+    return rc;
+}
+
+/* merge: slice results into one verdict (M3-DUMP-12). */
+static int cmd_merge(ctx *c)
+{
+    opts *o = c->o;
+    if (o->npaths < 1) {
+        fprintf(stderr, "m3-conform merge: needs one or more slice results (RESULT.json ...)\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    cf_slice *sl = calloc((size_t)o->npaths, sizeof *sl);
+    int n = 0, rc = 2;
+    cf_report r;
+    if (!sl) {
+        fprintf(stderr, "m3-conform: out of memory\n");
+        return 2;
+    }
+    for (; n < o->npaths; n++)
+        if (cf_slice_load(&sl[n], o->paths[n], &c->tol, &e))
+            goto bad;
+    if (cf_slice_merge(&r, sl, n, &e))
+        goto bad;
+    emit(c, &r, 1, o->verbose);
+    rc = check_status(r.result);
+    if (!keep(c, &r))
+        cf_report_free(&r);
+    goto done;
+bad:
+    fprintf(stderr, "m3-conform: %s\n", e.msg);
+done:
+    for (int k = 0; k < n; k++)
+        cf_slice_free(&sl[k]);
+    free(sl);
+    return rc;
+}
+
 static int cmd_check(ctx *c)
 {
     opts *o = c->o;
+    if (o->model_dir && o->case_dir) {
+        fprintf(stderr, "m3-conform check: --model DIR judges against a checkpoint, --case DIR against a case; "
+                        "give one\n");
+        return 2;
+    }
+    if (o->dump && !o->npaths && (o->model_dir || o->layers || o->jobs_s || o->result) &&
+        !(o->model_dir && o->case_dir))
+        return cmd_check_tf(c);
     if (!o->case_dir || !o->dump || o->npaths) {
         fprintf(stderr, "m3-conform check: needs --case DIR and --dump FILE (and no other arguments)\n");
         usage(stderr);
@@ -405,6 +831,7 @@ static int cmd_check(ctx *c)
     cf_case cs;
     if (cf_case_load(&cs, o->case_dir, !o->no_hash, &e)) {
         fprintf(stderr, "m3-conform: %s\n", e.msg);
+        snprintf(c->fatal, sizeof c->fatal, "%s", e.msg);
         return 2;
     }
     int rc = 2, is_model = strcmp(cs.component, "model") == 0, computed = 0;
@@ -436,6 +863,15 @@ static int cmd_check(ctx *c)
     m3_progress_end(&c->pg);
     if (grc)
         goto bad;
+    if (is_model && check_golden_shapes(&cs, have_model ? &model : NULL, &golden, &e)) {
+        /* the suite's fault: an InternalError report, exit 2 */
+        cf_report ir;
+        init_report(&ir, &cs, "", prof->name, "dump");
+        internal_error(&ir, &e);
+        emit(c, &ir, 1, 1);
+        keep(c, &ir);
+        goto bad;
+    }
     if (!is_model && !computed && cf_ref_component(&cs, &aux, &e))
         goto bad;
     const m3_model *mp = have_model ? &model : NULL;
@@ -467,6 +903,7 @@ static int cmd_check(ctx *c)
 bad:
     m3_progress_end(&c->pg);
     fprintf(stderr, "m3-conform: %s\n", e.msg);
+    snprintf(c->fatal, sizeof c->fatal, "%s", e.msg);
 bad_quiet:
     rc = 2;
 done:
@@ -478,8 +915,71 @@ done:
     return rc;
 }
 
+/* ---- rows: the positions a case wants (M3-DUMP-11) ------------------------------------------- */
+static int cmd_rows(ctx *c)
+{
+    opts *o = c->o;
+    if (!o->case_dir || o->npaths) {
+        fprintf(stderr, "m3-conform rows: needs --case DIR (and no other arguments)\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    cf_case cs;
+    if (cf_case_load(&cs, o->case_dir, !o->no_hash, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    int rc = 2;
+    cf_tset in = {0};
+    m3_config cfg;
+    unsigned char *want = NULL;
+    char p[2300], where[2400];
+    snprintf(p, sizeof p, "%s/inputs.safetensors", cs.dir);
+    snprintf(where, sizeof where, "%s/case.json", cs.dir);
+    const char *key = o->logits ? "logits_rows" : "rows";
+    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(cs.params, key);
+    if (!sel && o->logits)
+        sel = cJSON_GetObjectItemCaseSensitive(cs.params, "rows");
+    if (cf_tset_load(&in, p, &e))
+        goto bad;
+    const cf_tensor *ids = cf_tset_get(&in, "input_ids");
+    if (!ids || !ids->is_int || ids->ndim != 1 || ids->n == 0) {
+        m3_fail(&e, "%s: needs \"input_ids\", a non-empty integer vector [T]", p);
+        goto bad;
+    }
+    long T = (long)ids->n;
+    if (!(want = malloc((size_t)T))) {
+        m3_fail(&e, "out of memory");
+        goto bad;
+    }
+    if (!cJSON_IsString(sel)) {
+        memset(want, 1, (size_t)T); /* no selector: every position */
+    } else {
+        char cp[2300];
+        snprintf(cp, sizeof cp, "%s/config.json", cs.dir);
+        if (m3_config_load(&cfg, cp, NULL, &e))
+            goto bad;
+        if (cf_rows_select(sel->valuestring, T, cfg.text.index_block_size, where, want, &e))
+            goto bad;
+    }
+    for (long q = 0, n = 0; q < T; q++)
+        if (want[q])
+            printf("%s%ld", n++ ? "," : "", q);
+    printf("\n");
+    rc = 0;
+    goto done;
+bad:
+    fprintf(stderr, "m3-conform: %s\n", e.msg);
+done:
+    free(want);
+    cf_tset_free(&in);
+    cf_case_free(&cs);
+    return rc;
+}
+
 /* ---- run --------------------------------------------------------------------------------- */
 typedef struct tally {
+    int dirs; /* case directories (a case judged chunked / teacher-forced too counts once) */
     int cases, conform, fail, internal, diverged;
     int mutants, killed, localised, survived, mislocalised, pass_expected, pass_ok;
 } tally;
@@ -507,6 +1007,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
     char label[160];
     snprintf(label, sizeof label, "case %d/%d %.100s", idx + 1, total, dir);
     m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
+    t->dirs++;
     if (cf_case_load(&cs, dir, !o->no_hash, &e)) {
         init_report(&r, NULL, "", o->profile, "ref");
         snprintf(r.id, sizeof r.id, "%s", dir);
@@ -525,16 +1026,31 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
     char p[2300];
     snprintf(p, sizeof p, "%s/expected.safetensors", cs.dir);
     init_report(&r, &cs, "", prof ? prof->name : "?", "ref");
-    if (!prof || cf_tset_load(&golden, p, &e)) {
+    if (!prof || (exists(p) && cf_tset_load(&golden, p, &e))) {
         internal_error(&r, &e);
         goto finish;
+    }
+    if (!exists(p)) { /* as check does: the reference's own outputs are the golden */
+        int computed = 0;
+        m3_model gm;
+        int hm = is_model && open_model(&gm, &cs, &e) == 0;
+        int grc = (is_model && !hm) || golden_of(&cs, hm ? &gm : NULL, &golden, &computed, &c->pg, &e);
+        if (hm)
+            m3_model_close(&gm);
+        if (grc) {
+            internal_error(&r, &e);
+            goto finish;
+        }
+        if (!o->quiet)
+            printf("note: %s has no expected.safetensors; judged against the reference's own run\n",
+                   cs.dir);
     }
     if (!is_model) {
         if (cf_ref_component(&cs, &out, &e)) {
             internal_error(&r, &e);
             goto finish;
         }
-        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0};
+        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
         goto finish;
@@ -546,7 +1062,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         goto finish;
     }
     {
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
     }
@@ -560,7 +1076,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset ch = {0};
         init_report(&r, &cs, "#chunked", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         snprintf(label, sizeof label, "case %d/%d %.100s, chunked", idx + 1, total, dir);
         m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
         if (cf_ref_model(&cs, &model, &in, 1, &ch, &c->pg, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
@@ -576,7 +1092,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset tf = {0};
         init_report(&r, &cs, "#teacher-forced", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         const cf_tensor *emb = cf_tset_get(&out, "embeddings");
         snprintf(label, sizeof label, "case %d/%d %.100s, teacher-forced", idx + 1, total, dir);
         m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
@@ -645,16 +1161,17 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
     char label[300];
     snprintf(label, sizeof label, "mutant %.200s: golden", mu.id);
     m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
-    int grc = cf_tset_load(&dump, mu.dump, &e) ||
-              cf_st_meta(mu.dump, "m3.unsupported", caps, sizeof caps, &e) ||
-              golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &c->pg, &e);
+    int grc = golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &c->pg, &e) ||
+              load_dump(&dump, &aux, mu.dump, &golden, r.unrecognised, sizeof r.unrecognised, caps,
+                        sizeof caps, &e);
     m3_progress_end(&c->pg);
     if (grc)
         goto ierr;
+    cf_tset_free(&aux); /* mis-shaped tensors of a mutant dump: judged missing */
     if (!have_model && !computed && cf_ref_component(&cs, &aux, &e))
         goto ierr;
     {
-        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0};
+        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &dump, &golden, &e))
             goto ierr;
     }
@@ -759,6 +1276,7 @@ static int cmd_run(ctx *c)
         cf_manifest m;
         if (cf_manifest_load(&m, mpath, &e)) {
             fprintf(stderr, "m3-conform: %s\n", e.msg);
+            snprintf(c->fatal, sizeof c->fatal, "%s", e.msg);
             return 2;
         }
         c->suite = m.suite[0] ? m.suite : mpath;
@@ -784,7 +1302,10 @@ static int cmd_run(ctx *c)
         cf_manifest_free(&m);
     }
     int fail_mutants = t.mutants - t.pass_expected;
-    printf("summary: %d cases: %d conform, %d fail, %d internal errors", t.cases, t.conform, t.fail, t.internal);
+    printf("summary: %d case%s", t.dirs, t.dirs == 1 ? "" : "s");
+    if (t.cases != t.dirs)
+        printf(", %d judgements (chunked and teacher-forced runs included)", t.cases);
+    printf(": %d conform, %d fail, %d internal errors", t.conform, t.fail, t.internal);
     if (t.diverged)
         printf(", %d inconclusive (TieDiverged, M3-TOL-8)", t.diverged);
     printf(" (%.1fs)\n", now() - t0);
@@ -801,6 +1322,219 @@ static int cmd_run(ctx *c)
     return all_ok ? 0 : 1;
 }
 
+/* ---- golden ----------------------------------------------------------------------------- */
+static int cmd_golden(int argc, char **argv)
+{
+    const char *dir = NULL, *out = NULL;
+    int verify = 1, quiet = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--quiet") == 0) {
+            quiet = 1;
+        } else if ((strcmp(argv[i], "--case") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
+            if (argv[i][2] == 'c')
+                dir = argv[++i];
+            else
+                out = argv[++i];
+        } else if (strcmp(argv[i], "--no-hash") == 0) {
+            verify = 0;
+        } else {
+            fprintf(stderr, "m3-conform golden: unexpected argument \"%s\"; usage: m3-conform golden "
+                            "--case DIR [--out FILE] [--no-hash] [--quiet]\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "m3-conform golden: needs --case DIR\n");
+        return 2;
+    }
+    char def[2300];
+    if (!out) {
+        snprintf(def, sizeof def, "%s/expected.safetensors", dir);
+        out = def;
+    }
+    m3_err e = {{0}};
+    m3_progress pg;
+    m3_progress_init_stderr(&pg, "m3-conform golden", quiet);
+    m3_progress_task(&pg, "golden", M3_UNIT_ROWS, 0);
+    int rc = cf_golden_write(dir, out, verify, &pg, &e);
+    m3_progress_end(&pg);
+    if (rc) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    m3_progress_summary(&pg, out);
+    printf("golden: %s\n", out);
+    return 0;
+}
+
+/* ---- synth ------------------------------------------------------------------------------ */
+static int cmd_synth(int argc, char **argv)
+{
+    cf_synth_opts so;
+    m3_err e = {{0}};
+    int help = 0;
+    if (cf_synth_parse_args(&so, argc, argv, &help, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        cf_synth_usage(stderr);
+        return 2;
+    }
+    if (help) {
+        cf_synth_usage(stdout);
+        return 0;
+    }
+    if (cf_synth_write(&so, stdout, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    return 0;
+}
+
+/* Print s with newlines, tabs, quotes and backslashes escaped. */
+static void put_escaped(const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\n')
+            fputs("\\n", stdout);
+        else if (*s == '\t')
+            fputs("\\t", stdout);
+        else if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else
+            putchar(*s);
+    }
+}
+
+/* m3-conform chat-check (see the head comment). */
+static int cmd_chat_check(int argc, char **argv)
+{
+    const char *model = NULL, *conv = NULL, *ids_arg = NULL, *thinking = NULL;
+    int print_expected = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = !strcmp(a, "--model") ? &model : !strcmp(a, "--conversation") ? &conv
+                           : !strcmp(a, "--ids") ? &ids_arg : !strcmp(a, "--thinking") ? &thinking
+                           : NULL;
+        if (dst && i + 1 < argc) {
+            *dst = argv[++i];
+        } else if (!strcmp(a, "--print-expected")) {
+            print_expected = 1;
+        } else {
+            fprintf(stderr, "m3-conform chat-check: %s '%s'\n",
+                    dst ? "missing value for" : "unknown option", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model || !conv || (!ids_arg && !print_expected)) {
+        fprintf(stderr, "m3-conform chat-check: needs --model DIR, --conversation FILE and "
+                        "--ids FILE|LIST (or --print-expected)\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    m3_tokenizer *tok;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (m3_tokenizer_open(&tok, model, &e) != 0) {
+        fprintf(stderr, "m3-conform chat-check: %s\n", e.msg);
+        return 2;
+    }
+    if (ids_arg && cf_chat_read_ids(ids_arg, &ids, &n, &e) != 0) {
+        fprintf(stderr, "m3-conform chat-check: %s\n", e.msg);
+        m3_tokenizer_free(tok);
+        return 2;
+    }
+    cf_chat_diff d;
+    if (cf_chat_check(tok, conv, thinking, ids, n, &d, &e) != 0) {
+        fprintf(stderr, "m3-conform chat-check: %s\n", e.msg);
+        free(ids);
+        m3_tokenizer_free(tok);
+        return 2;
+    }
+    int rc = 0;
+    if (print_expected) {
+        for (size_t i = 0; i < d.n_expected; i++)
+            printf("%s%d", i ? "," : "", (int)d.expected[i]);
+        printf("\n");
+    }
+    if (ids_arg) {
+        printf("chat-check: %s: %zu expected ids, %zu given\n", conv, d.n_expected, d.n_got);
+        if (d.equal) {
+            printf("verdict: PASS (the ids are the spec's rendering, tokenized)\n");
+        } else {
+            printf("first difference at position %zu: expected %d \"", d.pos, (int)d.want);
+            put_escaped(d.want >= 0 ? d.want_str : "(end of the prompt)");
+            printf("\", got %d \"", (int)d.got);
+            put_escaped(d.got >= 0 ? d.got_str : "(end of the ids)");
+            printf("\"\n  before:   \"");
+            put_escaped(d.ctx_before);
+            printf("\"\n  expected: \"");
+            put_escaped(d.ctx_expected);
+            printf("\"\n  got:      \"");
+            put_escaped(d.ctx_got);
+            printf("\"\nverdict: FAIL\n");
+            rc = 1;
+        }
+    }
+    cf_chat_diff_free(&d);
+    free(ids);
+    m3_tokenizer_free(tok);
+    return rc;
+}
+
+/* plot: the pictures of one dump (dump_plot.h); either picture is skipped,
+ * with a note, when the dump has no layer of its kind. */
+static int cmd_plot(const opts *o)
+{
+    if (!o->dump || !o->out || o->npaths) {
+        fprintf(stderr, "m3-conform plot: needs --dump FILE and --out DIR (and nothing else)\n");
+        return 2;
+    }
+    struct stat sb;
+    if (stat(o->out, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "m3-conform plot: %s: not a directory\n", o->out);
+        return 2;
+    }
+    cf_tset d = {0};
+    m3_err e = {{0}};
+    if (cf_tset_load(&d, o->dump, &e) != 0) {
+        fprintf(stderr, "m3-conform plot: %s\n", e.msg);
+        return 2;
+    }
+    const char *base = o->title ? o->title
+                       : strrchr(o->dump, '/') ? strrchr(o->dump, '/') + 1 : o->dump;
+    static const char *const files[2] = {"msa_selection.png", "moe_routing.png"};
+    static const char *const need[2] = {"attn.block_indices", "moe.topk_index"};
+    int rc = 0, drawn = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        int have = 0;
+        for (int i = 0; i < d.n && !have; i++) {
+            const char *dot = strrchr(d.t[i].name, '.');
+            have = strncmp(d.t[i].name, "layers.", 7) == 0 && dot &&
+                   strlen(d.t[i].name) > strlen(need[k]) &&
+                   strcmp(d.t[i].name + strlen(d.t[i].name) - strlen(need[k]), need[k]) == 0;
+        }
+        if (!have) {
+            printf("%s: no layers.{i}.%s; %s not drawn\n", o->dump, need[k], files[k]);
+            continue;
+        }
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", o->out, files[k]);
+        if ((k == 0 ? cf_plot_selection(&d, base, path, &e) : cf_plot_routing(&d, base, path, &e)) != 0) {
+            fprintf(stderr, "m3-conform plot: %s\n", e.msg);
+            rc = 2;
+        } else {
+            printf("%s\n", path);
+            drawn++;
+        }
+    }
+    if (rc == 0 && drawn == 0) {
+        fprintf(stderr, "m3-conform plot: %s has neither block selections nor routing\n", o->dump);
+        rc = 2;
+    }
+    cf_tset_free(&d);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -813,14 +1547,26 @@ int main(int argc, char **argv)
         printf("m3-conform protocol %s\n", CF_PROTOCOL_VERSION);
         return 0;
     }
+    if (argc >= 2 && strcmp(argv[1], "golden") == 0)
+        return cmd_golden(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "synth") == 0)
+        return cmd_synth(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "chat-check") == 0)
+        return cmd_chat_check(argc, argv);
     if (parse_args(&o, argc, argv)) {
         usage(stderr);
         return 2;
     }
-    if (strcmp(o.cmd, "check") && strcmp(o.cmd, "run")) {
+    if (strcmp(o.cmd, "plot") == 0)
+        return cmd_plot(&o);
+    if (strcmp(o.cmd, "check") && strcmp(o.cmd, "run") && strcmp(o.cmd, "rows") && strcmp(o.cmd, "merge")) {
         fprintf(stderr, "m3-conform: unknown command \"%s\"\n", o.cmd);
         usage(stderr);
         return 2;
+    }
+    if (o.help) {
+        usage_cmd(stdout, o.cmd);
+        return 0;
     }
     m3_err e = {{0}};
     if (o.caps_file && load_caps_file(o.caps_file, o.unsupported, sizeof o.unsupported, &e)) {
@@ -846,22 +1592,42 @@ int main(int argc, char **argv)
         cf_tol_free(&c.tol);
         return 2;
     }
+    if (check_outputs(&o, tolp, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        cf_tol_free(&c.tol);
+        return 2;
+    }
+    m3_outfile jout; /* written to a temporary file, renamed over --json at the end */
+    memset(&jout, 0, sizeof jout);
     if (o.json) {
-        c.jsonl = fopen(o.json, "w");
-        if (!c.jsonl) {
-            fprintf(stderr, "m3-conform: %s: cannot write (%s)\n", o.json, strerror(errno));
+        if (m3_out_open(&jout, o.json, &e)) {
+            fprintf(stderr, "m3-conform: %s\n", e.msg);
             cf_tol_free(&c.tol);
             return 2;
         }
+        c.jsonl = jout.f;
     }
-    int rc = strcmp(o.cmd, "check") == 0 ? cmd_check(&c) : cmd_run(&c);
+    int rc = strcmp(o.cmd, "check") == 0   ? cmd_check(&c)
+             : strcmp(o.cmd, "rows") == 0  ? cmd_rows(&c)
+             : strcmp(o.cmd, "merge") == 0 ? cmd_merge(&c)
+                                           : cmd_run(&c);
     {
         char sum[64];
         snprintf(sum, sizeof sum, "%s, exit %d", o.cmd, rc);
         m3_progress_summary(&c.pg, sum);
     }
-    if (c.jsonl && fclose(c.jsonl)) {
-        fprintf(stderr, "m3-conform: %s: write error\n", o.json);
+    if (rc == 2 && c.nreps == 0) {
+        /* bad input: CI still gets a record naming the problem */
+        cf_report r;
+        init_report(&r, NULL, "", o.profile, "input");
+        snprintf(r.id, sizeof r.id, "%s", o.case_dir ? o.case_dir : o.npaths ? o.paths[0] : "m3-conform");
+        snprintf(r.error, sizeof r.error, "bad input: %.1000s", c.fatal[0] ? c.fatal : "see stderr");
+        r.result = CF_INTERNAL_ERROR;
+        emit(&c, &r, 0, 0);
+        keep(&c, &r);
+    }
+    if (o.json && m3_out_commit(&jout, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
         rc = 2;
     }
     if (o.junit && c.nreps && cf_write_junit(o.junit, c.suite_name[0] ? c.suite_name : "m3", c.reps, c.nreps, &e)) {

@@ -237,7 +237,7 @@ static int run_attention(inputs *in, int sparse, cf_tset *out, m3_err *e)
     }
     float *qf = widen(q, in->path, e), *kf = qf ? widen(k, in->path, e) : NULL;
     float *vf = kf ? widen(v, in->path, e) : NULL;
-    float *o = malloc((size_t)T * nh * hd * sizeof *o), *scr = malloc((size_t)(T + 1) * sizeof *scr);
+    float *o = malloc((size_t)T * nh * hd * sizeof *o), *scr = malloc(m3_attention_scratch(T, nh, nkv, hd) * sizeof *scr);
     int32_t *blk = sparse ? malloc((size_t)nkv * topk * sizeof *blk) : NULL;
     int rc = -1;
     if (!vf || !o || !scr || (sparse && !blk)) {
@@ -1411,6 +1411,39 @@ int cf_ref_head(const m3_model *m, m3_mode mode, const float *x, int T, cf_tset 
     }
     int64_t hd[2] = {T, H}, vd[2] = {T, V};
     rc = cf_tset_add_f(out, "final_norm", 2, hd, fn, e) || cf_tset_add_f(out, "logits", 2, vd, lg, e) ? -1 : 0;
+done:
+    free(fn);
+    free(lg);
+    return rc;
+}
+
+int cf_ref_head_rows(const m3_model *m, m3_mode mode, const float *x, int T, const int32_t *pos, int n,
+                     cf_tset *out, m3_err *e)
+{
+    if (!pos)
+        return cf_ref_head(m, mode, x, T, out, e);
+    int H = m->cfg.text.hidden_size, V = m->cfg.text.vocab_size;
+    float *fn = malloc((size_t)T * H * sizeof *fn), *lg = malloc((size_t)(n ? n : 1) * V * sizeof *lg);
+    int rc = -1;
+    if (!fn || !lg) {
+        m3_fail(e, "out of memory for logits [%d, %d]", n, V);
+        goto done;
+    }
+    for (int t = 0; t < T; t++)
+        m3_rmsnorm(fn + (size_t)t * H, x + (size_t)t * H, &m->w.final_norm, H, m->cfg.text.rms_norm_eps, mode);
+    for (int j = 0; j < n; j++) {
+        if (pos[j] < 0 || pos[j] >= T) {
+            m3_fail(e, "logits position %d is outside [0, %d)", (int)pos[j], T);
+            goto done;
+        }
+        m3_matvec(lg + (size_t)j * V, &m->w.lm_head, fn + (size_t)pos[j] * H);
+        m3_round_mode(lg + (size_t)j * V, (size_t)V, mode);
+    }
+    int64_t hd[2] = {T, H}, vd[2] = {n, V}, rd[1] = {n};
+    rc = cf_tset_add_f(out, "final_norm", 2, hd, fn, e) || cf_tset_add_f(out, "logits", 2, vd, lg, e) ||
+                 cf_tset_add_i(out, "logits.rows", 1, rd, pos, e)
+             ? -1
+             : 0;
 done:
     free(fn);
     free(lg);

@@ -18,6 +18,10 @@
 
 #define M3_MAX_LAYERS 512
 #define M3_CONFIG_MAX_BYTES (64u << 20) /* config.json size cap */
+/* caps on config sizes, checked in 64 bits before anything is sized from them */
+#define M3_MAX_WIDTH (1 << 24)  /* any one dimension, and heads x head_dim products */
+#define M3_MAX_EXPERTS 65536    /* num_local_experts */
+#define M3_MAX_TOPK 65536       /* index_topk_blocks (M3 uses 16; dumps are [G, T, topk]) */
 
 typedef struct m3_text_config {
     int hidden_size;              /* H: 6144 */
@@ -76,6 +80,8 @@ typedef struct m3_config {
     m3_vision_config vision;
     int image_token_id;       /* 200025 */
     int video_token_id;       /* 200026 */
+    int image_start_token_id; /* 200029: opens every image / video group (M3-VIS-PLACE-1) */
+    int image_end_token_id;   /* 200030: closes it */
     int num_mtp_modules;      /* informational; no weights */
     /* Lenient parsing only: unknown keys that were ignored (the library never
      * prints; a CLI shows these). warnings holds their dotted paths separated

@@ -1,5 +1,6 @@
 /* genconfig.c — generation_config.json reader (M3-SAMPLE-3). */
 #include "genconfig.h"
+#include "sampling.h"
 #include "fileio.h"
 
 #include <cJSON.h>
@@ -39,6 +40,9 @@ static const char *apply(const cJSON *j, m3_gen_defaults *g)
     if ((it = cJSON_GetObjectItemCaseSensitive(j, "temperature"))) {
         if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0.0) || it->valuedouble > 1e6)
             return "temperature must be a number in [0, 1e6]";
+        if (it->valuedouble > 0.0 && it->valuedouble < M3_SAMPLE_MIN_TEMPERATURE)
+            return "temperature must be 0 (greedy) or at least 1e-4 (smaller ones overflow "
+                   "logit / temperature)";
         if (it->valuedouble == 0.0)
             g->greedy = 1;
         else

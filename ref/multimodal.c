@@ -18,8 +18,8 @@ void m3_mm_ids_from_config(m3_mm_ids *t, const m3_config *c)
 {
     t->image = c->image_token_id > 0 ? c->image_token_id : 200025;
     t->video = c->video_token_id > 0 ? c->video_token_id : 200026;
-    t->start = 200029;
-    t->end = 200030;
+    t->start = c->image_start_token_id > 0 ? c->image_start_token_id : 200029;
+    t->end = c->image_end_token_id > 0 ? c->image_end_token_id : 200030;
     t->merge = c->has_vision && c->vision.spatial_merge_size > 0 ? c->vision.spatial_merge_size : 2;
 }
 

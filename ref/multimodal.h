@@ -2,7 +2,8 @@
  * into the text model's input embeddings.
  *
  * Spec: M3-VIS-PLACE-1 (an image marker id becomes start 200029, N x image
- * 200025, end 200030 with N = grid_h*grid_w/4), M3-VIS-PLACE-2 (per video
+ * 200025, end 200030 with N = grid_h*grid_w/4; all four ids come from the
+ * config, these released values by default), M3-VIS-PLACE-2 (per video
  * temporal group: optional timestamp ids, start, M x video 200026, end),
  * M3-EMB-3 (placeholder rows replaced in order; count mismatch is an error),
  * M3-VIS-SEG-1 / Decision 2 (segmented attention by default, HF joint as an
@@ -27,8 +28,9 @@ typedef struct m3_mm_ids {
     int merge;                        /* spatial merge size (2) */
 } m3_mm_ids;
 
-/* The ids of the model's config (image/video token ids) with start/end
- * 200029/200030 and the vision merge size. */
+/* The ids of the model's config (image/video marker ids and the start/end
+ * ids, the released 200025/200026/200029/200030 by default) and the vision
+ * merge size. */
 void m3_mm_ids_from_config(m3_mm_ids *t, const m3_config *c);
 
 /* One image or video of a prompt, in marker order. For a video, ts_ids[g]

@@ -13,6 +13,9 @@
 #define MAX_PROG 4096 /* real pre-tokenizer patterns compile to a few hundred; see fuzz/regressions */
 #define MAX_REPEAT 1000
 #define MAX_LOOK_DEPTH 4
+/* Group nesting the recursive-descent parser accepts (real patterns nest 2-3 deep);
+ * bounds the parser's stack use, as the generator's depth cap bounds its own. */
+#define MAX_GROUP_DEPTH 200
 /* Nested counted repeats of empty bodies (e.g. "(){60}{60}{210}") emit no
  * instructions but multiply the generator's work; cap that work too. */
 #define MAX_GEN_CALLS 1000000L
@@ -45,6 +48,7 @@ typedef struct parser {
     m3_err *e;
     int failed;
     long gen_calls; /* code generation work, capped by MAX_GEN_CALLS */
+    int depth;      /* open groups, capped by MAX_GROUP_DEPTH */
 } parser;
 
 static int pfail(parser *p, const char *what) {
@@ -269,6 +273,8 @@ static int single_item_class(parser *p, int kind, uint32_t mask) {
 static int parse_group(parser *p) {
     /* '(' already consumed */
     int saved = p->icase, n;
+    if (++p->depth > MAX_GROUP_DEPTH)
+        return pfail(p, "groups nested deeper than 200");
     if (peek(p) == '?') {
         p->pos++;
         int c = peek(p);
@@ -304,6 +310,7 @@ static int parse_group(parser *p) {
     if (peek(p) != ')') return pfail(p, "missing ')'");
     p->pos++;
     p->icase = saved;
+    p->depth--;
     return n;
 }
 
@@ -336,18 +343,23 @@ static int parse_atom(parser *p) {
     }
 }
 
-/* Try to read {n}, {n,}, {n,m} at p->pos; returns 1 if read, 0 if not a quantifier. */
+/* Try to read {n}, {n,}, {n,m} at p->pos; returns 1 if read, 0 if not a quantifier,
+ * -1 (after pfail) for a count of more than 6 digits. */
 static int read_counted(parser *p, int *mn, int *mx) {
     size_t q = p->pos + 1;
     long a = 0, b;
     int nd = 0;
     while (q < p->len && p->pat[q] >= '0' && p->pat[q] <= '9' && nd < 6) { a = a * 10 + (p->pat[q] - '0'); q++; nd++; }
+    if (nd == 6 && q < p->len && p->pat[q] >= '0' && p->pat[q] <= '9')
+        return pfail(p, "repeat count of more than 6 digits");
     if (nd == 0 || q >= p->len) return 0;
     if (p->pat[q] == '}') { b = a; }
     else if (p->pat[q] == ',') {
         q++;
         int nd2 = 0; b = 0;
         while (q < p->len && p->pat[q] >= '0' && p->pat[q] <= '9' && nd2 < 6) { b = b * 10 + (p->pat[q] - '0'); q++; nd2++; }
+        if (nd2 == 6 && q < p->len && p->pat[q] >= '0' && p->pat[q] <= '9')
+            return pfail(p, "repeat count of more than 6 digits");
         if (q >= p->len || p->pat[q] != '}') return 0;
         if (nd2 == 0) b = -1;
     } else return 0;
@@ -360,11 +372,12 @@ static int parse_repeat(parser *p) {
     int atom = parse_atom(p);
     if (atom < 0) return -1;
     for (;;) {
-        int c = peek(p), mn, mx;
+        int c = peek(p), mn, mx, rc;
         if (c == '*') { mn = 0; mx = -1; p->pos++; }
         else if (c == '+') { mn = 1; mx = -1; p->pos++; }
         else if (c == '?') { mn = 0; mx = 1; p->pos++; }
-        else if (c == '{' && read_counted(p, &mn, &mx)) {
+        else if (c == '{' && (rc = read_counted(p, &mn, &mx)) != 0) {
+            if (rc < 0) return -1;
             if (mn > MAX_REPEAT || mx > MAX_REPEAT || (mx >= 0 && mx < mn))
                 return pfail(p, "bad or too large repeat count");
         } else break;

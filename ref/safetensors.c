@@ -9,6 +9,7 @@
  * overlapping non-empty ranges are not.
  */
 #include "safetensors.h"
+#include "fileio.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -241,20 +242,11 @@ static const char *push_file(m3_store *s, const char *path, void *map, size_t si
 /* Map file `path`, validate its header and append its tensors to s. */
 static int load_file(m3_store *s, const char *path, m3_err *e)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    long long size = 0;
+    int fd = m3_open_regular(path, &size, e); /* never blocks on a FIFO */
     if (fd < 0)
-        return m3_fail(e, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
-        close(fd);
-        return m3_fail(e, "%s: cannot stat: %s", path, strerror(err));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return m3_fail(e, "%s: not a regular file", path);
-    }
-    uint64_t fsize = (uint64_t)st.st_size;
+        return -1;
+    uint64_t fsize = (uint64_t)size;
     if (fsize < 8) {
         close(fd);
         return m3_fail(e, "%s: file too small for a safetensors header (%llu vs 8 bytes)", path,
@@ -296,6 +288,15 @@ static int parse_file(m3_store *s, const char *path, const void *map, uint64_t f
         return m3_fail(e, "%s: header length beyond end of file (8 + %llu vs %llu bytes)", path,
                        (unsigned long long)n, (unsigned long long)fsize);
     const char *hdr = (const char *)base + 8;
+    /* a \u0000 escape would end the C string of a name early (another tensor's name) */
+    for (uint64_t i = 0; i + 6 <= n; i++)
+        if (hdr[i] == '\\') {
+            if (memcmp(hdr + i + 1, "u0000", 5) == 0)
+                return m3_fail(e, "%s: header holds a \\u0000 escape (a NUL inside a name or "
+                                  "value), which is not allowed",
+                               path);
+            i++; /* skip the escaped character */
+        }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)n, &end, 0);
     if (!root) {
@@ -419,9 +420,9 @@ static int cmp_str(const void *a, const void *b)
 
 static int read_small_file(const char *path, char **buf, size_t *len, size_t cap, m3_err *e)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = m3_fopen_regular(path, e);
     if (!f)
-        return m3_fail(e, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
     size_t n = 0, sz = 4096;
     char *b = malloc(sz);
     if (!b) {
@@ -1007,13 +1008,13 @@ int m3_st_writer_save(const m3_st_writer *w, const char *path, m3_err *e)
         free(order);
         return m3_fail(e, "%s: out of memory", path);
     }
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        int err = errno;
+    m3_outfile out; /* a temporary file renamed over path once complete */
+    if (m3_out_open(&out, path, e) != 0) {
         free(b.p);
         free(order);
-        return m3_fail(e, "%s: cannot create: %s", path, strerror(err));
+        return -1;
     }
+    FILE *f = out.f;
     unsigned char len8[8];
     uint64_t hn = b.n;
     for (int i = 0; i < 8; i++)
@@ -1022,10 +1023,11 @@ int m3_st_writer_save(const m3_st_writer *w, const char *path, m3_err *e)
     for (size_t i = 0; ok && i < w->n; i++)
         if (order[i]->nbytes)
             ok = fwrite(order[i]->data, 1, order[i]->nbytes, f) == order[i]->nbytes;
-    int cerr = fclose(f);
     free(b.p);
     free(order);
-    if (!ok || cerr != 0)
-        return m3_fail(e, "%s: write failed", path);
-    return 0;
+    if (!ok) {
+        m3_out_abort(&out);
+        return m3_fail(e, "%s: write failed (the old file, if any, is left as it was)", path);
+    }
+    return m3_out_commit(&out, e);
 }

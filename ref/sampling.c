@@ -158,7 +158,7 @@ static void top_k_by_rank(int32_t *ord, int k, const float *z, int V)
 
 int m3_sampler_dist(const m3_sampler *sp, const float *logits, int V, float *probs, int32_t *ord)
 {
-    if (sp->greedy || !(sp->temperature > 0.0f)) {
+    if (sp->greedy || !(sp->temperature >= M3_SAMPLE_MIN_TEMPERATURE)) {
         ord[0] = m3_argmax(logits, V);
         probs[ord[0]] = 1.0f;
         return 1;
@@ -215,7 +215,7 @@ int m3_sampler_dist(const m3_sampler *sp, const float *logits, int V, float *pro
 
 int32_t m3_sample(m3_sampler *sp, const float *logits)
 {
-    if (sp->greedy || !(sp->temperature > 0.0f))
+    if (sp->greedy || !(sp->temperature >= M3_SAMPLE_MIN_TEMPERATURE))
         return m3_argmax(logits, sp->vocab); /* no draw: the stream is untouched */
     int n = m3_sampler_dist(sp, logits, sp->vocab, sp->probs, sp->order);
     double u = m3_sampler_uniform(sp);

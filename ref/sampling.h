@@ -10,9 +10,14 @@
 
 #include <stdint.h>
 
+/* The smallest non-zero temperature accepted: below it logit / T overflows fp32
+ * for ordinary logits. Temperature 0 means greedy (M3-SAMPLE-1); a sampler
+ * given 0 < T < this minimum decodes greedily too (the T -> 0 limit). */
+#define M3_SAMPLE_MIN_TEMPERATURE 1e-4f
+
 typedef struct m3_sampler {
     int greedy;
-    float temperature; /* > 0 */
+    float temperature; /* >= M3_SAMPLE_MIN_TEMPERATURE; smaller (0 included): greedy */
     int top_k;         /* 0 = off */
     float top_p;       /* 1.0 = off */
     uint64_t s[4];     /* xoshiro256** state */

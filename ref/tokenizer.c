@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fileio.h"
 #include "pretok_regex.h"
 #include "unicode.h"
 
@@ -151,11 +152,17 @@ static void byte_level_tables(m3_tokenizer *t) {
 }
 
 /* Read a whole file; NULL when it cannot be read (*over = 1: it is larger
- * than M3_TOK_MAX_FILE). */
+ * than M3_TOK_MAX_FILE; 2: it exists but is not a regular file, e.g. a FIFO,
+ * which is refused without blocking). */
 static char *read_file(const char *path, size_t *n, int *over) {
     *over = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    m3_err oe = {{0}};
+    FILE *f = m3_fopen_regular(path, &oe);
+    if (!f) {
+        struct stat st;
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) *over = 2;
+        return NULL;
+    }
     char *buf = NULL;
     size_t cap = 0, len = 0;
     for (;;) {
@@ -449,6 +456,8 @@ static int load_config(m3_tokenizer *t, const char *path, m3_err *e) {
     size_t n;
     int over;
     char *buf = read_file(path, &n, &over);
+    if (!buf && over == 2)
+        return m3_fail(e, "%s: not a regular file", path);
     if (!buf && over)
         return m3_fail(e, "%s: file larger than the %zu MiB cap (M3_TOK_MAX_FILE)", path,
                        M3_TOK_MAX_FILE >> 20);
@@ -550,6 +559,10 @@ int m3_tokenizer_open(m3_tokenizer **out, const char *path, m3_err *e) {
     size_t n;
     int over;
     char *buf = read_file(json_path, &n, &over);
+    if (!buf && over == 2) {
+        m3_fail(e, "%s: not a regular file", json_path);
+        goto fail;
+    }
     if (!buf && over) {
         m3_fail(e, "%s: file larger than the %zu MiB cap (M3_TOK_MAX_FILE)", json_path,
                 M3_TOK_MAX_FILE >> 20);

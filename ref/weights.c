@@ -27,6 +27,8 @@
  */
 #include "weights.h"
 
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,32 +74,50 @@ static const m3_tensor *want(bctx *b, const char *name, int nd, const int64_t *s
                 fmt_shape(s1, sizeof s1, t->shape, t->ndim), fmt_shape(s2, sizeof s2, shape, nd));
         return NULL;
     }
+    /* weights are read in place: the format allows any byte offset, but an
+     * element misaligned for its type would be read through a misaligned pointer */
+    const size_t esz = m3_dtype_size(t->dtype);
+    if (esz > 1 && (uintptr_t)t->data % esz != 0) {
+        m3_fail(b->e, "%s: tensor %s: data is not aligned to its %zu-byte elements (the file "
+                      "places it at an odd offset); m3 maps weights in place and needs each "
+                      "tensor's data at a multiple of its element size: re-save the checkpoint "
+                      "(e.g. with safetensors.torch.save_file)",
+                t->file, name, esz);
+        return NULL;
+    }
     b->used[t - b->base] = 1;
     return t;
 }
 
-static int mat(bctx *b, m3_mat *m, const char *name, int rows, int cols)
+/* rows and cols are 64-bit products of config sizes; the config caps keep them in int */
+static int mat(bctx *b, m3_mat *m, const char *name, int64_t rows, int64_t cols)
 {
+    if (rows <= 0 || cols <= 0 || rows > INT_MAX || cols > INT_MAX)
+        return m3_fail(b->e, "checkpoint: tensor %s: expected shape [%lld, %lld] is out of range",
+                       name, (long long)rows, (long long)cols);
     int64_t sh[2] = {rows, cols};
     const m3_tensor *t = want(b, name, 2, sh);
     if (!t)
         return -1;
     m->data = t->data;
     m->dtype = t->dtype;
-    m->rows = rows;
-    m->cols = cols;
+    m->rows = (int)rows;
+    m->cols = (int)cols;
     return 0;
 }
 
-static int vec(bctx *b, m3_vec *v, const char *name, int n)
+static int vec(bctx *b, m3_vec *v, const char *name, int64_t n)
 {
+    if (n <= 0 || n > INT_MAX)
+        return m3_fail(b->e, "checkpoint: tensor %s: expected shape [%lld] is out of range", name,
+                       (long long)n);
     int64_t sh[1] = {n};
     const m3_tensor *t = want(b, name, 1, sh);
     if (!t)
         return -1;
     v->data = t->data;
     v->dtype = t->dtype;
-    v->n = n;
+    v->n = (int)n;
     return 0;
 }
 
@@ -128,23 +148,23 @@ static int bind_layer(bctx *b, const m3_config *c, const char *P, int L, int fus
 #define NM(suffix) (snprintf(n, sizeof n, "%slayers.%d.%s", P, L, suffix), n)
     if (vec(b, &lw->input_norm, NM("input_layernorm.weight"), H) ||
         vec(b, &lw->post_norm, NM("post_attention_layernorm.weight"), H) ||
-        mat(b, &lw->q, NM("self_attn.q_proj.weight"), t->num_heads * hd, H) ||
-        mat(b, &lw->k, NM("self_attn.k_proj.weight"), t->num_kv_heads * hd, H) ||
-        mat(b, &lw->v, NM("self_attn.v_proj.weight"), t->num_kv_heads * hd, H) ||
-        mat(b, &lw->o, NM("self_attn.o_proj.weight"), H, t->num_heads * hd) ||
+        mat(b, &lw->q, NM("self_attn.q_proj.weight"), (int64_t)t->num_heads * hd, H) ||
+        mat(b, &lw->k, NM("self_attn.k_proj.weight"), (int64_t)t->num_kv_heads * hd, H) ||
+        mat(b, &lw->v, NM("self_attn.v_proj.weight"), (int64_t)t->num_kv_heads * hd, H) ||
+        mat(b, &lw->o, NM("self_attn.o_proj.weight"), H, (int64_t)t->num_heads * hd) ||
         vec(b, &lw->q_norm, NM("self_attn.q_norm.weight"), hd) ||
         vec(b, &lw->k_norm, NM("self_attn.k_norm.weight"), hd))
         return -1;
     if (t->layer_sparse[L]) {
         const int ihd = t->index_head_dim, ih = t->index_n_heads;
         if (fused) {
-            if (mat(b, &lw->index_q, NM("self_attn.indexer.q_proj.weight"), ih * ihd, H) ||
+            if (mat(b, &lw->index_q, NM("self_attn.indexer.q_proj.weight"), (int64_t)ih * ihd, H) ||
                 mat(b, &lw->index_k, NM("self_attn.indexer.k_proj.weight"), ihd, H) ||
                 vec(b, &lw->index_q_norm, NM("self_attn.indexer.q_norm.weight"), ihd) ||
                 vec(b, &lw->index_k_norm, NM("self_attn.indexer.k_norm.weight"), ihd))
                 return -1;
         } else {
-            if (mat(b, &lw->index_q, NM("self_attn.index_q_proj.weight"), ih * ihd, H) ||
+            if (mat(b, &lw->index_q, NM("self_attn.index_q_proj.weight"), (int64_t)ih * ihd, H) ||
                 mat(b, &lw->index_k, NM("self_attn.index_k_proj.weight"), ihd, H) ||
                 vec(b, &lw->index_q_norm, NM("self_attn.index_q_norm.weight"), ihd) ||
                 vec(b, &lw->index_k_norm, NM("self_attn.index_k_norm.weight"), ihd))
@@ -168,16 +188,17 @@ static int bind_layer(bctx *b, const m3_config *c, const char *P, int L, int fus
         return mat(b, &lw->mlp_down, NM("mlp.down_proj.weight"), H, Id);
     }
     const int E = t->num_experts, I = t->intermediate_size, Is = t->shared_intermediate_size;
+    const char *moe = fused ? "mlp" : "block_sparse_moe";
+    char sfx[128];
+    /* the router [E, H] first: its shape in the file bounds E before the views are allocated */
+    snprintf(sfx, sizeof sfx, "%s.gate.weight", moe);
+    if (mat(b, &lw->router, NM(sfx), E, H))
+        return -1;
     lw->exp_gate = calloc((size_t)E, sizeof(m3_mat));
     lw->exp_up = calloc((size_t)E, sizeof(m3_mat));
     lw->exp_down = calloc((size_t)E, sizeof(m3_mat));
     if (!lw->exp_gate || !lw->exp_up || !lw->exp_down)
         return m3_fail(b->e, "checkpoint: out of memory for layer %d expert views", L);
-    const char *moe = fused ? "mlp" : "block_sparse_moe";
-    char sfx[128];
-    snprintf(sfx, sizeof sfx, "%s.gate.weight", moe);
-    if (mat(b, &lw->router, NM(sfx), E, H))
-        return -1;
     snprintf(sfx, sizeof sfx, fused ? "%s.gate.e_score_correction_bias" : "%s.e_score_correction_bias",
              moe);
     if (t->use_routing_bias || has(b->s, NM(sfx))) {
@@ -286,7 +307,7 @@ static int bind_vision(bctx *b, const m3_config *c, int hf, m3_vision_weights *v
         vec(b, &vw->proj1_b, VN("%slinear_1.bias", PP), Pj) ||
         mat(b, &vw->proj2, VN("%slinear_2.weight", PP), H, Pj) ||
         vec(b, &vw->proj2_b, VN("%slinear_2.bias", PP), H) ||
-        mat(b, &vw->merge1, VN("%slinear_1.weight", MP), Pj, H * m2) ||
+        mat(b, &vw->merge1, VN("%slinear_1.weight", MP), Pj, (int64_t)H * m2) ||
         vec(b, &vw->merge1_b, VN("%slinear_1.bias", MP), Pj) ||
         mat(b, &vw->merge2, VN("%slinear_2.weight", MP), H, Pj) ||
         vec(b, &vw->merge2_b, VN("%slinear_2.bias", MP), H))

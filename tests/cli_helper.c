@@ -1,7 +1,10 @@
 /* cli_helper.c — helper program for tests/cli_test.sh (not a test itself).
  *
  *   cli_helper fixture DIR [--layers N] [--mtp N] [--eos ID] [--max-pos N] [--seed S]
- *       write a tiny random M3 checkpoint (tests/fixture.h) into DIR
+ *                      [--hidden H] [--heads N] [--kv-heads N] [--head-dim D] [--rotary R]
+ *                      [--vocab V] [--dense N] [--block B] [--topk K] [--index-dim D]
+ *       write a tiny random M3 checkpoint (tests/fixture.h) into DIR (--dense: the
+ *       first N layers dense attention + dense MLP, the rest MSA + MoE)
  *   cli_helper dump-check DUMP DIR T [--bf16]
  *       check that DUMP holds exactly the activation names of a T-row forward
  *       of the model in DIR (M3-DUMP-*), with the right shapes and dtypes;
@@ -54,6 +57,26 @@ static int cmd_fixture(int argc, char **argv)
             o.max_position_embeddings = v;
         else if (!strcmp(argv[i], "--seed"))
             o.seed = (uint64_t)v;
+        else if (!strcmp(argv[i], "--hidden"))
+            o.hidden_size = (int)v;
+        else if (!strcmp(argv[i], "--heads"))
+            o.num_heads = (int)v;
+        else if (!strcmp(argv[i], "--kv-heads"))
+            o.num_kv_heads = (int)v;
+        else if (!strcmp(argv[i], "--head-dim"))
+            o.head_dim = (int)v;
+        else if (!strcmp(argv[i], "--rotary"))
+            o.rotary_dim = (int)v;
+        else if (!strcmp(argv[i], "--vocab"))
+            o.vocab_size = (int)v;
+        else if (!strcmp(argv[i], "--dense"))
+            o.n_dense = (int)v;
+        else if (!strcmp(argv[i], "--block"))
+            o.block_size = (int)v;
+        else if (!strcmp(argv[i], "--topk"))
+            o.index_topk = (int)v;
+        else if (!strcmp(argv[i], "--index-dim"))
+            o.index_head_dim = (int)v;
         else {
             fprintf(stderr, "cli_helper fixture: unknown option %s\n", argv[i]);
             return 2;
@@ -299,6 +322,18 @@ static int apply_edit(const char *op, const m3_tensor *t, void *x)
         v[a * cols + b] = id;
         return 0;
     }
+    if (sscanf(op, "nan:%255[^:]:%lld", name, &a) == 2) { /* element a becomes a NaN */
+        const size_t esz = m3_dtype_size(t->dtype);
+        if ((t->dtype != M3_F32 && t->dtype != M3_BF16 && t->dtype != M3_F16) || a < 0 ||
+            a >= m3_tensor_numel(t)) {
+            fprintf(stderr, "cli_helper edit: %s: needs a float tensor and an element inside it\n", op);
+            return -1;
+        }
+        const uint32_t f = 0x7fc00000u;
+        const uint16_t h = t->dtype == M3_BF16 ? 0x7fc0 : 0x7e00;
+        memcpy((char *)x + (size_t)a * esz, t->dtype == M3_F32 ? (const void *)&f : (const void *)&h, esz);
+        return 0;
+    }
     if (sscanf(op, "bump:%255[^:]:%lld:%lld:%lf", name, &a, &b, &d) == 4) {
         float *v = x;
         if (t->dtype != M3_F32 || a < 0 || b > rows || a >= b) {
@@ -366,8 +401,48 @@ done:
     return rc;
 }
 
+/* misalign IN OUT: OUT = IN plus a 1-byte U8 tensor sorted first, so every
+ * other tensor's data starts at an odd offset (which the format allows). */
+static int cmd_misalign(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: cli_helper misalign IN OUT\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    m3_store *in = NULL;
+    m3_st_writer *w = m3_st_writer_new();
+    int rc = 1;
+    const unsigned char one = 1;
+    const int64_t sh[1] = {1};
+    if (!w || m3_store_open(&in, argv[0], &e) != 0 ||
+        m3_st_writer_add(w, "!pad", M3_U8, 1, sh, &one, &e) != 0) {
+        fprintf(stderr, "cli_helper misalign: %s\n", w ? e.msg : "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < m3_store_count(in); i++) {
+        const m3_tensor *t = m3_store_at(in, i);
+        if (m3_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, &e) != 0) {
+            fprintf(stderr, "cli_helper misalign: %s\n", e.msg);
+            goto done;
+        }
+    }
+    if (m3_st_writer_save(w, argv[1], &e) != 0) {
+        fprintf(stderr, "cli_helper misalign: %s\n", e.msg);
+        goto done;
+    }
+    printf("ok misalign %s\n", argv[1]);
+    rc = 0;
+done:
+    m3_st_writer_free(w);
+    m3_store_close(in);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "misalign"))
+        return cmd_misalign(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "edit"))
         return cmd_edit(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "pixels"))

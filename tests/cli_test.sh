@@ -55,7 +55,20 @@ grep -q "forward" "$TMP/out" && grep -q "generate" "$TMP/out" || fail "help list
 for c in forward generate inspect; do
     expect_ok "$c --help" "$M3REF" $c --help
     grep -q "usage: m3-ref $c" "$TMP/out" || fail "$c --help has no usage line"
+    cp "$TMP/out" "$TMP/help_$c"
+    # every option the help names is accepted by the command (no "unknown option")
+    for opt in $(grep -o -- '--[a-z][a-z-]*' "$TMP/help_$c" | sort -u); do
+        [ "$opt" = --help ] && continue
+        run "$M3REF" $c --model "$TMP/nonexistent" "$opt" x
+        if grep -q -- "unknown option or argument '$opt'" "$TMP/err"; then fail "$c --help names $opt, which $c rejects"; else pass; fi
+    done
 done
+# every option the parser knows (ref/cli/m3-ref.c) is documented in some --help
+if [ -f ref/cli/m3-ref.c ]; then
+    for opt in $(grep -o 'strcmp(a, "--[a-z-]*")' ref/cli/m3-ref.c | grep -o -- '--[a-z-]*' | grep -v -- --help | sort -u); do
+        if cat "$TMP"/help_* | grep -q -- "$opt\b"; then pass; else fail "option $opt is in no --help text"; fi
+    done
+fi
 
 # ---- forward and dumps ---------------------------------------------------
 expect_ok "forward fp32" "$M3REF" forward --model "$FX" --tokens 5,17,300,2,9 --dump "$TMP/d32.safetensors"
@@ -128,8 +141,13 @@ printf '{"text_config": {"hidden_size": 64,' >"$TMP/fxb/config.json"
 expect_fail "malformed config" "config.json" "$M3REF" forward --model "$TMP/fxb" --tokens 1,2
 rm -f "$TMP/fxb/config.json"
 expect_fail "missing config" "config.json" "$M3REF" forward --model "$TMP/fxb" --tokens 1,2
-expect_fail "id >= vocab" "token 512 at index 1 is out of range \[0, 512)" "$M3REF" forward --model "$FX" --tokens 1,512
+expect_fail "id >= vocab" "token 512 at position 1 is out of range \[0, 512)" "$M3REF" forward --model "$FX" --tokens 1,512
+[ "$RC" -eq 2 ] || fail "id >= vocab: a bad --tokens value must exit 2 (got $RC)"
 expect_fail "id >= vocab in generate" "out of range" "$M3REF" generate --model "$FX" --tokens 600 --greedy
+[ "$RC" -eq 2 ] || fail "id >= vocab in generate: exit 2 expected (got $RC)"
+# the id's real position, not its index inside the last prefill chunk
+expect_fail "id >= vocab at the end of a prompt" "token 600 at position 3 " "$M3REF" generate --model "$FX" --tokens 1,2,3,600 --greedy
+[ "$RC" -eq 2 ] || fail "id >= vocab at the end: exit 2 expected (got $RC)"
 expect_fail "empty --tokens" "empty" "$M3REF" forward --model "$FX" --tokens ""
 expect_fail "blank --tokens" "empty" "$M3REF" forward --model "$FX" --tokens "  "
 expect_fail "garbage token" "not a digit" "$M3REF" forward --model "$FX" --tokens 1,x2
@@ -146,8 +164,23 @@ expect_fail "option without value" "needs a value" "$M3REF" forward --model "$FX
 expect_fail "unknown command" "unknown command" "$M3REF" frobnicate
 expect_fail "tokens and prompt" "exactly one" "$M3REF" generate --model "$FX" --tokens 1 --prompt hi
 expect_fail "prompt without tokenizer" "tokenizer" "$M3REF" generate --model "$FX" --prompt hello
+expect_fail "forward tokens and prompt" "exactly one" "$M3REF" forward --model "$FX" --tokens 1 --prompt hi
+expect_fail "forward prompt without tokenizer" "tokenizer" "$M3REF" forward --model "$FX" --prompt hello
+# forward --prompt prints the ids it encoded; --tokens with those ids gives the same logits
+if [ -f models/demo/tokenizer.json ]; then
+    expect_ok "forward --prompt" "$M3REF" forward --model models/demo --prompt "And God said"
+    ids=$(sed -n 's/^ids: //p' "$TMP/out"); grep '^top-5' "$TMP/out" >"$TMP/top_prompt"
+    expect_ok "forward --tokens (prompt ids)" "$M3REF" forward --model models/demo --tokens "$ids"
+    grep '^top-5' "$TMP/out" | cmp -s - "$TMP/top_prompt" && pass || fail "forward --prompt and --tokens of its ids differ"
+fi
 expect_fail "greedy plus temperature" "cannot be combined" "$M3REF" generate --model "$FX" --tokens 1 --greedy --temperature 0.5
-expect_fail "zero temperature" "temperature" "$M3REF" generate --model "$FX" --tokens 1 --temperature 0
+# temperature 0 is greedy (M3-SAMPLE-1); a tiny one would overflow logit / T
+expect_ok "zero temperature" "$M3REF" generate --model "$FX" --tokens 5,17,300,2,9 --max-new-tokens 12 --temperature 0 --print-ids
+[ "$(cat "$TMP/out")" = "$G1" ] || fail "--temperature 0 must decode greedily"
+expect_fail "tiny temperature" "temperature" "$M3REF" generate --model "$FX" --tokens 1 --temperature 1e-38
+cp -r "$FX" "$TMP/fxtt"
+printf '{"temperature": 1e-38}\n' >"$TMP/fxtt/generation_config.json"
+expect_fail "tiny temperature in generation_config.json" "at least 1e-4" "$M3REF" generate --model "$TMP/fxtt" --tokens 1
 expect_fail "bad top-p" "top-p" "$M3REF" generate --model "$FX" --tokens 1 --top-p 1.5
 expect_fail "bad max-new-tokens" "max-new-tokens" "$M3REF" generate --model "$FX" --tokens 1 --max-new-tokens -3
 expect_fail "unwritable dump" "dump\|open\|create\|write" "$M3REF" forward --model "$FX" --tokens 1 --dump "$TMP/no/such/dir/x.safetensors"
@@ -166,11 +199,79 @@ if [ -f "$TOKJSON" ]; then
     expect_fail "thinking without chat" "need --chat" "$M3REF" generate --model "$TMP/tokm" --prompt hi --thinking enabled
     expect_fail "bad thinking mode" "adaptive, enabled or disabled" "$M3REF" generate --model "$TMP/tokm" --prompt hi --chat --thinking maybe
     expect_fail "chat without prompt" "need --prompt" "$M3REF" generate --model "$TMP/tokm" --tokens 1 --chat
+    CV=$(dirname "$0")/../vectors/chat/cases
+    expect_ok "conversation prompt" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/tools_two_calls_merged.json" --max-new-tokens 2 --greedy --print-ids
+    expect_ok "conversation and thinking" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/single_user_default.json" --thinking disabled --max-new-tokens 2 --greedy --print-ids
+    expect_fail "conversation and prompt" "replaces --prompt" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/single_user_default.json" --prompt hi
+    expect_fail "conversation and tokens" "exactly one" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/single_user_default.json" --tokens 1
+    expect_fail "bad conversation" "unknown_role.json: messages\[1\].role" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/unknown_role.json"
+    expect_fail "missing conversation" "no-such.json" "$M3REF" generate --model "$TMP/tokm" --conversation "$TMP/no-such.json"
     printf '{"model": {"type": "WordPiece"}}' >"$TMP/tokm/tokenizer.json"
     expect_fail "bad tokenizer.json" "tokenizer.json" "$M3REF" generate --model "$TMP/tokm" --prompt hi
 else
     fail "missing $TOKJSON"
 fi
+
+# ---- hardening: caps, FIFOs, outputs onto inputs, alignment, non-finite logits ----
+# config sizes against caps in 64 bits, before anything is allocated from them
+cfgedit() { # cfgedit DIR KEY VALUE: a copy of $FX with one integer key of config.json changed
+    rm -rf "$1"; cp -r "$FX" "$1"
+    sed "s/\"$2\": [0-9]*/\"$2\": $3/" "$FX/config.json" >"$1/config.json"
+}
+cfgedit "$TMP/cap1" sparse_topk_blocks 2147483647
+expect_fail "topk over the cap" "index_topk_blocks = 2147483647 is over the cap" "$M3REF" forward --model "$TMP/cap1" --tokens 1,2,3
+cfgedit "$TMP/cap2" sparse_topk_blocks 65536
+expect_ok "large topk: scratch sized by the blocks" "$M3REF" forward --model "$TMP/cap2" --tokens 1,2,3 --dump "$TMP/cap2.safetensors"
+cfgedit "$TMP/cap3" num_local_experts 2147483647
+expect_fail "experts over the cap" "num_local_experts = 2147483647 is over the cap" "$M3REF" forward --model "$TMP/cap3" --tokens 1,2,3
+cfgedit "$TMP/cap4" num_local_experts 60000
+expect_fail "experts checked against the router before the views" "gate.weight: shape \[8, 64\] vs expected \[60000, 64\]" "$M3REF" forward --model "$TMP/cap4" --tokens 1,2,3
+cfgedit "$TMP/cap5" num_attention_heads 65536
+sed -i 's/"head_dim": 16/"head_dim": 65536/; s/"num_key_value_heads": 2/"num_key_value_heads": 1/; /"rotary_dim"/d' "$TMP/cap5/config.json"
+expect_fail "heads x head_dim in 64 bits" "num_attention_heads x head_dim = 4294967296 is over the cap" "$M3REF" forward --model "$TMP/cap5" --tokens 1,2,3
+cfgedit "$TMP/eos" vocab_size 512
+sed -i 's/"vocab_size": 512/"vocab_size": 512, "eos_token_id": 600/' "$TMP/eos/config.json"
+expect_fail "eos beyond the vocabulary" "eos_token_id 600 is not in the vocabulary" "$M3REF" inspect --model "$TMP/eos"
+# a FIFO never blocks open(): refused as not a regular file, naming it
+if command -v mkfifo >/dev/null && command -v timeout >/dev/null; then
+    mkdir -p "$TMP/fifo"; cp "$FX/config.json" "$TMP/fifo/"; mkfifo "$TMP/fifo/model.safetensors"
+    run timeout 20 "$M3REF" forward --model "$TMP/fifo" --tokens 1,2
+    if [ "$RC" -eq 124 ]; then fail "FIFO model.safetensors: open() blocked"; \
+    elif grep -q "model.safetensors: not a regular file (a FIFO)" "$TMP/err"; then pass; \
+    else fail "FIFO model.safetensors: rc $RC"; sed 's/^/    /' "$TMP/err" | head -3; fi
+    mkdir -p "$TMP/fifot"; cp "$FX/config.json" "$FX/model.safetensors" "$TMP/fifot/"; mkfifo "$TMP/fifot/tokenizer.json"
+    run timeout 20 "$M3REF" generate --model "$TMP/fifot" --tokens 1,2 --max-new-tokens 2 --greedy
+    [ "$RC" -ne 124 ] && pass || fail "FIFO tokenizer.json: open() blocked"
+else
+    fail "mkfifo or timeout missing"
+fi
+# outputs: never an input; written whole through a temporary file and a rename
+cp -r "$FX" "$TMP/own"
+SUM0=$(cksum <"$TMP/own/model.safetensors")
+expect_fail "--dump onto the checkpoint" "is an input" "$M3REF" forward --model "$TMP/own" --tokens 1,2 --dump "$TMP/own/model.safetensors"
+[ "$(cksum <"$TMP/own/model.safetensors")" = "$SUM0" ] || fail "--dump replaced model.safetensors"
+expect_fail "--dump onto config.json" "is an input" "$M3REF" forward --model "$TMP/own" --tokens 1,2 --dump "$TMP/own/config.json"
+expect_fail "--dump onto config.json via another path" "is an input" "$M3REF" forward --model "$TMP/own" --tokens 1,2 --dump "$TMP/own/../own/./config.json"
+expect_ok "--dump into the model dir under a new name" "$M3REF" forward --model "$TMP/own" --tokens 1,2 --dump "$TMP/own/acts.safetensors"
+ls "$TMP/own" | grep -q tmp && fail "a temporary output file was left behind"
+mkdir -p "$TMP/ro"; chmod 555 "$TMP/ro"
+if [ "$(id -u)" != 0 ]; then
+    expect_fail "--dump into an unwritable dir" "cannot create" "$M3REF" forward --model "$FX" --tokens 1,2 --dump "$TMP/ro/x.safetensors"
+fi
+chmod 755 "$TMP/ro"
+# misaligned tensor data (the format allows odd offsets): a clear refusal
+expect_ok "misaligned checkpoint" "$HELPER" misalign "$FX/model.safetensors" "$TMP/mis.safetensors"
+mkdir -p "$TMP/misd"; cp "$FX/config.json" "$TMP/misd/"; mv "$TMP/mis.safetensors" "$TMP/misd/model.safetensors"
+expect_fail "misaligned tensor data" "data is not aligned to its 2-byte elements" "$M3REF" forward --model "$TMP/misd" --tokens 1,2
+# NaN weights: a warning, and exit 1 under --strict
+NORM=language_model.model.norm.weight
+mkdir -p "$TMP/nan"; cp "$FX/config.json" "$TMP/nan/"
+expect_ok "NaN weights fixture" "$HELPER" edit "$FX/model.safetensors" "$TMP/nan/model.safetensors" "nan:$NORM:0"
+expect_ok "NaN logits warn" "$M3REF" forward --model "$TMP/nan" --tokens 1,2
+grep -q "warning: the logits hold" "$TMP/err" || fail "NaN logits: no warning"
+expect_fail "NaN logits under --strict" "NaN or Inf" "$M3REF" forward --model "$TMP/nan" --tokens 1,2 --strict
+[ "$RC" -eq 1 ] || fail "NaN logits under --strict: exit 1 expected (got $RC)"
+expect_fail "NaN logits under generate --strict" "NaN or Inf" "$M3REF" generate --model "$TMP/nan" --tokens 1,2 --greedy --strict --print-ids
 
 # ---- images (M3-VIS-*, M3-EMB-3) ----------------------------------------------
 # A multimodal fixture with the real vocabulary size, so the image start/end
@@ -197,6 +298,14 @@ if "$HELPER" vfixture "$VM" --vocab 200064 >/dev/null && "$HELPER" png "$TMP/a.p
     expect_fail "video without fps" "needs --fps" "$M3REF" forward --model "$VM" --tokens 1,200026 --video "$TMP/a.png,$TMP/a.png"
     expect_fail "pixels plus image" "one or the other" "$M3REF" forward --model "$VM" --tokens 1 --pixels "$TMP/px.safetensors" --image "$TMP/a.png"
     expect_fail "image on text-only model" "vision" "$M3REF" forward --model "$FX" --tokens 1,200025 --image "$TMP/a.png"
+    # the image ids come from the config (released values by default): a vocabulary of 256
+    VS=$TMP/vs
+    "$HELPER" vfixture "$VS" --vocab 256 >/dev/null
+    sed -i 's/"image_token_index": 200025/"image_token_index": 254, "image_start_token_id": 250, "image_end_token_id": 251/; s/"video_token_index": 200026/"video_token_index": 253/' "$VS/config.json"
+    expect_ok "--image with the config's start/end ids" "$M3REF" forward --model "$VS" --tokens 1,2,254,3 --image "$TMP/a.png"
+    grep -q "T=11 " "$TMP/out" || fail "image ids from the config: T=11 expected"
+    expect_ok "forward --help names the config's image ids" "$M3REF" forward --help
+    grep -q "image_start_token_id" "$TMP/out" || fail "forward --help does not say the ids come from the config"
 else
     fail "cannot build the multimodal fixture"
 fi

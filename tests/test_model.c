@@ -288,16 +288,22 @@ static void test_errors(void **state)
     assert_non_null(s);
     int32_t bad[5] = {1, 2, 3, V, 4};
     assert_int_equal(m3_forward(&f->m, s, bad, 5, NULL, NULL, &e), -1);
-    snprintf(want, sizeof want, "token %d at index 3 is out of range [0, %d)", V, V);
+    snprintf(want, sizeof want, "token %d at position 3 is out of range [0, %d)", V, V);
     assert_string_equal(e.msg, want);
     bad[3] = -1;
     assert_int_equal(m3_forward(&f->m, s, bad, 5, NULL, NULL, &e), -1);
-    snprintf(want, sizeof want, "token -1 at index 3 is out of range [0, %d)", V);
+    snprintf(want, sizeof want, "token -1 at position 3 is out of range [0, %d)", V);
     assert_string_equal(e.msg, want);
     assert_int_equal(m3_state_len(s), 0);
     assert_int_equal(m3_forward(&f->m, s, f->toks, 0, NULL, NULL, &e), -1);
     assert_non_null(strstr(e.msg, "empty input"));
     assert_int_equal(m3_forward(&f->m, s, f->toks, 5, NULL, NULL, &e), 0);
+    /* a later chunk names the id's position in the sequence, not in the chunk */
+    int32_t bad2[2] = {1, V};
+    assert_int_equal(m3_forward(&f->m, s, bad2, 2, NULL, NULL, &e), -1);
+    snprintf(want, sizeof want, "token %d at position 6 is out of range [0, %d)", V, V);
+    assert_string_equal(e.msg, want);
+    assert_int_equal(m3_state_len(s), 5);
     assert_int_equal(m3_forward(&f->m, s, f->toks, 4, NULL, NULL, &e), -1);
     assert_non_null(strstr(e.msg, "context overflow"));
     assert_non_null(strstr(e.msg, "capacity of 8"));

@@ -109,7 +109,9 @@ static void test_errors(void **st) {
                          "(?x)a", "[[:alpha:]]", "a{5000}",
                          /* empty bodies under nested counted repeats: no instructions but
                           * 60*60*210*... generator calls (found by fuzz_regex) */
-                         "(?:){60}{60}{210}{60}{210}"};
+                         "(?:){60}{60}{210}{60}{210}",
+                         /* a count over 6 digits must not fall back to literal text */
+                         "a{1234567}", "a{1,1234567}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         m3_regex *re = NULL;
         m3_err e = {{0}};
@@ -118,6 +120,31 @@ static void test_errors(void **st) {
         assert_non_null(strstr(e.msg, "regex: "));
         assert_non_null(strstr(e.msg, bad[i]));
     }
+}
+
+/* Groups nested 100,000 deep: an error, not a stack overflow in the parser. */
+static void test_deep_nesting(void **st) {
+    (void)st;
+    size_t depth = 100000;
+    char *pat = malloc(2 * depth + 2);
+    assert_non_null(pat);
+    memset(pat, '(', depth);
+    pat[depth] = 'a';
+    memset(pat + depth + 1, ')', depth);
+    pat[2 * depth + 1] = 0;
+    m3_regex *re = NULL;
+    m3_err e = {{0}};
+    assert_int_equal(m3_regex_compile(&re, pat, &e), -1);
+    assert_null(re);
+    assert_non_null(strstr(e.msg, "nested deeper than 200"));
+    /* 200 levels still compile */
+    memset(pat, '(', 200);
+    pat[200] = 'a';
+    memset(pat + 201, ')', 200);
+    pat[401] = 0;
+    assert_int_equal(m3_regex_compile(&re, pat, &e), 0);
+    m3_regex_free(re);
+    free(pat);
 }
 
 static void test_adversarial_is_bounded(void **st) {
@@ -163,6 +190,7 @@ int main(void) {
         cmocka_unit_test(test_gpt2_split),
         cmocka_unit_test(test_syntax),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_deep_nesting),
         cmocka_unit_test(test_adversarial_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,8 +6,8 @@ safetensors files and shard indexes, both config.json dialects (copied from
 tests/data and models/tiny), PNGs of every colour type / bit depth (plus one
 Adam7-interlaced) written here with zlib, JPEGs (grey, RGB 4:4:4 / 4:2:0,
 progressive, CMYK) made by fuzz/gen_jpeg_seeds.c (libjpeg),
-case.json / manifest.json / tolerances.json texts, token lists and regex
-patterns. Stdlib only. Usage: /usr/bin/python3 tools/gen_fuzz_seeds.py [ROOT]
+case.json / manifest.json / tolerances.json texts, token lists, regex
+patterns and conversation files (the vectors/chat cases and two more). Stdlib only. Usage: /usr/bin/python3 tools/gen_fuzz_seeds.py [ROOT]
 """
 import json
 import os
@@ -86,6 +86,21 @@ def gen_safetensors():
     for k, v in dumps.items():
         put("fuzz_dump", k + ".safetensors", v)
     put("fuzz_dump", "f32_2x3.safetensors", seeds["f32_2x3"])
+    # m3-conform plot: block selections and routing of two layers, and bad ids
+    T, G, K, E, k = 5, 2, 2, 4, 2
+    sel = [b if b <= t // 2 else -1 for g in range(G) for t in range(T) for b in (t // 2, g)]
+    plots = {
+        "two_layers": st_file([("layers.1.attn.block_indices", "I32", [G, T, K], sel),
+                               ("layers.3.attn.block_indices", "I64", [G, T, K], sel),
+                               ("layers.1.moe.topk_index", "I32", [T, k], [0, 1, 2, 3, 0, 2, 1, 3, 0, 3]),
+                               ("layers.1.moe.scores", "F32", [T, E], [0.5] * (T * E)),
+                               ("layers.3.moe.topk_index", "I64", [T, k], [3, 2, 1, 0, 3, 1, 2, 0, 3, 3])]),
+        "bad_ids": st_file([("layers.0.attn.block_indices", "I32", [1, 2, 2], [0, 7, -2, 1]),
+                            ("layers.0.moe.topk_index", "I32", [2, 1], [-1, 5])]),
+    }
+    for k2, v in plots.items():
+        put("fuzz_plot", k2 + ".safetensors", v)
+    put("fuzz_plot", "acts.safetensors", dumps["acts"])
 
 
 def gen_index():
@@ -222,9 +237,58 @@ def gen_conformance():
     put("fuzz_tolerances", "small.json", json.dumps(tol))
 
 
+def gen_port():
+    """Row sets (M3-DUMP-10), selectors and ranges (M3-DUMP-11/12), slice results."""
+    f = [0.5] * 8
+    put("fuzz_rows", "subset.safetensors", st_file([
+        ("rows", "I32", [2], [3, 7]), ("layers.0.output", "F32", [2, 4], f),
+        ("logits", "F32", [1, 4], f[:4]), ("logits.rows", "I32", [1], [19]),
+        ("layers.0.input", "F32", [20, 1], [0.0] * 20)]))
+    put("fuzz_rows", "dup.safetensors", st_file([("rows", "I32", [3], [1, 1, 2]),
+                                                 ("final_norm", "F32", [3, 1], [1.0, 2.0, 3.0])]))
+    put("fuzz_rows", "range.safetensors", st_file([("rows", "I64", [2], [0, 25]),
+                                                   ("final_norm", "F32", [2, 1], [1.0, 2.0])]))
+    put("fuzz_rows", "blocks.safetensors", st_file([
+        ("rows", "I32", [2], [0, 9]), ("layers.1.attn.block_indices", "I32", [2, 2, 2], [0, -1, 1, 2, 0, -1, 1, 2])]))
+    put("fuzz_rows", "orphan.safetensors", st_file([("x.rows", "I32", [1], [0])]))
+    for i, s in enumerate(["*blocks~1,2048:,-16:\n0-59\n64", "*7~2,-3:,5\n3\n1", ":\n59-59\n0",
+                           "-301,1:-1\n4-3\n1025", "*0~1\n-1\nx", "*99999999999~1,--5\n0-60\n2"]):
+        put("fuzz_select", "s%d.txt" % i, s)
+    rec = {"tensor": "layers.0.output", "key": "model/layers.0.output", "component": "residual", "layer": 0,
+           "order": 21, "kind": 0, "result": "Fail", "msg": "NMSE 0.1 > 0.0002", "not_judged": "",
+           "rule": "model/*",
+           "metrics": {"nmse": 0.1, "max_abs": 2.0, "max_rel": "inf", "cos": 0.9, "n_nan": 0, "n_inf_bad": 0,
+                       "n_ref_nan": 0, "first_bad": 3,
+                       "worst": [{"index": 3, "out": 1.5, "ref": -0.5}] + [{"index": -1, "out": 0, "ref": 0}] * 3},
+           "set": {"counts": [0, 0, 0, 0, -1, 0, 0, -1, -1], "why": "", "why_masked": ""},
+           "ties": {"rows": [0, -1, 0, -1, -1, -1], "excl_tie": "", "reach_tie": ""}}
+    head = dict(rec, tensor="logits", key="model/logits", component="lm-head", layer=-1, order=1000001,
+                result="Pass", msg="", rule="model/logits")
+    sl = {"format": "m3-conform-slice-1", "kit": "1.1", "protocol": "1", "case": "ab" * 32,
+          "case_id": "checkpoint.x", "profile": "bf16", "mode": "fp32",
+          "layers": {"from": 0, "to": 0, "of": 1}, "head": True, "rows_total": 20, "rows_judged": 20,
+          "seconds": 0.5, "records": [rec, head]}
+    put("fuzz_slice", "whole.json", json.dumps(sl, indent=1))
+    put("fuzz_slice", "part.json", json.dumps(dict(sl, layers={"from": 1, "to": 2, "of": 4}, head=False,
+                                                   records=[dict(rec, layer=1)])))
+    put("fuzz_slice", "kit.json", json.dumps(dict(sl, kit="0.9")))
+    put("fuzz_slice", "rule.json", json.dumps(dict(sl, records=[dict(rec, rule="model/other")])))
+
+
 def gen_text():
     for i, s in enumerate(["1,2,3", "1 2 3", " 0, 2147483647 ,5\n", "7", "1,,2", "-1", "2147483648", ""]):
         put("fuzz_tokens", "t%d.txt" % i, s)
+    synth_args = [
+        "--layers\n2\n--seed\n1\n--out\n/tmp/x",
+        "--layers\n2\n--dense-layers\n1\n--vocab\n16384\n--seed\n18446744073709551615\n--out\nd",
+        "--shape\ntiny\n--layers\n3\n--vision-layers\n2\n--prompt-len\n40\n--shard-size\n300K\n--seed\n7\n--out\nd",
+        "--layers\n60\n--seed\n18446744073709551616\n--out\nd",
+        "--layers\n2\n--dense-layers\n3\n--seed\n1\n--out\nd\n--dry-run",
+        "--shard-size\n4095\n--layers\n1\n--seed\n0\n--out\nd",
+        "--help",
+    ]
+    for i, s in enumerate(synth_args):
+        put("fuzz_synth_args", "a%d.txt" % i, s)
     pats = [
         r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""" + "\nHello world's 123456 ... \n\n  done",
         r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t)?|\p{N}{1,3}""" + "\nÉcole naïve 東京 12345 İstanbul",
@@ -262,6 +326,16 @@ def gen_tokenizer():
     put("fuzz_prompt", "special.txt", "<|im_start|>user\nhi<|im_end|>")
 
 
+def gen_conversation():
+    cases = os.path.join(ROOT, "vectors", "chat", "cases")
+    if os.path.isdir(cases):
+        for n in sorted(os.listdir(cases)):
+            with open(os.path.join(cases, n), "rb") as f:
+                put("fuzz_conversation", n, f.read())
+    put("fuzz_conversation", "min.json", '{"messages":[{"role":"user","content":"hi"}]}')
+    put("fuzz_conversation", "numbers.json", '[1, -0, 1.5e-7, 1e400, "\\ud83d\\ude00", {"a": null}]')
+
+
 if __name__ == "__main__":
     gen_safetensors()
     gen_index()
@@ -269,6 +343,8 @@ if __name__ == "__main__":
     gen_png()
     gen_jpeg()
     gen_conformance()
+    gen_port()
     gen_text()
     gen_tokenizer()
+    gen_conversation()
     print("gen_fuzz_seeds: wrote", CORPUS)

@@ -1,14 +1,19 @@
 /* m3-ref — command-line front end of the m3 reference interpreter.
  *
- *   m3-ref forward  --model DIR --tokens 1,2,3 [--dtype fp32|bf16] [--dump OUT.safetensors]
- *   m3-ref generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]
+ *   m3-ref forward  --model DIR (--tokens IDS | --prompt TEXT [--chat ...]) [--dtype fp32|bf16]
+ *                   [--dump OUT.safetensors]
+ *                   [vision inputs]
+ *   m3-ref generate --model DIR (--tokens IDS | --prompt TEXT [--chat ...]) [--max-new-tokens N]
  *                   [--greedy | --temperature T --top-p P --top-k K --seed S]
- *                   [--print-ids] [--dtype fp32|bf16]
+ *                   [--draft DIR --spec-tokens K] [--print-ids] [--dtype fp32|bf16]
+ *                   [vision inputs]
  *   m3-ref inspect  --model DIR
  *
- * Every subcommand takes --help, --quiet and --lenient-config. Exit status:
- * 0 ok, 1 the model or the run failed (message on stderr), 2 bad command
- * line. Only this file prints; the library reports through m3_err.
+ * vision inputs: --image FILE... | --video F1,F2,... --fps R | --pixels FILE, and
+ * --vision-joint. The HELP_* texts below list every option parse_opts accepts.
+ * Every subcommand takes --help (-h), --quiet and --lenient-config. Exit status: 0 ok,
+ * 1 the model or the run failed (message on stderr), 2 bad command line.
+ * Only this file prints; the library reports through m3_err.
  * Progress (ref/progress.h) goes to stderr: the layer and rows of the
  * forward or prefill, tokens of the decode (when stdout is not the
  * terminal the text streams to), then a summary with the wall time and the
@@ -29,6 +34,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "fileio.h"
 #include "genconfig.h"
 #include "inspect.h"
 #include "model.h"
@@ -51,7 +57,8 @@
 static const char *HELP_MAIN =
     "usage: m3-ref <command> [options]\n"
     "\n"
-    "The m3 reference interpreter for MiniMax-M3 (model_type minimax_m3_vl) text models.\n"
+    "The m3 reference interpreter for MiniMax-M3 (model_type minimax_m3_vl): the text model,\n"
+    "the vision tower for image and video inputs, and Eagle3 speculative decoding.\n"
     "\n"
     "commands:\n"
     "  forward    run token ids through the model once; print a summary, optionally dump\n"
@@ -60,7 +67,8 @@ static const char *HELP_MAIN =
     "  generate   continue a token sequence (greedy or sampled), streaming the new tokens\n"
     "  inspect    print the architecture and a parameter table of a checkpoint\n"
     "\n"
-    "Run 'm3-ref <command> --help' for the options of a command.\n"
+    "Run 'm3-ref <command> --help' (or -h) for the options of a command; 'm3-ref --help'\n"
+    "(or -h, help) prints this text.\n"
     "Long runs show progress on stderr (one line redrawn on a terminal, a line every 30 s\n"
     "otherwise, or every M3_PROGRESS_INTERVAL seconds) and end with a summary line (wall\n"
     "time, peak RSS); --quiet turns both off.\n"
@@ -69,20 +77,34 @@ static const char *HELP_MAIN =
     "Exit status: 0 success, 1 model or run error, 2 bad command line.\n";
 
 static const char *HELP_FORWARD =
-    "usage: m3-ref forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
+    "usage: m3-ref forward (--model DIR (--tokens IDS | --prompt TEXT) | --case DIR)\n"
+    "                      [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
+    "                      [--chat [--system TEXT] [--thinking MODE]]\n"
     "                      [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
-    "                      [--quiet] [--lenient-config]\n"
+    "                      [--vision-joint] [--strict] [--quiet] [--lenient-config]\n"
     "\n"
     "Run the T token ids through the model in one pass (positions 0..T-1) and print T and the\n"
     "top-5 entries of the last row of logits.\n"
     "\n"
     "  --model DIR            checkpoint directory (config.json + safetensors)\n"
     "  --tokens IDS           token ids separated by commas and/or spaces, e.g. 1,2,3\n"
-    "                         (each id must be in [0, vocab_size))\n"
+    "                         (each id must be in [0, vocab_size); exit 2 otherwise)\n"
+    "  --prompt TEXT          text instead of ids, encoded with DIR/tokenizer.json (the ids\n"
+    "                         are printed first); --chat, --system, --thinking as for generate\n"
+    "  --case DIR             a text model case of the conformance vectors: input_ids from\n"
+    "                         DIR/inputs.safetensors, the model from DIR (unless --model),\n"
+    "                         params.chunks / params.T checked against input_ids; with\n"
+    "                         params.max_new_tokens N the dump also holds greedy_tokens int32\n"
+    "                         [N] (N greedy steps after the prompt), as m3-conform expects.\n"
+    "                         The dump is of one pass over the prompt (chunked prefill gives\n"
+    "                         the same rows, M3-DUMP-2)\n"
+    "  --strict               fail (exit 1) when the logits hold NaN or Inf (default: warn)\n"
     "  --dtype fp32|bf16      numeric mode (default fp32). fp32 is the golden mode: all math\n"
     "                         in fp32 on the checkpoint weights; bf16 rounds to bf16 at the\n"
     "                         points where the upstream bf16 path rounds\n"
-    "  --dump OUT.safetensors write every activation for the T rows (fp32 unless said):\n"
+    "  --dump OUT.safetensors write every activation for the T rows (fp32 unless said; the\n"
+    "                         file is written whole and renamed into place, and may not be\n"
+    "                         one of the inputs):\n"
     "                         embeddings [T,H]; layers.{i}.input, .attn_norm, .attn.output,\n"
     "                         .post_attn, .ffn_norm, .mlp.output, .output [T,H];\n"
     "                         layers.{i}.attn.block_indices int32 [G,T,K] (sparse layers);\n"
@@ -91,9 +113,12 @@ static const char *HELP_FORWARD =
     "                         eagle3.aux [T,3H] (residual streams entering layers\n"
     "                         min(2,L-1), L/2, max(L-3,0))\n"
     "  --image FILE           a PNG or JPEG for the next image marker (repeatable, in prompt\n"
-    "                         order): each marker id 200025 in the ids becomes start, N image\n"
-    "                         tokens and end (N = merged 28x28 windows after smart_resize)\n"
-    "  --video F1,F2,...      the frames of one video (for marker id 200026), with --fps R\n"
+    "                         order): each image marker id in the ids becomes start, N image\n"
+    "                         tokens and end (N = merged 28x28 windows after smart_resize);\n"
+    "                         the ids are the config's image_token_id, image_start_token_id\n"
+    "                         and image_end_token_id (released values 200025, 200029, 200030)\n"
+    "  --video F1,F2,...      the frames of one video (for the config's video_token_id,\n"
+    "                         released 200026), with --fps R\n"
     "  --fps R                frames per second of --video (timestamps)\n"
     "  --pixels FILE          preprocessed pixel_values fp32 [N,1176] and image_grid_thw\n"
     "                         int32 [n,3] (safetensors) instead of image files\n"
@@ -105,11 +130,15 @@ static const char *HELP_FORWARD =
     "example: m3-ref forward --model models/tiny --tokens 1,2,3 --dump /tmp/acts.safetensors\n";
 
 static const char *HELP_GENERATE =
-    "usage: m3-ref generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]\n"
+    "usage: m3-ref generate --model DIR (--tokens IDS | --prompt TEXT | --conversation FILE)\n"
+    "                       [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
+    "                       [--draft DIR [--spec-tokens K]]\n"
     "                       [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
+    "                       [--vision-joint]\n"
     "                       [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]\n"
-    "                       [--print-ids] [--dtype fp32|bf16] [--quiet] [--lenient-config]\n"
+    "                       [--print-ids] [--dtype fp32|bf16] [--strict] [--quiet]\n"
+    "                       [--lenient-config]\n"
     "\n"
     "Continue the prompt one token at a time (KV cache), streaming each new token as it is\n"
     "produced; stops after N new tokens, at the end-of-sequence token, or when the context\n"
@@ -120,13 +149,17 @@ static const char *HELP_GENERATE =
     "  --prompt TEXT          prompt text, encoded with DIR/tokenizer.json (special-token\n"
     "                         strings in it are matched as special tokens)\n"
     "  --chat                 render --prompt as the user turn of a MiniMax-M3 conversation\n"
-    "                         (bos, default system prompt, ]~b]user ... [e~[, ]~b]ai opener)\n"
-    "  --system TEXT          with --chat: the system turn instead of the default\n"
-    "  --thinking MODE        with --chat: adaptive (default; the model decides), enabled\n"
+    "                         (system turn, developer turn, ]~b]user ... [e~[, ]~b]ai opener)\n"
+    "  --system TEXT          with --chat: the developer turn instead of the default\n"
+    "  --conversation FILE    render the conversation in FILE (JSON: messages, tools,\n"
+    "                         thinking_mode, ...; docs/tokenizer.md) as the prompt\n"
+    "  --thinking MODE        with --chat or --conversation: adaptive (default; the model\n"
+    "                         decides), enabled\n"
     "                         (prompt ends with <mm:think>) or disabled (ends with </mm:think>)\n"
     "  --max-new-tokens N     at most N new tokens (default 32)\n"
     "  --greedy               always take the most likely token (lowest id on ties)\n"
-    "  --temperature T        sampling temperature, > 0\n"
+    "  --temperature T        sampling temperature: 0 means greedy; otherwise in\n"
+    "                         [1e-4, 1e6] (smaller ones would overflow logit / T)\n"
     "  --top-p P              nucleus sampling mass in (0, 1]; 1 turns it off\n"
     "  --top-k K              keep the K most likely tokens; 0 turns it off\n"
     "  --seed S               seed of the sampler's random stream (default 0)\n"
@@ -141,16 +174,19 @@ static const char *HELP_GENERATE =
     "                         forward go to stderr at the end\n"
     "  --spec-tokens K        drafts per verification forward with --draft (default 3, <= 32)\n"
     "  --image FILE           a PNG or JPEG for the next image marker (repeatable, in prompt\n"
-    "                         order): each marker id 200025 in the ids becomes start, N image\n"
-    "                         tokens and end (N = merged 28x28 windows after smart_resize)\n"
-    "  --video F1,F2,...      the frames of one video (for marker id 200026), with --fps R\n"
+    "                         order): each image marker id in the ids becomes start, N image\n"
+    "                         tokens and end (N = merged 28x28 windows after smart_resize);\n"
+    "                         the ids are the config's image_token_id, image_start_token_id\n"
+    "                         and image_end_token_id (released values 200025, 200029, 200030)\n"
+    "  --video F1,F2,...      the frames of one video (for the config's video_token_id,\n"
+    "                         released 200026), with --fps R\n"
     "  --fps R                frames per second of --video (timestamps)\n"
     "  --pixels FILE          preprocessed pixel_values fp32 [N,1176] and image_grid_thw\n"
     "                         int32 [n,3] (safetensors) instead of image files\n"
     "  --vision-joint         one attention over all images (HF's behaviour, for comparisons;\n"
     "                         default: one segment per image / 4-group video segment)\n"
-
     "  --dtype fp32|bf16      numeric mode (default fp32)\n"
+    "  --strict               fail (exit 1) when logits hold NaN or Inf (default: warn once)\n"
     "  --quiet                no progress line and no summary (timing) on stderr\n"
     "  --lenient-config       warn about unknown config.json keys instead of failing\n"
     "\n"
@@ -165,7 +201,10 @@ static const char *HELP_INSPECT =
     "Print the architecture read from DIR/config.json and a parameter table by group\n"
     "(embeddings, attention, indexer, routed experts, shared experts, dense MLP, router and\n"
     "norms, vision, projector, lm_head) with total and active-per-token counts. Weights are\n"
-    "memory-mapped and never read in full.\n";
+    "memory-mapped and never read in full.\n"
+    "\n"
+    "  --model DIR            checkpoint directory\n"
+    "  --lenient-config       warn about unknown config.json keys instead of failing\n";
 
 /* ------------------------------------------------------------------------ */
 /* argument parsing                                                         */
@@ -231,10 +270,13 @@ typedef struct cli_opts {
     int print_ids;
     int lenient;
     int quiet;            /* --quiet: no progress line, no summary */
+    int strict;           /* --strict: non-finite logits fail the run */
+    const char *case_dir; /* forward --case DIR */
     int help;
     int chat;             /* --chat: render --prompt as a user turn (M3-CHAT-*) */
     const char *thinking; /* --thinking adaptive|enabled|disabled */
     const char *system;   /* --system TEXT (with --chat) */
+    const char *conversation; /* --conversation FILE (M3-CHAT-FILE-1) */
     /* multimodal (M3-VIS-*) */
     const char *images[CLI_MAX_IMAGES]; /* --image FILE, repeatable, prompt order */
     int n_images;
@@ -253,7 +295,8 @@ enum {
     ALLOW_DUMP = 4,
     ALLOW_DTYPE = 8,
     ALLOW_GEN = 16,
-    ALLOW_VISION = 32
+    ALLOW_VISION = 32,
+    ALLOW_CASE = 64
 };
 
 static int usage_error(const char *cmd, const char *fmt, const char *arg)
@@ -291,6 +334,11 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
             o->lenient = 1;
         } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
             o->quiet = 1;
+        } else if (!strcmp(a, "--strict") && (allow & (ALLOW_DUMP | ALLOW_GEN))) {
+            o->strict = 1;
+        } else if (!strcmp(a, "--case") && (allow & ALLOW_CASE)) {
+            TAKES_VALUE();
+            o->case_dir = val;
         } else if (!strcmp(a, "--tokens") && (allow & ALLOW_TOKENS)) {
             TAKES_VALUE();
             o->tokens = val;
@@ -315,11 +363,17 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
             o->greedy = 1;
         } else if (!strcmp(a, "--temperature") && (allow & ALLOW_GEN)) {
             TAKES_VALUE();
-            if (parse_float(val, &o->temperature) || !(o->temperature > 0.0f))
-                return usage_error(cmd, "--temperature needs a number > 0 (got '%s'; use --greedy "
-                                        "for argmax decoding)",
+            /* 0 is greedy (M3-SAMPLE-1); tiny positive values would overflow logit / T */
+            if (parse_float(val, &o->temperature) || o->temperature < 0.0f ||
+                (o->temperature > 0.0f && o->temperature < M3_SAMPLE_MIN_TEMPERATURE) ||
+                o->temperature > 1e6f)
+                return usage_error(cmd, "--temperature needs 0 (greedy) or a number in [1e-4, 1e6] "
+                                        "(got '%s')",
                                    val);
-            o->have_temp = 1;
+            if (o->temperature == 0.0f)
+                o->greedy = 1;
+            else
+                o->have_temp = 1;
         } else if (!strcmp(a, "--top-p") && (allow & ALLOW_GEN)) {
             TAKES_VALUE();
             if (parse_float(val, &o->top_p) || !(o->top_p > 0.0f) || o->top_p > 1.0f)
@@ -372,15 +426,201 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
         } else if (!strcmp(a, "--system") && (allow & ALLOW_PROMPT)) {
             TAKES_VALUE();
             o->system = val;
+        } else if (!strcmp(a, "--conversation") && (allow & ALLOW_PROMPT)) {
+            TAKES_VALUE();
+            o->conversation = val;
         } else {
             return usage_error(cmd, "unknown option or argument '%s'", a);
         }
         (void)has_val;
 #undef TAKES_VALUE
     }
+    if (!o->model && o->case_dir)
+        o->model = o->case_dir;
     if (!o->model)
         return usage_error(cmd, "%s is required", "--model DIR");
     return 0;
+}
+
+/* Exit-2 check of --tokens ids against the vocabulary (before any forward). */
+static int check_token_range(const char *cmd, const int32_t *ids, int T, int V)
+{
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= V) {
+            fprintf(stderr, "m3-ref %s: --tokens: token %d at position %d is out of range [0, %d)\n",
+                    cmd, (int)ids[t], t, V);
+            return -1;
+        }
+    return 0;
+}
+
+/* Count the non-finite entries of x [n]. */
+static size_t count_nonfinite(const float *x, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += !isfinite(x[i]);
+    return k;
+}
+
+/* The paths an output may not overwrite: the checkpoint's files and every other input. */
+typedef struct input_list {
+    const char *p[CLI_MAX_IMAGES + 16];
+    char own[8][4200];
+    int n, nown;
+} input_list;
+
+static void inputs_add(input_list *l, const char *p)
+{
+    if (p && l->n < (int)(sizeof l->p / sizeof l->p[0]))
+        l->p[l->n++] = p;
+}
+
+static void inputs_add_in(input_list *l, const char *dir, const char *name)
+{
+    if (!dir || l->nown == 8)
+        return;
+    snprintf(l->own[l->nown], sizeof l->own[0], "%s/%s", dir, name);
+    inputs_add(l, l->own[l->nown++]);
+}
+
+/* Refuse `out` (-1, printed) when it is the same file as an input: the model's
+ * config.json, generation_config.json, tokenizer files, index and shards, the
+ * images, the pixels file or the case's files. */
+static int check_output(const char *cmd, const char *flag, const char *out, const m3_model *m,
+                        input_list *l)
+{
+    inputs_add_in(l, m->dir, "config.json");
+    inputs_add_in(l, m->dir, "generation_config.json");
+    inputs_add_in(l, m->dir, "tokenizer.json");
+    inputs_add_in(l, m->dir, "tokenizer_config.json");
+    inputs_add_in(l, m->dir, "model.safetensors.index.json");
+    for (int i = 0; i < l->n; i++)
+        if (m3_same_file(out, l->p[i])) {
+            fprintf(stderr, "m3-ref %s: %s %s is an input (%s); refusing to overwrite it\n", cmd,
+                    flag, out, l->p[i]);
+            return -1;
+        }
+    const char *prev = NULL;
+    for (size_t i = 0; i < m3_store_count(m->store); i++) {
+        const char *f = m3_store_at(m->store, i)->file;
+        if (f && f != prev && m3_same_file(out, f)) {
+            fprintf(stderr, "m3-ref %s: %s %s is an input (the checkpoint file %s); refusing to "
+                            "overwrite it\n",
+                    cmd, flag, out, f);
+            return -1;
+        }
+        prev = f;
+    }
+    return 0;
+}
+
+/* forward --case DIR: input_ids [T] of DIR/inputs.safetensors, checked against
+ * case.json's params.T and params.chunks; *max_new = params.max_new_tokens (0 when
+ * absent). Prints and returns -1 on bad input. */
+static int load_case_inputs(const char *dir, int32_t **ids, int *T, long long *max_new)
+{
+    char p[4200];
+    m3_err e = {{0}};
+    m3_store *st = NULL;
+    *ids = NULL;
+    *max_new = 0;
+    snprintf(p, sizeof p, "%s/inputs.safetensors", dir);
+    if (m3_store_open(&st, p, &e) != 0) {
+        fprintf(stderr, "m3-ref forward: --case: %s\n", e.msg);
+        return -1;
+    }
+    const m3_tensor *t = m3_store_get(st, "input_ids");
+    int rc = -1;
+    if (m3_store_get(st, "pixel_values")) {
+        fprintf(stderr, "m3-ref forward: --case: %s holds pixel_values: image cases run through "
+                        "m3-conform (or --tokens with --pixels)\n", p);
+        goto out;
+    }
+    if (!t || t->ndim != 1 || t->shape[0] <= 0 || t->shape[0] > M3_TOKENS_MAX ||
+        (t->dtype != M3_I32 && t->dtype != M3_I64)) {
+        fprintf(stderr, "m3-ref forward: --case: %s needs \"input_ids\", a non-empty I32 or I64 "
+                        "vector [T]\n", p);
+        goto out;
+    }
+    const int n = (int)t->shape[0];
+    *ids = malloc((size_t)n * sizeof **ids);
+    if (!*ids) {
+        fprintf(stderr, "m3-ref forward: --case: out of memory\n");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        int64_t v;
+        if (t->dtype == M3_I32) {
+            int32_t v32;
+            memcpy(&v32, (const char *)t->data + 4 * (size_t)i, 4);
+            v = v32;
+        } else {
+            memcpy(&v, (const char *)t->data + 8 * (size_t)i, 8);
+        }
+        if (v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "m3-ref forward: --case: %s: input_ids[%d] = %lld is not a token id\n",
+                    p, i, (long long)v);
+            goto out;
+        }
+        (*ids)[i] = (int32_t)v;
+    }
+    *T = n;
+    /* case.json: params.T, params.chunks, params.max_new_tokens */
+    snprintf(p, sizeof p, "%s/case.json", dir);
+    char *txt = NULL;
+    size_t len = 0;
+    if (m3_read_file(p, 1u << 20, &txt, &len, &e) != 0) {
+        fprintf(stderr, "m3-ref forward: --case: %s\n", e.msg);
+        goto out;
+    }
+    cJSON *root = cJSON_ParseWithLength(txt, len);
+    free(txt);
+    const cJSON *params = root ? cJSON_GetObjectItemCaseSensitive(root, "params") : NULL;
+    const cJSON *jT = cJSON_GetObjectItemCaseSensitive(params, "T");
+    const cJSON *jc = cJSON_GetObjectItemCaseSensitive(params, "chunks");
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(params, "max_new_tokens");
+    int bad = !cJSON_IsObject(params);
+    if (bad)
+        fprintf(stderr, "m3-ref forward: --case: %s: no \"params\" object\n", p);
+    if (!bad && jT && (!cJSON_IsNumber(jT) || jT->valuedouble != (double)n)) {
+        fprintf(stderr, "m3-ref forward: --case: %s: params.T disagrees with input_ids (%d tokens)\n",
+                p, n);
+        bad = 1;
+    }
+    if (!bad && jc) {
+        double sum = 0;
+        const cJSON *x;
+        if (!cJSON_IsArray(jc))
+            bad = 1;
+        else
+            cJSON_ArrayForEach(x, jc) sum += cJSON_IsNumber(x) ? x->valuedouble : 1e300;
+        if (bad || sum != (double)n) {
+            fprintf(stderr, "m3-ref forward: --case: %s: params.chunks do not sum to the %d tokens "
+                            "of input_ids\n", p, n);
+            bad = 1;
+        }
+    }
+    if (!bad && jn) {
+        if (!cJSON_IsNumber(jn) || jn->valuedouble < 0 || jn->valuedouble > 1e6 ||
+            jn->valuedouble != (double)(long long)jn->valuedouble) {
+            fprintf(stderr, "m3-ref forward: --case: %s: params.max_new_tokens must be an integer "
+                            "in [0, 1e6]\n", p);
+            bad = 1;
+        } else {
+            *max_new = (long long)jn->valuedouble;
+        }
+    }
+    cJSON_Delete(root);
+    if (!bad)
+        rc = 0;
+out:
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+    }
+    m3_store_close(st);
+    return rc;
 }
 
 static m3_mode mode_of(const cli_opts *o)
@@ -428,6 +668,7 @@ static int prompt_check(const char *cmd, const cli_opts *o)
         .chat = o->chat,
         .system = o->system,
         .thinking = o->thinking,
+        .conversation = o->conversation,
         .n_images = o->n_images,
         .video = o->video,
         .have_fps = o->have_fps,
@@ -512,8 +753,8 @@ static int prompt_to_ids(const m3_tokenizer *tok, const cli_opts *o, int32_t **i
                          char *why, size_t whylen)
 {
     m3_err e = {{0}};
-    const m3_prompt_opts po = {.have_text = 1, .chat = o->chat, .system = o->system,
-                               .thinking = o->thinking};
+    const m3_prompt_opts po = {.have_text = o->prompt != NULL, .chat = o->chat, .system = o->system,
+                               .thinking = o->thinking, .conversation = o->conversation};
     size_t count = 0;
     *n = 0;
     if (m3_prompt_encode(tok, o->prompt, &po, ids, &count, &e) != 0) {
@@ -536,24 +777,44 @@ static int prompt_to_ids(const m3_tokenizer *tok, const cli_opts *o, int32_t **i
 static int cmd_forward(int argc, char **argv)
 {
     cli_opts o;
-    if (parse_opts("forward", argc, argv, ALLOW_TOKENS | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION,
-                   &o) != 0 ||
+    if (parse_opts("forward", argc, argv,
+                   ALLOW_TOKENS | ALLOW_PROMPT | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION | ALLOW_CASE, &o) != 0 ||
         prompt_check("forward", &o) != 0)
         return EXIT_USAGE;
     if (o.help) {
         fputs(HELP_FORWARD, stdout);
         return 0;
     }
-    if (!o.tokens) {
-        usage_error("forward", "%s is required", "--tokens IDS");
+    if (!!o.tokens + !!o.prompt + !!o.case_dir != 1) {
+        usage_error("forward", "%s", "give exactly one of --tokens IDS, --prompt TEXT and --case DIR");
         return EXIT_USAGE;
     }
     int32_t *ids = NULL;
     int T = 0;
-    char why[256];
-    if (parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
+    long long max_new = 0; /* --case: params.max_new_tokens */
+    char why[8800]; /* room for paths of up to 4 KiB */
+    if (o.case_dir && load_case_inputs(o.case_dir, &ids, &T, &max_new) != 0)
+        return EXIT_USAGE;
+    if (o.tokens && parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
         fprintf(stderr, "m3-ref forward: --tokens: %s\n", why);
         return EXIT_USAGE;
+    }
+    if (o.prompt) { /* --prompt: encoded with DIR's tokenizer, the ids printed */
+        m3_tokenizer *tokzr = open_tokenizer(o.model, why, sizeof why);
+        if (!tokzr) {
+            fprintf(stderr, "m3-ref forward: --prompt needs a tokenizer: %s\n", why);
+            return EXIT_RUN;
+        }
+        int prc = prompt_to_ids(tokzr, &o, &ids, &T, why, sizeof why);
+        m3_tokenizer_free(tokzr);
+        if (prc != 0) {
+            fprintf(stderr, "m3-ref forward: %s\n", why);
+            return EXIT_RUN;
+        }
+        printf("ids:");
+        for (int i = 0; i < T; i++)
+            printf("%s%d", i ? "," : " ", ids[i]);
+        printf("\n");
     }
 
     int rc = EXIT_RUN;
@@ -570,6 +831,24 @@ static int cmd_forward(int argc, char **argv)
         goto out;
     const int V = m.cfg.text.vocab_size;
     const m3_mode mode = mode_of(&o);
+    if (!mm_requested(&o) && check_token_range("forward", ids, T, V) != 0) {
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    if (o.dump) {
+        input_list in;
+        memset(&in, 0, sizeof in);
+        for (int i = 0; i < o.n_images; i++)
+            inputs_add(&in, o.images[i]);
+        inputs_add(&in, o.pixels);
+        inputs_add_in(&in, o.case_dir, "inputs.safetensors");
+        inputs_add_in(&in, o.case_dir, "case.json");
+        inputs_add_in(&in, o.case_dir, "expected.safetensors");
+        if (check_output("forward", "--dump", o.dump, &m, &in) != 0) {
+            rc = EXIT_USAGE;
+            goto out;
+        }
+    }
     if (o.dump && !(w = m3_st_writer_new())) {
         m3_fail(&e, "cannot allocate the dump writer");
         goto fail;
@@ -577,7 +856,7 @@ static int cmd_forward(int argc, char **argv)
     double t0 = now_s();
     if (mm_requested(&o) && mm_prepare(&m, &o, mode, NULL, &ids, &T, &x, w, &e) != 0)
         goto fail;
-    s = m3_state_new(&m, T, mode, &e);
+    s = m3_state_new(&m, T + max_new, mode, &e);
     if (!s)
         goto fail;
     logits = malloc((size_t)T * (size_t)V * sizeof *logits);
@@ -589,8 +868,37 @@ static int cmd_forward(int argc, char **argv)
     m3_progress_task(&pg, "", M3_UNIT_ROWS, (int64_t)T * m.cfg.text.num_layers);
     if (x ? m3_forward_embeds(&m, s, x, T, logits, w, &e) : m3_forward(&m, s, ids, T, logits, w, &e))
         goto fail;
+    size_t nonfinite = count_nonfinite(logits, (size_t)T * (size_t)V);
+    if (max_new > 0) { /* --case with params.max_new_tokens: the greedy continuation */
+        int32_t *gen = malloc((size_t)max_new * sizeof *gen);
+        float *row = malloc((size_t)V * sizeof *row);
+        int grc = gen && row ? 0 : m3_fail(&e, "cannot allocate %lld greedy tokens", max_new);
+        if (grc == 0)
+            memcpy(row, logits + (size_t)(T - 1) * (size_t)V, (size_t)V * sizeof *row);
+        for (long long j = 0; grc == 0 && j < max_new; j++) {
+            gen[j] = m3_argmax(row, V);
+            if (j + 1 < max_new) {
+                grc = m3_forward(&m, s, &gen[j], 1, row, NULL, &e);
+                nonfinite += grc == 0 ? count_nonfinite(row, (size_t)V) : 0;
+            }
+        }
+        const int64_t gshape[1] = {max_new};
+        if (grc == 0 && w)
+            grc = m3_st_writer_add(w, "greedy_tokens", M3_I32, 1, gshape, gen, &e);
+        free(gen);
+        free(row);
+        if (grc != 0)
+            goto fail;
+    }
     m3_progress_end(&pg);
     double dt = now_s() - t0;
+    if (nonfinite > 0) {
+        fprintf(stderr, "%s: the logits hold %zu NaN or Inf values (NaN weights or inputs?); "
+                        "argmax and the summary below are not meaningful\n",
+                o.strict ? "m3-ref forward: error" : "warning", nonfinite);
+        if (o.strict)
+            goto out;
+    }
     if (w) {
         char buf[64];
         /* M3-DUMP-1 metadata */
@@ -647,8 +955,10 @@ static int cmd_generate(int argc, char **argv)
         fputs(HELP_GENERATE, stdout);
         return 0;
     }
-    if (!!o.tokens == !!o.prompt) {
-        usage_error("generate", "%s", "give exactly one of --tokens IDS and --prompt TEXT");
+    const int text_in = o.prompt || o.conversation;
+    if (!!o.tokens == text_in) {
+        usage_error("generate", "%s", "give exactly one of --tokens IDS, --prompt TEXT and "
+                                      "--conversation FILE");
         return EXIT_USAGE;
     }
     if (o.greedy && (o.have_temp || o.have_top_p || o.have_top_k || o.have_seed)) {
@@ -665,14 +975,15 @@ static int cmd_generate(int argc, char **argv)
     }
     /* The tokenizer: required for --prompt; used for text output when present. */
     m3_tokenizer *tokzr = NULL;
-    if (o.prompt || !o.print_ids) {
+    if (text_in || !o.print_ids) {
         tokzr = open_tokenizer(o.model, why, sizeof why);
-        if (!tokzr && o.prompt) {
-            fprintf(stderr, "m3-ref generate: --prompt needs a tokenizer: %s\n", why);
+        if (!tokzr && text_in) {
+            fprintf(stderr, "m3-ref generate: %s needs a tokenizer: %s\n",
+                    o.prompt ? "--prompt" : "--conversation", why);
             return EXIT_RUN;
         }
     }
-    if (o.prompt && prompt_to_ids(tokzr, &o, &ids, &T, why, sizeof why) != 0) {
+    if (text_in && prompt_to_ids(tokzr, &o, &ids, &T, why, sizeof why) != 0) {
         fprintf(stderr, "m3-ref generate: %s\n", why);
         m3_tokenizer_free(tokzr);
         return EXIT_RUN;
@@ -693,6 +1004,11 @@ static int cmd_generate(int argc, char **argv)
     memset(&m, 0, sizeof m);
     if (open_model("generate", &m, &o) != 0)
         goto out;
+    if (o.tokens && !mm_requested(&o) &&
+        check_token_range("generate", ids, T, m.cfg.text.vocab_size) != 0) {
+        rc = EXIT_USAGE;
+        goto out;
+    }
 
     /* sampling settings: flags override generation_config.json, which overrides the built-in
      * defaults (temperature 1.0, top_p 0.95, top_k 40) */
@@ -711,7 +1027,7 @@ static int cmd_generate(int argc, char **argv)
         goto fail;
     }
     have_sampler = 1;
-    if (mm_requested(&o) && mm_prepare(&m, &o, mode_of(&o), o.prompt ? tokzr : NULL, &ids, &T, &x, NULL, &e) != 0)
+    if (mm_requested(&o) && mm_prepare(&m, &o, mode_of(&o), text_in ? tokzr : NULL, &ids, &T, &x, NULL, &e) != 0)
         goto fail;
 
     /* capacity: prompt + new tokens, capped by the context length (generation stops there) */
@@ -795,13 +1111,24 @@ static int cmd_generate(int argc, char **argv)
     if (tokzr && !o.print_ids && o.prompt) /* echo the prompt: the continuation reads in context */
         fwrite(o.prompt, 1, strlen(o.prompt), stdout);
     long long produced = 0;
-    int stop_eos = 0, reader_gone = 0;
+    int stop_eos = 0, reader_gone = 0, warned_nan = 0;
     double t1 = now_s();
     /* decode progress only where it cannot mix with the streamed text */
     if (!spec_out && !isatty(fileno(stdout)))
         m3_progress_task(&pg, "decode", M3_UNIT_TOKENS,
                          capped && o.max_new > cap - T + 1 ? cap - T + 1 : o.max_new);
     while (produced < (spec_out ? spec_n : o.max_new)) {
+        if (!spec_out && !warned_nan && count_nonfinite(logits, (size_t)V) > 0) {
+            warned_nan = 1;
+            fprintf(stderr, "\n%s: the logits at position %lld hold NaN or Inf (NaN weights or "
+                            "inputs?); the tokens chosen from them are not meaningful\n",
+                    o.strict ? "m3-ref generate: error" : "warning",
+                    (long long)m3_state_len(s) - 1);
+            if (o.strict) {
+                printf("\n");
+                goto out;
+            }
+        }
         int32_t tok = spec_out ? spec_out[produced] : m3_sample(&sp, logits);
         if (o.print_ids) {
             printf("%s%d", produced ? "," : "", (int)tok);

@@ -39,6 +39,8 @@ Written names (all fp32 unless said; rows are the T prompt positions):
 
 Needs torch, transformers >= 5.17 (minimax_m3_vl), safetensors, numpy: run it on
 a machine that has them (the m3 device machine does). Never needed by m3 itself.
+The hooks are tools/adapters/m3capture.py's (mapping HF_TRANSFORMERS) and the
+file is written by tools/adapters/m3dump.py (numpy only).
 Spec clauses: M3-DUMP-*, M3-CKPT-NAMES-1, M3-CKPT-NAMES-2, M3-CFG-*.
 """
 import argparse
@@ -49,9 +51,12 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import m3capture  # noqa: E402  (module-name rules, hooks; tools/adapters/m3capture.py)
+import m3dump  # noqa: E402  (the numpy-only dump writer)
+
 try:
     import torch
-    from safetensors.numpy import save_file as st_save_numpy
     from safetensors.torch import load_file as st_load_torch
     from transformers.models.minimax_m3_vl import configuration_minimax_m3_vl as hfcfg
     from transformers.models.minimax_m3_vl import modeling_minimax_m3_vl as hfmod
@@ -213,7 +218,11 @@ def load_case_model(case_dir, device, attn="eager"):
         raw = json.load(f)
     cfg = build_config(raw)
     torch.manual_seed(0)
-    model = hfmod.MiniMaxM3SparseForConditionalGeneration(cfg)
+    # built on the target device: a released-shape MoE layer is 7.2e9 parameters,
+    # whose random initialisation on the host alone takes minutes (every weight is
+    # overwritten from the checkpoint below)
+    with torch.device(device):
+        model = hfmod.MiniMaxM3SparseForConditionalGeneration(cfg)
     set_impl(model, attn)
     files = [os.path.join(case_dir, "model.safetensors")]
     idx = os.path.join(case_dir, "model.safetensors.index.json")
@@ -390,47 +399,23 @@ def _np(t):
     return t.detach().to(torch.float32).cpu().numpy()
 
 
-class Capture:
-    """Forward hooks that record the spec's activation names for one prefill."""
+class Capture(m3capture.Capture):
+    """The spec's activation names for one prefill: the module-name rules of
+    m3capture.HF_TRANSFORMERS, plus hooks of their own for the router (ids
+    sorted, weights aligned, sigmoid scores) and the MSA indexer (golden-order
+    block ids and the raw block scores)."""
 
     def __init__(self, model):
-        self.model = model
+        super().__init__(model, m3capture.HF_TRANSFORMERS)
         self.tc = model.config.text_config
-        self.out = {}
-        self.on = False
-        self.handles = []
         lm = model.model.language_model
-        self._hook(lm.embed_tokens, "embeddings")
-        self._hook(lm.norm, "final_norm")
         for i, layer in enumerate(lm.layers):
             pre = "layers.%d." % i
-            self.handles.append(layer.register_forward_pre_hook(self._pre(pre + "input"), with_kwargs=True))
-            self._hook(layer, pre + "output")
-            self._hook(layer.input_layernorm, pre + "attn_norm")
-            self._hook(layer.self_attn, pre + "attn.output", first=True)
-            self.handles.append(layer.post_attention_layernorm.register_forward_pre_hook(
-                self._pre(pre + "post_attn"), with_kwargs=True))
-            self._hook(layer.post_attention_layernorm, pre + "ffn_norm")
-            self._hook(layer.mlp, pre + "mlp.output")
             if isinstance(layer.mlp, hfmod.MiniMaxM3VLSparseMoeBlock):
                 self.handles.append(layer.mlp.gate.register_forward_hook(self._router(pre)))
             if layer.self_attn.indexer is not None:
                 self.handles.append(layer.self_attn.indexer.register_forward_hook(
                     self._indexer(pre, layer.self_attn.indexer), with_kwargs=True))
-
-    def _hook(self, mod, name, first=False):
-        def fn(_m, _a, out):
-            if self.on:
-                t = out[0] if first or isinstance(out, tuple) else out
-                self.out[name] = _np(t[0])
-        self.handles.append(mod.register_forward_hook(fn))
-
-    def _pre(self, name):
-        def fn(_m, args, kwargs):
-            if self.on:
-                t = args[0] if args else kwargs["hidden_states"]
-                self.out[name] = _np(t[0])
-        return fn
 
     def _router(self, pre):
         def fn(_m, _a, out):
@@ -481,9 +466,10 @@ class Capture:
             self.out[pre + "attn.block_indices_hf"] = sel.astype(np.int32)
         return fn
 
-    def finish(self):
+    def finish(self, num_layers=None, scores_from_logits=False):
         """Add names derived from the captured ones (eagle3.aux)."""
         L = self.tc.num_hidden_layers
+        m3capture.Capture.finish(self, L, scores_from_logits=False)
         taps = sorted([min(2, L - 1), L // 2, max(L - 3, 0)])
         self.out["eagle3.aux"] = np.concatenate([self.out["layers.%d.input" % t] for t in taps], axis=1)
         return self.out
@@ -525,8 +511,7 @@ def dump(model, input_ids, max_new_tokens=0):
     cap.on = False
     res = cap.finish()
     res["logits"] = _np(out.logits[0])
-    for h in cap.handles:
-        h.remove()
+    cap.close()
     if max_new_tokens > 0:
         toks, _ = greedy(model, input_ids, max_new_tokens, use_cache=True)
         res["greedy_tokens"] = np.array(toks, dtype=np.int32)
@@ -582,7 +567,8 @@ def main(argv=None):
     meta = {"generator": "transformers %s" % transformers.__version__, "torch": torch.__version__,
             "mode": a.mode, "attn_implementation": a.attn, "router_dtype": a.router_dtype, "rounding": a.rounding,
             "device": a.device}
-    st_save_numpy({k: np.ascontiguousarray(v) for k, v in res.items()}, a.out, metadata=meta)
+    m3dump.write_dump(a.out, {k: np.ascontiguousarray(v) for k, v in res.items()}, mode=a.mode,
+                      producer="tools/adapters/hf_dump.py", metadata=meta)
     print("hf_dump: wrote %d tensors to %s" % (len(res), a.out))
     return 0
 
