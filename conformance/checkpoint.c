@@ -104,12 +104,24 @@ int cf_tf_identity(const char *config_path, const char *dump, const char *mode, 
     return 0;
 }
 
-/* Judge work items it[k] for k = w, w + jobs, ... into r (records appended). */
+/* Judge work items it[k] for k = w, w + jobs, ... into r (records appended);
+ * the layers' rows are reported to pg (may be NULL) as one task. */
 static int judge_items(const cf_tf_opts *o, const cf_case *cs, const cf_tset *dump, long T, const int *items,
-                       int nitems, int w, int jobs, cf_report *r, m3_err *e)
+                       int nitems, int w, int jobs, cf_report *r, m3_progress *pg, m3_err *e)
 {
     const m3_model *m = o->model;
     int L = m->cfg.text.num_layers;
+    if (pg) {
+        int mine = 0;
+        for (int k = w; k < nitems; k += jobs)
+            mine += items[k] < L;
+        char label[64];
+        if (jobs > 1)
+            snprintf(label, sizeof label, "worker %d/%d: teacher-forced layers", w + 1, jobs);
+        else
+            snprintf(label, sizeof label, "teacher-forced layers");
+        m3_progress_task(pg, label, M3_UNIT_ROWS, (int64_t)mine * T);
+    }
     const cf_judge_ctx jc = {cs, o->profile, m, NULL, o->unsupported, 1, NULL, T, NULL, NULL, NULL, NULL, NULL};
     for (int k = w; k < nitems; k += jobs) {
         int i = items[k];
@@ -124,7 +136,7 @@ static int judge_items(const cf_tf_opts *o, const cf_case *cs, const cf_tset *du
         if (i < L) {
             snprintf(nm, sizeof nm, "layers.%d.input", i);
             const cf_tensor *x = cf_tset_get(dump, nm);
-            rc = cf_ref_layer(m, o->mode, i, x->f, (int)T, &g, e);
+            rc = cf_ref_layer_progress(m, o->mode, i, x->f, (int)T, &g, pg, e);
             if (rc)
                 m3_fail_prefix(e, "teacher-forced layer %d", i);
         } else {
@@ -151,6 +163,8 @@ static int judge_items(const cf_tf_opts *o, const cf_case *cs, const cf_tset *du
             return -1;
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if (o->timing) {
+            if (pg)
+                m3_progress_clear(pg);
             double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
             if (i < L)
                 fprintf(stderr, "m3-conform: worker %d: layer %d (%s, %s) judged in %.2f s\n", w, i,
@@ -253,9 +267,14 @@ int cf_tf_check(const cf_tf_opts *o, cf_report *r, cf_slice *sl, m3_err *e)
     if (cf_tf_identity(o->config_path, o->dump, sl->mode, T, sl->identity, e))
         goto out;
     if (jobs == 1) {
-        if (judge_items(&oo, o->c, &dump, T, items, nitems, 0, 1, r, e))
+        const int jr = judge_items(&oo, o->c, &dump, T, items, nitems, 0, 1, r, o->pg, e);
+        if (o->pg)
+            m3_progress_end(o->pg);
+        if (jr)
             goto out;
     } else {
+        if (o->pg)
+            m3_progress_clear(o->pg);
         const char *td = getenv("TMPDIR");
         fflush(NULL);
         for (int w = 0; w < jobs; w++) {
@@ -277,7 +296,15 @@ int cf_tf_check(const cf_tf_opts *o, cf_report *r, cf_slice *sl, m3_err *e)
                 memset(&part, 0, sizeof part);
                 part.teacher_forced = 1;
                 part.rows_total = T;
-                int bad = judge_items(&oo, o->c, &dump, T, items, nitems, w, jobs, &part, e) ||
+                /* workers share the terminal: plain lines of their own, every 10 s on a
+                 * terminal, at the parent's interval in a log */
+                m3_progress wpg, *wp = NULL;
+                if (o->pg && o->pg->style != M3_PROGRESS_QUIET) {
+                    m3_progress_init(&wpg, o->pg->out, M3_PROGRESS_PLAIN, o->pg->prog, NULL, NULL);
+                    wpg.plain_interval_s = o->pg->style == M3_PROGRESS_TTY ? 10.0 : o->pg->plain_interval_s;
+                    wp = &wpg;
+                }
+                int bad = judge_items(&oo, o->c, &dump, T, items, nitems, w, jobs, &part, wp, e) ||
                           cf_slice_write(tmp[w], sl, &part, e);
                 if (bad)
                     fprintf(stderr, "m3-conform: worker %d: %s\n", w, e->msg);

@@ -303,6 +303,9 @@ int cf_ref_greedy_margin(const cf_case *c, const m3_model *m, const int32_t *gen
  * it) on a fresh state; its activations go into out. */
 int cf_ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int T, cf_tset *out,
                  m3_err *e);
+/* cf_ref_layer, reporting to pg (NULL: none) one count per row. */
+int cf_ref_layer_progress(const m3_model *m, m3_mode mode, int layer, const float *x, int T,
+                          cf_tset *out, m3_progress *pg, m3_err *e);
 /* Final norm and logits from the last layer's output x [T, H] into out. */
 int cf_ref_head(const m3_model *m, m3_mode mode, const float *x, int T, cf_tset *out, m3_err *e);
 /* As cf_ref_head, with logits only at the positions pos[0..n) (pos NULL: all T),
@@ -459,6 +462,9 @@ typedef struct cf_tf_opts {
     int from, to;                /* layers to judge (-1: all); the head when to is the last */
     int jobs;                    /* worker processes (1: in this process) */
     int timing;                  /* 1: each layer's and the head's time on stderr */
+    m3_progress *pg;             /* NULL, or the meter of the layers' progress: redrawn by this
+                                  * process with one job; each worker of several prints plain
+                                  * lines of its own ("worker w/N") */
 } cf_tf_opts;
 
 /* Judge layers from..to of the dump teacher-forced (each from its own

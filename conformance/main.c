@@ -742,7 +742,7 @@ static int cmd_check_tf(ctx *c)
     if (o->layers && cf_parse_layers(o->layers, model.cfg.text.num_layers, &from, &to, &e))
         goto bad;
     cf_tf_opts to_ = {&model, &cs, prof, &c->tol, cs.mode, o->dump, cfgp, o->unsupported, from, to, jobs,
-                      o->timing};
+                      o->timing, &c->pg};
     double t0 = now();
     if (cf_tf_check(&to_, &r, &sl, &e))
         goto bad;

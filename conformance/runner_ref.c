@@ -1364,9 +1364,8 @@ done:
     return rc;
 }
 
-/* cf_ref_layer, reporting to pg (may be NULL). */
-static int ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int T, cf_tset *out,
-                     m3_progress *pg, m3_err *e)
+int cf_ref_layer_progress(const m3_model *m, m3_mode mode, int layer, const float *x, int T,
+                          cf_tset *out, m3_progress *pg, m3_err *e)
 {
     int H = m->cfg.text.hidden_size;
     m3_state *s = m3_state_new(m, T, mode, e);
@@ -1402,7 +1401,7 @@ done:
 int cf_ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int T, cf_tset *out,
                  m3_err *e)
 {
-    return ref_layer(m, mode, layer, x, T, out, NULL, e);
+    return cf_ref_layer_progress(m, mode, layer, x, T, out, NULL, e);
 }
 
 int cf_ref_head(const m3_model *m, m3_mode mode, const float *x, int T, cf_tset *out, m3_err *e)
@@ -1474,7 +1473,7 @@ int cf_ref_teacher_forced(const m3_model *m, m3_mode mode, const cf_tset *feed, 
         T = (int)x->shape[0];
         if (pg && i == 0)
             m3_progress_set_total(pg, (int64_t)T * L);
-        if (ref_layer(m, mode, i, x->f, T, out, pg, e))
+        if (cf_ref_layer_progress(m, mode, i, x->f, T, out, pg, e))
             return m3_fail_prefix(e, "teacher-forced layer %d", i);
     }
     snprintf(name, sizeof name, "layers.%d.output", L - 1);

@@ -5,13 +5,13 @@
  *   m3-gpu forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]
  *                  [--tokens IDS]... | [--teacher-forced GOLDEN.safetensors]
  *                  [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE] [--vision-joint]
- *                  [--lenient-config]
+ *                  [--quiet] [--lenient-config]
  *   m3-gpu vision-case --case DIR --dump OUT.safetensors
  *   m3-gpu generate --model DIR (--tokens IDS | --prompt TEXT)... [--max-new-tokens N]
  *                   [--greedy | --temperature T --top-p P --top-k K --seed S]
  *                   [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE] [--vision-joint]
  *                   [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]
- *                   [--print-ids] [--dtype fp32|bf16] [--lenient-config]
+ *                   [--print-ids] [--dtype fp32|bf16] [--quiet] [--lenient-config]
  *                   [--draft DIR [--spec-tokens K]]
  *
  * Exit status: 0 success, 1 model or run error, 2 bad command line.
@@ -67,7 +67,8 @@
  *    placed into the placeholder rows at the prefill (generate: video
  *    timestamps from the tokenizer of a --prompt, as m3-ref); `m3-gpu
  *    vision-case --case DIR --dump OUT` runs the vision component vectors.
- *  - --lenient-config (forward, generate) as m3-ref.
+ *  - --lenient-config and --quiet (forward, generate) as m3-ref; progress
+ *    of the weight upload and a summary line (wall, peak RSS) on stderr.
  *  - generate --draft DIR [--spec-tokens K] (one token prompt): Eagle3
  *    speculative decoding, M3-EAGLE-VERIFY-1/2, the loop of
  *    ref/speculative.c (m3_spec_run) over the device target (taps copied in
@@ -353,18 +354,16 @@ static int up_experts(dev_model *dm, const void **out, int *dt, const m3_mat *vi
 
 static int dev_model_upload_layers(dev_model *dm, const m3_model *m);
 
-/* Upload every text weight, with a progress line on stderr (layer, bytes of
- * the total, MiB/s, ETA; ref/progress.h), erased when done. */
-static int dev_model_upload(dev_model *dm, const m3_model *m)
+/* Upload every text weight, reported to pg as a task (layer, bytes of the
+ * total, MiB/s, ETA; ref/progress.h) that ends with the upload. */
+static int dev_model_upload(dev_model *dm, const m3_model *m, m3_progress *pg)
 {
-    m3_progress pg;
-    m3_progress_init_stderr(&pg, "m3-gpu", 0);
-    m3_progress_task(&pg, "weight upload", M3_UNIT_BYTES, upload_bytes(m));
+    m3_progress_task(pg, "weight upload", M3_UNIT_BYTES, upload_bytes(m));
     memset(dm, 0, sizeof *dm);
-    dm->pg = &pg;
+    dm->pg = pg;
     const int rc = dev_model_upload_layers(dm, m);
     dm->pg = NULL;
-    m3_progress_end(&pg);
+    m3_progress_end(pg);
     return rc;
 }
 
@@ -1187,14 +1186,14 @@ static const char *USAGE =
     "usage: m3-gpu forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
     "                      [--tokens IDS]... (a batch) | [--teacher-forced GOLDEN.safetensors]\n"
     "                      [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
-    "                      [--vision-joint] [--lenient-config]   (as bin/m3-ref forward)\n"
+    "                      [--vision-joint] [--quiet] [--lenient-config]   (as bin/m3-ref forward)\n"
     "       m3-gpu vision-case --case DIR --dump OUT.safetensors   (vision component vectors)\n"
     "       m3-gpu generate --model DIR (--tokens IDS | --prompt TEXT)... [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
     "                       [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
     "                       [--vision-joint]\n"
     "                       [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]\n"
-    "                       [--print-ids] [--dtype fp32|bf16] [--lenient-config]\n"
+    "                       [--print-ids] [--dtype fp32|bf16] [--quiet] [--lenient-config]\n"
     "                       [--draft DIR [--spec-tokens K]]\n"
     "forward: run the T token ids through the model on the GPU in one pass (positions\n"
     "0..T-1); print T and the top-5 of the last row; --dump writes the activations under the\n"
@@ -1497,8 +1496,11 @@ static int load_teacher(const char *path, int L, int T, int H, float **tf)
  * vreq: the vision request of a single prompt, or NULL. lenient:
  * --lenient-config. */
 static int forward_run(const char *dir, const char *const *toks, int n, int mode, int lenient,
-                       const char *dumpp, const char *tf_path, const m3g_vision_request *vreq)
+                       const char *dumpp, const char *tf_path, const m3g_vision_request *vreq,
+                       int quiet)
 {
+    m3_progress pg; /* the weight upload, then the summary line */
+    m3_progress_init_stderr(&pg, "m3-gpu forward", quiet);
     int rc = EXIT_RUN, Ttot = 0, Tmax = 0, L = 0;
     int32_t **ids = (int32_t **)calloc((size_t)n, sizeof *ids);
     int *T = (int *)calloc((size_t)n, sizeof *T), *pos0 = (int *)calloc((size_t)n, sizeof *pos0);
@@ -1540,7 +1542,7 @@ static int forward_run(const char *dir, const char *const *toks, int n, int mode
         fprintf(stderr, "m3-gpu: no usable GPU (hipStreamCreate failed)\n");
         goto out;
     }
-    if (dev_model_upload(&dm, &m) != 0) {
+    if (dev_model_upload(&dm, &m, &pg) != 0) {
         fprintf(stderr, "m3-gpu: uploading the weights of %s failed (device memory?)\n", dir);
         goto out;
     }
@@ -1625,6 +1627,11 @@ static int forward_run(const char *dir, const char *const *toks, int n, int mode
         printf("T=%d%s", T[s], tf_path ? " (teacher-forced)" : "");
         print_top5(logits + (size_t)(r + T[s] - 1) * V, V);
     }
+    {
+        char sum[96];
+        snprintf(sum, sizeof sum, "%d prompt%s, %d tokens, %d layers", n, n > 1 ? "s" : "", Ttot, L);
+        m3_progress_summary(&pg, sum);
+    }
     rc = 0;
 out:
     if (have_sess)
@@ -1658,7 +1665,7 @@ static int cmd_forward(int argc, char **argv)
     const char *dir = NULL, *dumpp = NULL, *tfp = NULL;
     const char *toksv[64]; /* every --tokens (a batch when more than one) */
     int ntoks = 0;
-    int mode = 0, lenient = 0;
+    int mode = 0, lenient = 0, quiet = 0;
     prompt_args pa; /* vision options as bin/m3-ref forward (gpu/vision.h) */
     prompt_args_init(&pa);
     for (int i = 2; i < argc; i++) {
@@ -1669,6 +1676,10 @@ static int cmd_forward(int argc, char **argv)
         }
         if (!strcmp(a, "--lenient-config")) {
             lenient = 1;
+            continue;
+        }
+        if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+            quiet = 1;
             continue;
         }
         const int took = take_prompt_opt("forward", 0, a, v, &pa);
@@ -1710,7 +1721,8 @@ static int cmd_forward(int argc, char **argv)
                         "--tokens\n%s", USAGE);
         return EXIT_USAGE;
     }
-    return forward_run(dir, toksv, ntoks, mode, lenient, dumpp, tfp, vis_req ? &pa.vreq : NULL);
+    return forward_run(dir, toksv, ntoks, mode, lenient, dumpp, tfp, vis_req ? &pa.vreq : NULL,
+                       quiet);
 }
 
 /* Print generated token k of a sequence: its id (ids, or no tokenizer: comma-
@@ -1737,6 +1749,7 @@ typedef struct gen_opts {
     const int *is_text;      /* srcs[s] is a --prompt text (else token ids) */
     int n;                   /* number of prompts: a batch when > 1 */
     int mode, greedy_flag, print_ids, lenient;
+    int quiet; /* --quiet: no progress line, no summary */
     int have_temp, have_top_p, have_top_k, have_seed; /* the sampling flags given */
     float temp, top_p;
     long long top_k, seed, max_new;
@@ -1931,6 +1944,8 @@ out:
  * prefill (gpu_step_batch, one sequence at pos0 0). */
 static int generate_run(const gen_opts *go)
 {
+    m3_progress pg; /* the weight upload, then the summary line */
+    m3_progress_init_stderr(&pg, "m3-gpu generate", go->quiet);
     const char *dir = go->dir;
     const char *const *srcs = go->srcs;
     const int *is_text = go->is_text;
@@ -2082,7 +2097,7 @@ static int generate_run(const gen_opts *go)
             fprintf(stderr, "m3-gpu: out of host memory\n");
             goto out;
         }
-        if (dev_model_upload(&dm, &m) != 0) {
+        if (dev_model_upload(&dm, &m, &pg) != 0) {
             fprintf(stderr, "m3-gpu: uploading the weights of %s failed (device memory?)\n", dir);
             goto out;
         }
@@ -2188,6 +2203,11 @@ static int generate_run(const gen_opts *go)
                 t_prefill > 0 ? Ttot / t_prefill : 0.0, steps, t_decode,
                 t_decode > 0 ? (double)steps / t_decode : 0.0);
     }
+    {
+        char sum[64];
+        snprintf(sum, sizeof sum, "%d prompt%s", n, n > 1 ? "s" : "");
+        m3_progress_summary(&pg, sum);
+    }
     rc = 0;
 out:
     if (have_sess)
@@ -2254,6 +2274,10 @@ static int cmd_generate(int argc, char **argv)
         }
         if (!strcmp(a, "--lenient-config")) {
             go.lenient = 1;
+            continue;
+        }
+        if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+            go.quiet = 1;
             continue;
         }
         const int took = take_prompt_opt("generate", 1, a, v, &pa);

@@ -232,10 +232,13 @@ size_t m3_progress_format_summary(const char *prog, const char *detail, double w
 
 int64_t m3_peak_rss_bytes(void)
 {
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
+    struct rusage self, kids;
+    if (getrusage(RUSAGE_SELF, &self) != 0)
         return -1;
-    return (int64_t)ru.ru_maxrss * 1024; /* Linux: kibibytes */
+    long kib = self.ru_maxrss; /* Linux: kibibytes */
+    if (getrusage(RUSAGE_CHILDREN, &kids) == 0 && kids.ru_maxrss > kib)
+        kib = kids.ru_maxrss; /* worker processes (m3-conform --jobs) */
+    return (int64_t)kib * 1024;
 }
 
 /* ---- drawing ------------------------------------------------------------- */

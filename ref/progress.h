@@ -102,7 +102,8 @@ size_t m3_progress_format_summary(const char *prog, const char *detail, double w
 void m3_fmt_duration(double s, char *buf, size_t cap);
 /* A byte count as "512 B", "1.5 KiB", "12.0 MiB", "3.25 GiB". */
 void m3_fmt_bytes(double bytes, char *buf, size_t cap);
-/* Peak resident set size of this process in bytes (getrusage), -1 if unknown. */
+/* Peak resident set size in bytes (getrusage) of this process or, when larger,
+ * of its largest waited-for child (worker processes); -1 if unknown. */
 int64_t m3_peak_rss_bytes(void);
 
 #endif
