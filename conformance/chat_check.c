@@ -100,9 +100,10 @@ int cf_chat_compare(const m3_tokenizer *tok, const char *rendered, const int32_t
             goto fail;
         }
     } else {
-        if (!(d->got_str = decode(tok, got + i, d->got >= 0 ? 1 : 0, e)))
+        const int32_t *at = ngot > 0 ? got + i : NULL; /* no arithmetic on a NULL list */
+        if (!(d->got_str = decode(tok, at, d->got >= 0 ? 1 : 0, e)))
             goto fail;
-        if (!(d->ctx_got = decode(tok, got + i, hg > i ? hg - i : 0, e)))
+        if (!(d->ctx_got = decode(tok, at, hg > i ? hg - i : 0, e)))
             goto fail;
     }
     return 0;

@@ -313,6 +313,38 @@ static int parse_number(reader *r, m3_json *v)
 
 static int parse_value(reader *r, m3_json **out, int depth);
 
+static int cmp_member_key(const void *a, const void *b)
+{
+    const m3_json *x = *(const m3_json *const *)a, *y = *(const m3_json *const *)b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->line != y->line ? x->line - y->line : x->col - y->col);
+}
+
+/* A member name used twice in obj is an error at its second use (sorted, so
+ * an object of many members costs n log n, not n^2). */
+static int check_duplicates(reader *r, const m3_json *obj)
+{
+    if (obj->n < 2)
+        return 0;
+    const m3_json **m = malloc(obj->n * sizeof *m);
+    if (!m)
+        return rfail(r, r->pos, "out of memory");
+    size_t i = 0;
+    for (const m3_json *c = obj->child; c; c = c->next)
+        m[i++] = c;
+    qsort(m, obj->n, sizeof *m, cmp_member_key);
+    for (i = 1; i < obj->n; i++)
+        if (strcmp(m[i - 1]->key, m[i]->key) == 0) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "line %d, column %d: duplicate member name \"%.80s\" (its "
+                     "second value starts here)", m[i]->line, m[i]->col, m[i]->key);
+            free(m);
+            return m3_fail(r->e, "%s", msg);
+        }
+    free(m);
+    return 0;
+}
+
 static int parse_container(reader *r, m3_json *v, int depth)
 {
     const int obj = v->type == M3_JSON_OBJECT;
@@ -331,16 +363,8 @@ static int parse_container(reader *r, m3_json *v, int depth)
         if (obj) {
             if (r->pos >= r->len || r->s[r->pos] != '"')
                 return rfail(r, r->pos, "expected a member name in double quotes");
-            size_t kpos = r->pos;
             if (parse_string(r, &key, &klen) != 0)
                 return -1;
-            for (const m3_json *m = v->child; m; m = m->next)
-                if (strcmp(m->key, key) == 0) {
-                    char msg[160];
-                    snprintf(msg, sizeof msg, "duplicate member name \"%.80s\"", key);
-                    free(key);
-                    return rfail(r, kpos, msg);
-                }
             skip_ws(r);
             if (r->pos >= r->len || r->s[r->pos] != ':') {
                 free(key);
@@ -364,7 +388,7 @@ static int parse_container(reader *r, m3_json *v, int depth)
         }
         if (r->pos < r->len && r->s[r->pos] == close) {
             r->pos++;
-            return 0;
+            return obj ? check_duplicates(r, v) : 0;
         }
         return rfail(r, r->pos, obj ? "expected ',' or '}'" : "expected ',' or ']'");
     }

@@ -292,6 +292,15 @@ if "$HELPER" vfixture "$VM" --vocab 200064 >/dev/null && "$HELPER" png "$TMP/a.p
     grep -q "T=18 " "$TMP/out" || fail "3 frames pad to 2 temporal groups of 6 tokens + start/end each (T=18)"
     expect_ok "forward --vision-joint" "$M3REF" forward --model "$VM" --tokens 1,2,200025,3 --image "$TMP/a.png" --vision-joint
     expect_ok "generate --image" "$M3REF" generate --model "$VM" --tokens 1,2,200025,3 --image "$TMP/a.png" --max-new-tokens 3 --greedy --print-ids
+    # a conversation file's image and video parts (M3-CHAT-MM-1): the fixture with the small
+    # MiniMax tokenizer, whose marker ids 1025/1026 become the config's image/video ids
+    VT=$TMP/vmtok
+    cp -r "$VM" "$VT" && cp "$(dirname "$0")"/../vectors/tokenizer/minimax_1000/tokenizer*.json "$VT"/ &&
+        sed -i 's/"image_token_index": *200025/"image_token_index": 1025/; s/"video_token_index": *200026/"video_token_index": 1026/' "$VT/config.json"
+    CV=$(dirname "$0")/../vectors/chat/cases
+    expect_ok "conversation with two images" "$M3REF" generate --model "$VT" --conversation "$CV/user_images.json" --image "$TMP/a.png" --image "$TMP/a.png" --max-new-tokens 2 --greedy --print-ids
+    expect_ok "conversation with a video" "$M3REF" generate --model "$VT" --conversation "$CV/user_video.json" --video "$TMP/a.png,$TMP/a.png" --fps 1 --max-new-tokens 2 --greedy --print-ids
+    expect_fail "conversation with an image too few" "no image left" "$M3REF" generate --model "$VT" --conversation "$CV/user_images.json" --image "$TMP/a.png" --max-new-tokens 2
     printf 'not an image' >"$TMP/bad.png"
     expect_fail "corrupt image" "bad.png" "$M3REF" forward --model "$VM" --tokens 1,200025 --image "$TMP/bad.png"
     head -c 60 "$TMP/a.png" >"$TMP/trunc.png"

@@ -18,7 +18,8 @@ and passed as the template's variables: messages, and tools, thinking_mode,
 model_identity when the file has them; add_generation_prompt defaults to true.
 
 Each case names the template branches it takes (BRANCHES); the script fails
-when a branch has no case. Cases of kind "error" make the template raise;
+when a branch has no case, and, with the template, when a template line that
+compiles to code is run by no case (traced through jinja2's debug line map). Cases of kind "error" make the template raise;
 cases of kind "reject" render in the template but are refused by m3
 (M3-CHAT-REJECT-1: the template would drop the input or print a Python repr).
 For both, manifest.json gives the field m3's message must name.
@@ -346,17 +347,38 @@ def write_cases(out):
 
 
 def renderings(tpl, problems):
-    """name -> expected bytes (text cases), checking each case's kind."""
+    """name -> expected bytes (text cases), checking each case's kind, and
+    the template's line coverage: every template line that compiles to code
+    (jinja2's debug map of the compiled template) must run for some case."""
     got = {}
+    coverable = {int(p.split("=")[0]) for p in tpl._debug_info.split("&") if p}
+    hit = set()
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename != "<template>":
+            return None
+        if event == "line":
+            hit.add(tpl.get_corresponding_lineno(frame.f_lineno))
+        return tracer
+
     for name, (conv, kind, _, _) in CASES.items():
         # render what the file says, read back as a port would read it
-        text, err = render(tpl, json.loads(case_bytes(conv)))
+        sys.settrace(tracer)
+        try:
+            text, err = render(tpl, json.loads(case_bytes(conv)))
+        finally:
+            sys.settrace(None)
         if kind == "error" and err is None:
             problems.append("%s: the template was expected to fail but rendered" % name)
         if kind != "error" and err is not None:
             problems.append("%s: the template failed: %s" % (name, err))
         if kind == "text" and text is not None:
             got[name] = text.encode("utf-8")
+    missed = sorted(coverable - hit)
+    if missed:
+        problems.append("template lines no case runs: %s" % ", ".join(map(str, missed)))
+    print("chat_vectors: template lines with code run by the cases: %d of %d" % (
+        len(coverable & hit), len(coverable)))
     return got
 
 
