@@ -2,7 +2,8 @@
  * gpu/hip_compat.h), with the CLI subset and dump names of bin/m3-ref so
  * bin/m3-conform can judge its dumps.
  *
- *   m3-gpu forward  (m3-ref forward's options) [--tokens IDS]... [--teacher-forced GOLDEN]
+ *   m3-gpu forward  --model DIR --tokens IDS [--tokens IDS]... [--teacher-forced GOLDEN]
+ *                   (with m3-ref forward's --dtype, --dump, vision and config options)
  *   m3-gpu vision-case --case DIR --dump OUT.safetensors
  *   m3-gpu generate (m3-ref generate's options; several --tokens / --prompt batch)
  * Exit status: 0 success, 1 model or run error, 2 bad command line.
