@@ -213,7 +213,13 @@ tour-check: bin/m3-ref bin/m3-conform
 	bin/m3-conform plot --dump "$$tmp/demo.safetensors" --out "$$tmp" --title "$(TOUR_TITLE)" >/dev/null; \
 	for f in msa_selection.png moe_routing.png; do cmp "$$tmp/$$f" docs/img/$$f || \
 	  { echo "tour-check: docs/img/$$f is not what make tour-plots draws now"; exit 1; }; done; \
-	echo "tour-check: docs/img/ pictures up to date"
+	echo "tour-check: docs/img/ pictures up to date"; \
+	bin/m3-ref forward --model vectors/model/layer_dense_fp32 --tokens 1,2,3 --dump "$$tmp/dense.safetensors" >/dev/null; \
+	for bad in "--dump $$tmp/demo.safetensors" "--dump $$tmp/demo.safetensors --out $$tmp/none" \
+	           "--dump $$tmp/missing.safetensors --out $$tmp" "--dump $$tmp/dense.safetensors --out $$tmp"; do \
+	  rc=0; bin/m3-conform plot $$bad >/dev/null 2>"$$tmp/err" || rc=$$?; \
+	  [ $$rc = 2 ] && [ -s "$$tmp/err" ] || { echo "tour-check: m3-conform plot $$bad: exit $$rc, want 2 and a message"; exit 1; }; done; \
+	echo "tour-check: m3-conform plot rejects a missing --out, a missing dir, a missing dump and a dump without MSA or MoE layers"
 
 # ---- run, bench, vectors ---------------------------------------------------
 run: all

@@ -3,7 +3,7 @@
 #
 # usage: fuzz/run_fuzz.sh SECONDS TARGET...   (after `make fuzz-libfuzzer`)
 # Each target runs build-fuzz/fuzz/TARGET until RUNS executions (default
-# 10,000,000, the bar of issue 9) or SECONDS, whichever comes first, from a
+# 10,000,000, the bar of docs/fuzzing.md) or SECONDS, whichever comes first, from a
 # working copy of fuzz/corpus/TARGET (+ fuzz/regressions/TARGET) in
 # build-fuzz/work/TARGET; the log is build-fuzz/work/TARGET.log, crash inputs
 # build-fuzz/work/TARGET-crash-*. -max_len is per target (below): large enough

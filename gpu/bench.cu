@@ -1,5 +1,6 @@
 /* bench.cu — per-kernel GPU benchmarks at full M3 dimensions with random
- * weights, one layer's worth at a time (issue 8 "Speed"; make bench-gpu).
+ * weights, one layer's worth at a time (make bench-gpu; the speed targets
+ * and figures are in docs/performance.md).
  *
  * Protocol (perf-anchors §7, MiniMax-AI/MSA §1.3):
  *  - every case is captured once into a graph of R launches, each on its
@@ -13,8 +14,8 @@
  *  - the same binary checks one result against the fallback path (GEMV vs
  *    GEMM) so a fast but wrong kernel cannot pass.
  * The torch comparison (torch.matmul / F.scaled_dot_product_attention at the
- * same shapes) is tools/bench_torch.py, run on the device in the same
- * session; the GPU clocks are printed by the make target (nvidia-smi).
+ * same shapes) is tools/bench_torch.py, run on the same machine right after;
+ * the GPU clocks are printed by the make target (nvidia-smi).
  *
  *   bench-gpu [--reps N] [--case NAME]   (NAME: a prefix of a case name)
  *
@@ -23,7 +24,6 @@
  * MSA prefill kernels on 6 rows of each 128K case (slab or whole prefill)
  * and on six edge shapes per kernel variant (check_msa_prefill,
  * check_msa_prefill_edges; nmse <= 1e-5).
- * Status: run on the H200; figures in docs/performance.md.
  */
 #include <math.h>
 #include <stdint.h>
@@ -2827,10 +2827,10 @@ static int check_vis_attention(hipStream_t st)
     return bad;
 }
 
-/* Issue 8's speed targets, judged on this run's medians: the ratio to the
+/* The speed targets (docs/performance.md), judged on this run's medians: the ratio to the
  * hardware limit of each named case (HBM: bytes; PEAK: bf16 FLOPs) or its
  * time. The "10x faster than dense causal SDPA" part of the MSA prefill
- * target needs torch's figure (tools/bench_torch.py, same session); the
+ * target needs torch's figure (tools/bench_torch.py, same machine); the
  * table prints the time it must beat against. */
 enum { T_HBM, T_PEAK, T_US };
 static void print_targets(const bench_case *cases, const double *med, int n)
@@ -3147,7 +3147,7 @@ int main(int argc, char **argv)
                                   &cases[i0], 2);
             bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K dense attn + MLP no release",
                                   &cases[i0 + 1], 2);
-            /* the router, grouped expert GEMVs and combine without PDL (before this session) */
+            /* the router, grouped expert GEMVs and combine without PDL (the earlier sequence) */
             bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K MSA + MoE no moe pdl",
                                   &cases[i0], 4);
         }
@@ -3230,7 +3230,7 @@ int main(int argc, char **argv)
         if (!only || strlen(only) <= 11)
             for (int v = 1; v <= 9; v++) /* every tensor-core variant */
                 cb |= check_msa_prefill_edges(st, v);
-        else if (!strcmp(only, "msa prefill s6")) /* this session's variants */
+        else if (!strcmp(only, "msa prefill s6")) /* the pooled prefill cases but the "1-pass" ones */
             for (int v = 8; v <= 9; v++)
                 cb |= check_msa_prefill_edges(st, v);
         for (int i = 0; i < n; i++)

@@ -2,85 +2,32 @@
  * gpu/hip_compat.h), with the CLI subset and dump names of bin/m3-ref so
  * bin/m3-conform can judge its dumps.
  *
- *   m3-gpu forward --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]
- *                  [--tokens IDS]... | [--teacher-forced GOLDEN.safetensors]
- *                  [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE] [--vision-joint]
- *                  [--quiet] [--lenient-config]
+ *   m3-gpu forward  --model DIR --tokens IDS [--tokens IDS]... [--teacher-forced GOLDEN]
+ *                   (with m3-ref forward's --dtype, --dump, vision, --quiet and config options)
  *   m3-gpu vision-case --case DIR --dump OUT.safetensors
- *   m3-gpu generate --model DIR (--tokens IDS | --prompt TEXT)... [--max-new-tokens N]
- *                   [--greedy | --temperature T --top-p P --top-k K --seed S]
- *                   [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE] [--vision-joint]
- *                   [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]
- *                   [--print-ids] [--dtype fp32|bf16] [--quiet] [--lenient-config]
- *                   [--draft DIR [--spec-tokens K]]
- *
+ *   m3-gpu generate (m3-ref generate's options; several --tokens / --prompt batch)
  * Exit status: 0 success, 1 model or run error, 2 bad command line.
  *
- * Spec: M3-MODEL-* (layer structure, final norm, lm_head), M3-DUMP-*
- * (names, shapes, metadata as bin/m3-ref forward), M3-NUM-MODE-1,
- * M3-NUM-BF16-2 (all rounding points are in the kernels, see
- * gpu/kernels/kernels.h), M3-MSA-CACHE-1 (paged caches, page == MSA block).
+ * Spec: M3-MODEL-*, M3-DUMP-* (names, shapes, metadata as m3-ref),
+ * M3-NUM-MODE-1, M3-NUM-BF16-2 (rounding points in the kernels,
+ * gpu/kernels/kernels.h), M3-MSA-CACHE-1 (paged caches, page == MSA block),
+ * M3-EAGLE-VERIFY-1/2 (generate --draft through ref/speculative.c).
  *
- * Status: on an H200 (docs/performance.md has the run) every text and
- * vision model vector, the vision component vectors, the ragged lengths 1 ..
- * 2200, teacher-forced dumps and batches of prompts pass bin/m3-conform in
- * fp32 and bf16; generate matches m3-ref's ids in fp32, and in bf16 until a
- * near tie of two logits (explained there). The same sources also build
- * against the CPU emulation of the HIP subset (gpu/emu/hip_emu.h, `make
- * gpu-emu-test`), which checks the logic without a GPU.
- *  - checkpoint load through libm3.a; weight upload (fp32 / bf16 kept as
- *    stored, other dtypes widened on the host; q/k/v(+index q/k) and the
- *    shared expert's gate/up uploaded as one concatenated matrix each) with
- *    a progress line on stderr (ref/progress.h: bytes of the total, layer);
- *    embeddings and RoPE tables on the host (exact); every layer kind: dense
- *    causal attention, MSA indexer + selection + block-sparse attention
- *    (bf16 KV cache in bf16 mode), dense SwiGLU-OAI MLP, MoE (router, grouped
- *    expert GEMVs, shared expert, combine), final norm, lm_head, and every
- *    dump name incl. eagle3.aux.
- *  - batches: a session has one cache region per sequence (pages in order);
- *    gpu_step_batch stacks the rows of all sequences for the linear layers,
- *    norms, router/MoE and lm_head (one launch each) and runs cache writes,
- *    indexer, selection and attention per sequence (seq_attention over a
- *    seq_view). QK-norm + RoPE of q / index q and, for a single sequence,
- *    its K / V / index-K cache writes are one m3g_attn_prologue launch
- *    (batches: one more per sequence for the cache writes). Every command runs a batch: one prompt is a batch of one
- *    (forward_run, generate_run). forward takes several --tokens (dump OUT
- *    becomes OUT.S per sequence S), generate several --tokens / --prompt
- *    (each step batches the unfinished sequences; a single prompt streams
- *    its text as it is generated). In fp32 a sequence's results equal its
- *    single-prompt run bitwise; in bf16 a batch of more than 8 rows takes the
- *    GEMM instead of the GEMV and may differ by a bf16 step.
- *  - teacher forcing: forward --teacher-forced GOLDEN feeds every layer the
- *    golden `layers.L.input` of an m3-ref dump or a vector's
- *    expected.safetensors; the dump then holds each layer's own error
- *    (gpu_batch.tf). The head runs on the forward's own last output, the
- *    input m3-conform --teacher-forced judges it from.
- *  - generate: the options, defaults (ref/genconfig.h) and output of m3-ref
- *    generate; prefill of the prompt in one step, then one step per token
- *    over the device caches; lm_head on the last row, copied to the host,
- *    chosen by the reference sampler (m3_sample). --chat / --system /
- *    --thinking render every --prompt as m3-ref does, and the option rules
- *    and their messages are m3-ref's (ref/prompt.h, shared).
- *  - vision (gpu/vision.h): forward and generate take --image / --video
- *    --fps / --pixels / --vision-joint as m3-ref; host preprocessing through
- *    the ref library, tower + projector + merge on the device, features
- *    placed into the placeholder rows at the prefill (generate: video
- *    timestamps from the tokenizer of a --prompt, as m3-ref); `m3-gpu
- *    vision-case --case DIR --dump OUT` runs the vision component vectors.
- *  - --lenient-config and --quiet (forward, generate) as m3-ref; progress
- *    of the weight upload and a summary line (wall, peak RSS) on stderr.
- *  - generate --draft DIR [--spec-tokens K] (one token prompt): Eagle3
- *    speculative decoding, M3-EAGLE-VERIFY-1/2, the loop of
- *    ref/speculative.c (m3_spec_run) over the device target (taps copied in
- *    gpu_step_batch, verification = one multi-row step with past, rollback =
- *    the cached length) and drafter (gpu/drafter.h, fp32); same ids,
- *    statistics line and errors as m3-ref (see "generate --draft" below).
- *  - NOT done: chunked prefill (the whole prompt is one call), batches
- *    with vision inputs (a usage error), teacher forcing of a batch,
- *    --draft with a batch or vision inputs (errors, as m3-ref for vision),
- *    CUDA-graph capture of the decode step,
- *    memory for full M3 (all weights are uploaded: only tiny / layer-pruned
- *    checkpoints fit one GPU).
+ * Design: the checkpoint loads through libm3.a and is uploaded as stored
+ * (q/k/v(+index) and the shared gate/up as one concatenated matrix each);
+ * embeddings and RoPE tables on the host. A session holds one cache region
+ * per sequence; gpu_step_batch stacks every sequence's rows for linears,
+ * norms, router/MoE and lm_head and runs cache writes, indexer, selection
+ * and attention per sequence. Teacher forcing feeds each layer the golden
+ * layers.L.input and runs the head on its own last output. generate samples
+ * with the reference sampler; vision inputs go through gpu/vision.h. The weight
+ * upload reports to a progress line (ref/progress.h); every command ends
+ * with a summary line (wall, peak RSS) unless --quiet.
+ *
+ * Known differences: in bf16 a batch of more than 8 rows takes the GEMM and
+ * may differ from the single-prompt run by a bf16 step. Not done: chunked
+ * prefill, batches with vision or --draft, graph capture of decode, full-M3
+ * memory (all weights are uploaded). Checks: docs/performance.md.
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -8,29 +8,19 @@
  * M3-VIS-MLP-1, M3-VIS-ROPE-1..3, M3-VIS-SEG-1, M3-VIS-PROJ-1,
  * M3-VIS-MERGE-1/2, M3-VIS-PLACE-1/2, M3-EMB-3, M3-NUM-BF16-2.
  *
- * fp32 mode keeps ref's summation orders everywhere: every GEMM is
- * m3g_linear in mode 0 (the reference's 8-partial order, bitwise), followed
- * by the bias / GELU / residual epilogue with ref's rounding points;
- * LayerNorm statistics and the attention sums keep ref's serial orders
- * (kernels/vision.cu); RoPE tables are the host m3_vision_rope_table. The
- * only remaining differences are the device expf (attention) and erf
- * (GELU), a few ulp at most. (Under the CPU emulation, whose expf/erf are
- * the host libm, the tower is bitwise equal to bin/m3-ref in fp32, and in
- * bf16 too, since the emulation has neither BLAS nor tensor cores.)
+ * Design: weights uploaded per call (fp32 and bf16 as stored, other dtypes
+ * widened on the host) and freed at the end; activations in device buffers
+ * of npatch rows; host round trips only for the dumps; one encoder layer is
+ * kernels.h m3g_vision_layer. fp32 mode keeps ref's summation orders (every
+ * GEMM m3g_linear mode 0, bitwise; RoPE tables from the host
+ * m3_vision_rope_table). bf16 mode (NVIDIA) takes the linears' products
+ * from the vendor GEMM in fp32 (exact products of bf16 values, other sum
+ * order), adds the bias to the unrounded product as ref does, and runs
+ * attention on tensor cores; the patch embedding stays exact.
  *
- * bf16 mode (NVIDIA build) is the fast path, with the same rounding points
- * but other summation orders, inside the bf16 profile: the linears'
- * products come from the vendor GEMM in fp32 (m3g_linear_product; bf16
- * weights and bf16-valued inputs, so the products are exact and only the
- * sums are ordered differently), the bias is added to that unrounded
- * product as ref does, and attention runs on tensor cores
- * (kernels/vision.cu k_vis_attn_tc). The patch embedding stays exact (its
- * pixel inputs are not bf16 values).
- *
- * Structure: weights are uploaded per call (fp32 and bf16 as stored, other
- * dtypes widened on the host) and freed at the end; activations live in
- * device buffers of npatch rows; the only host round trips are the dumps;
- * one encoder layer is kernels.h m3g_vision_layer (also timed by bench-gpu).
+ * Known differences: the device expf / erf (a few ulp); in bf16 the GEMM
+ * and attention summation orders (inside the bf16 profile). Under the CPU
+ * emulation the tower is bitwise equal to bin/m3-ref in both modes.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -571,7 +571,7 @@ static void test_hf_saved_checkpoints(void **state)
         assert_memory_equal(&c[0].text, &c[1].text, sizeof c[0].text);
         assert_int_equal(w[0].layout, 0);
         assert_int_equal(w[1].layout, 1);
-        assert_int_equal(w[1].has_vision, w[0].has_vision); /* H7 ships these text-only */
+        assert_int_equal(w[1].has_vision, w[0].has_vision); /* the HF-saved cases are text-only */
         g_cmp = g_diff = 0;
         cmp_mat(&w[0].embed, &w[1].embed);
         cmp_mat(&w[0].lm_head, &w[1].lm_head);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench_torch.py - the PyTorch yardstick for `make bench-gpu` (issue 8).
+"""bench_torch.py - the PyTorch yardstick for `make bench-gpu`.
 
 Runs torch.matmul and torch.nn.functional.scaled_dot_product_attention at
 the shapes of gpu/bench.cu, with the same protocol: one CUDA graph of R
@@ -10,9 +10,8 @@ to the bench-gpu table in docs/performance.md. `--only msa` times the
 MSA prefill bound alone (msa_bound below: the best SDPA backend on MSA's
 tile shape, and what a two-pass exact-p kernel could reach at its speed).
 
-Device-only helper: needs torch with CUDA (or ROCm) on the GPU machine. It is
-not part of the product and not run by `make test`; docs/performance.md
-names the device runs that used it.
+Device-only script: needs torch with CUDA (or ROCm) on the GPU machine. It is
+not run by `make test`; docs/performance.md records the figures it measured.
 
     python3 tools/bench_torch.py [--reps 20] [--prefill-len 131072] [--only PREFIX]
 """
@@ -65,7 +64,7 @@ def bench(torch, name, make, nbytes, flops, reps, l2, nrot=None):
 
 
 def msa_bound(torch, F, a, dev, bf, l2):
-    """The attainable-peak yardstick for MSA prefill (issue 8: >= 40% of peak).
+    """The attainable-peak yardstick for MSA prefill (the target: >= 40% of peak, docs/performance.md).
 
     When all 128 rows of a query block select the same 16 blocks, one (query
     block, KV group) tile of MSA prefill is a dense, non-causal attention of

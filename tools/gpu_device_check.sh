@@ -1,5 +1,5 @@
 #!/bin/sh
-# gpu_device_check.sh — the device-machine run for the GPU path (issue 8):
+# gpu_device_check.sh — the device-machine run for the GPU path:
 # build bin/m3-ref, bin/m3-conform and bin/m3-gpu there, judge bin/m3-gpu's
 # dumps with bin/m3-conform on every model vector (the multimodal one with
 # --pixels, also in bf16), the vision component cases (m3-gpu vision-case), and on the ragged

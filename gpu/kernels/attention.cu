@@ -3,49 +3,25 @@
  * (T rows) share one kernel.
  *
  * Must match: ref/attention.c m3_attention_row.
- * Spec: M3-ATTN-GQA-1 (query head j reads KV head j / (nh / nkv)),
- * M3-ATTN-SCORE-1 (s = (q . k) * hd^-0.5 in fp32, fp32 softmax, key k
- * visible iff k <= pos), M3-MSA-ATTN-1 (sparse: k allowed iff block(k) is in
- * the group's selected set and k <= pos), M3-NUM-BF16-2 item 5 (probabilities
- * rounded, P.V in fp32, output rounded).
+ * Spec: M3-ATTN-GQA-1, M3-ATTN-SCORE-1 (fp32 scores and softmax, key k
+ * visible iff k <= pos), M3-MSA-ATTN-1 (sparse: block(k) selected and
+ * k <= pos), M3-NUM-BF16-2 item 5 (p rounded, P.V in fp32, output rounded).
  *
- * Structure: one thread block per (query row t, KV group g, chunk of up to
- * 16 query heads of that group): K/V tiles of 32 keys are staged in shared
- * memory once and used by every head of the group (GQA reuse), one warp per
- * head, lane j owns key j of the tile for the scores and dims lane + 32 i of
- * the output. Two passes over the keys: (1) running max / sum of exp,
- * (2) p = round(exp(s - M) / L), out += p v. This keeps the reference's
- * rounding of the normalised probability exact (a one-pass online softmax
- * cannot round p before it knows L).
+ * Design. General kernel: one thread block per (query row, KV group, up to
+ * 16 heads of the group); 32-key K/V tiles staged once for every head
+ * (GQA reuse), one warp per head; two passes so p = round(exp(s - M) / L)
+ * is exact. bf16 sparse decode (m3g_attention_sk): k_at_tc, one 16-CTA
+ * cluster per KV group, CTA c owns selected block c for the group's 16
+ * heads, every K/V byte requested before any arithmetic, mma.sync for
+ * QK^T and P.V, (max, sum) exchanged through distributed shared memory so
+ * every CTA rounds p with the final M and L, partial outputs summed in rank
+ * order, PDL. bf16 dense decode over >= 512 keys: the split-key
+ * tensor-core launches (k_ad_*).
  *
- * Known differences from ref (fp32 tolerance, not bitwise): the sum of exp
- * is accumulated with online rescaling; sparse layers visit blocks in golden
- * order, not ascending key order.
- *
- * Decode paths (later in this file), H200, bench-gpu "msa decode" (64 q / 4
- * kv heads, hd 128, 16 x 128 keys, bf16 mode, median of 20 graph replays,
- * cold-cache rotations; session of 2026-11-29 19:00, second device call of
- * the decode-attention tuning, all in the same call):
- *   m3g_attention_split  3 launches, fp32 cache                  21.80 us
- *   m3g_attention_sk     2 launches, fp32 cache                  23.04 us
- *   m3g_attention_sk     2 launches, bf16 cache                  18.83 us
- *   m3g_attention_sk     scalar cluster kernel, bf16 cache       15.36 us
- *   m3g_attention_sk     tensor-core cluster kernel, no PDL       9.47 us
- *                        the same, PDL, next released at start   10.38 us
- *                        the same, PDL, next released late        8.64 us (default)
- * (min 8.61, cv 2.0%; the first call gave 9.09 us without PDL and 10.31 us
- * with the early release; the per-row kernel: 928 us, docs/performance.md).
- * Issue 8 target <= 10 us: met by the default. What is left is latency
- * (Nsight Compute on one cold launch: 78.6% of scheduler cycles with no
- * eligible warp, 0.24 waves): launch, the block list -> page table -> K/V
- * round trips, two cluster barriers. The 4.2 MB need < 1 us of HBM time.
- *
- * Dense layers (blocks == NULL), bf16 mode, bf16 caches, >= 512 keys: the
- * split-key tensor-core launches (k_ad_*, "dense decode" section below):
- * 104.4 us at 131,072 keys (the two-launch path: 833.6 us).
- *
- * Tuning next (prefill): Q tiles of 64 rows with mma.sync / wgmma instead of
- * per-row blocks (msa_attention.cu has the MSA prefill kernel).
+ * Known differences (fp32 tolerance): the exp sum uses online rescaling;
+ * sparse layers visit blocks in golden order. The scalar and two-launch
+ * sparse paths count a block listed twice twice (the reference indexer
+ * never emits repeats). Timings: docs/performance.md, docs/designs-tried.md.
  */
 #include <math.h>
 #include "common.cuh"
@@ -437,7 +413,7 @@ hipError_t m3g_attention_split(float *out, const float *q, const float *kc, cons
 /* ---- split-key path, two launches, fp32 or bf16 KV cache (m3g_attention_sk)
  * bin/m3-gpu's attention in bf16 mode (bf16 caches) where the one-launch
  * cluster kernel further below does not apply (dense layers, hipcc builds,
- * more than 16 selected blocks); issue 8 target: <= 10 us per layer at
+ * more than 16 selected blocks); target (docs/performance.md): <= 10 us per layer at
  * 64 q / 4 kv heads, hd 128, 16 x 128 keys.
  *
  *   launch 1 k_ak_scores, one block per (split of <= AK_SK1 keys, row, KV
@@ -1503,7 +1479,7 @@ static hipError_t at_tc_run(float *out, const float *q, const void *kc, const vo
  * atomics). Needs 16-byte aligned caches, 8-byte aligned q.
  * H200, bench-gpu "dense decode attention" (64 q / 4 kv heads, hd 128, one
  * row, bf16 caches behind a permuted page table, median of 20 graph
- * replays, cold-cache rotations; session of 2026-11-29 ~21:45 UTC, second
+ * replays, cold-cache rotations; measured 2026-11-29 ~21:45 UTC, second
  * device call), default (4-warp CTAs of one group) vs the two-launch path:
  *   131,072 keys 104.43 us vs 833.62 (268 MB of K/V: 2.57 TB/s, 53.6% of
  *           4.8 TB/s counting K/V only; 335 MB with the scores: 3.2 TB/s);

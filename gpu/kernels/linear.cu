@@ -5,182 +5,25 @@
  *
  * Must match: ref/linear.c m3_matvec / m3_matmul followed by the mode
  * rounding of ref/model.c linear() (M3-NUM-BF16-2 item 3); SwiGLU epilogue:
- * ref/mlp.c m3_swiglu_oai (M3-MLP-SWIGLU-1, same expression as moe.cu
- * k_swiglu); experts: ref/moe.c m3_moe (M3-MOE-EXPERT-1, M3-MOE-SHARED-1).
- * Spec: M3-NUM-MODE-1 (fp32 accumulation, weights widened exactly),
- * M3-NUM-MODE-2 (the fixed 8-partial matvec order).
+ * ref/mlp.c m3_swiglu_oai (M3-MLP-SWIGLU-1); experts: ref/moe.c m3_moe
+ * (M3-MOE-EXPERT-1, M3-MOE-SHARED-1). Spec: M3-NUM-MODE-1, M3-NUM-MODE-2.
  *
- * Paths of m3g_linear / m3g_linear_multi / m3g_linear_swiglu:
- *  - fp32 mode (mode 0), any T, and bf16 mode when the fast path does not
- *    apply: k_gemv_exact, the reference order exactly — lane l of an
- *    8-lane group keeps partial p[l] over c = l (mod 8) ascending, no FMA
- *    (the build has --fmad=false / -ffp-contract=off), combined by
- *    shuffles as ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)): bitwise equal to
- *    m3_matmul whatever T (decode == prefill). Slow (8 lanes per row).
- *  - bf16 mode, bf16 weights, cols % 8 == 0, T <= 8: k_gemv_bf16, the
- *    streaming kernel: one weight row per warp (H200 sweeps of 1, 2, 4
- *    rows per warp x 2, 4, 8 loads in flight x 1-8 K slices: one row per
- *    warp best or within noise; 4 independent 16-byte loads per lane),
- *    split-K over up to 8 warps of a block for long rows and for short
- *    matrices that would not fill 132 SMs (fixed-order shared-memory
- *    reduction), fmaf accumulation (within the bf16 profile, not bitwise to
- *    ref), weights read once per <= 8 tokens, programmatic dependent launch
- *    on NVIDIA (the first weight chunk is in flight before the previous
- *    kernel has finished). At T = 1 (gemv_pick) three shape classes run
- *    otherwise: a split-K grid under one wave gets twice the K slices; a
- *    grid of two or more waves below the LM head class runs k_gemv_pers,
- *    the same tiles and sums as k_gemv_bf16 (bitwise the same outputs) on
- *    persistent blocks, 4 per SM with 4 loads in flight per lane (or, for
- *    grids that would leave 4 per SM short of work and for rows of more
- *    than 8192 columns, 3 per SM with 6 or 8), each running an equal
- *    number of tiles and requesting the next tile's first window before
- *    finishing the current one; with X (<= 12288 columns) copied once per
- *    block into shared memory after the grid-dependency wait, in a
- *    bank-conflict-free layout (xs_load), instead of read through L1 for
- *    every tile. A grid of one to two waves runs that 3-per-SM form too
- *    (for wider rows k_gemv_bal, the balanced one-wave kernel: every block
- *    and warp the same bytes; fixed-order combination of rows cut between
- *    warps).
- *  - bf16 mode, T > 8: BLAS (cuBLASLt with a 32 MiB workspace and the
- *    heuristic's best algorithm on NVIDIA; hipBLAS on ROCm / cublasGemmEx
- *    when Lt is unavailable), bf16 in, fp32 accumulate and output, then the
- *    mode rounding; without BLAS the 64x64 tiled fallback k_gemm.
- * The fused entry points write the row segments of one concatenated weight
- * to separate outputs (q/k/v/index q/k) or apply the SwiGLU-OAI epilogue to
- * [gate; up] (shared expert): one weight pass instead of several launches.
+ * Design (m3g_linear / m3g_linear_multi / m3g_linear_swiglu):
+ *  - fp32 mode, and bf16 where no fast path applies: k_gemv_exact, the
+ *    reference's 8-partial order, no FMA: bitwise m3_matmul for any T;
+ *  - bf16 weights, cols % 8 == 0, T <= 8: split-K streaming GEMVs with fmaf
+ *    accumulation and programmatic dependent launch. At T = 1 gemv_pick
+ *    chooses k_gemv_pers for grids of two or more waves below the LM head
+ *    (persistent blocks, 4 per SM or 3 per SM "deep", equal tiles per
+ *    block, the token's X copied once per block into shared memory after
+ *    the grid-dependency wait), k_gemv_bal for wide one-wave grids and
+ *    k_gemv_bf16 otherwise (the LM head); all give the same sums;
+ *  - bf16, T > 8: vendor BLAS (bf16 in, fp32 accumulate) then the mode
+ *    rounding; without BLAS the 64x64 tiled k_gemm.
  *
- * Status (2026-11-29): checked on the H200 by bench-gpu's host goldens
- * (fp32 bitwise, bf16 within tolerance, Lt vs fallback; every GEMV variant
- * at the M3 decode shapes, repeats bitwise). Decode GEMV tuning, first
- * session (two bench-gpu --case gemv runs, T = 1): balanced one-wave grids
- * (k_gemv_bal) and a cp.async shared-memory ring (removed: 37-57% of HBM)
- * were faster only on the short grids. Second session (a globaltimer trace
- * of every block of k_gemv_bf16, then bench-gpu --case gemv): per launch
- * of q_proj (28.5 us) ~1.0-1.3 us pass between the previous kernel's last
- * block and this one's first; the first wave of blocks (all resident
- * blocks start together, 16 KB in flight per block) streams at only
- * ~3.1-3.4 TB/s over its ~8 us, the later, staggered waves at 4.3-5.0;
- * the last ~5% of the bytes take ~2-2.5 us (a 0.1-wave tail); the split-K
- * sums are in shared memory, no second pass. A rolling refill (each
- * register reloaded as soon as used) did not help that first wave
- * (q_proj 29.9 us); k_gemv_pers (equal tiles per persistent block, next
- * tile prefetched, no second wave of block launches) gives q_proj 26.99
- * us (77.8% of 4.8 TB/s; 27.39 without PDL), o_proj 26.53 (79.1%), dense
- * gate 38.66 (81.4%), down 38.50 (81.8%), q/k/v 30.57 (77.2%),
- * q/k/v/index 31.48 (80.2%; 32.02 without PDL), gate+up+SwiGLU 21.54
- * (73.1%); on the LM head it is slower (542.6 vs 531.6 us), which keeps
- * k_gemv_bf16. With 5 blocks per SM it spills and is slower everywhere.
- * Third session (two bench-gpu --case gemv runs, T = 1, every variant
- * and a streaming ceiling, m3g_gemv_ceiling: a kernel that only reads the
- * same bytes under the same graph / cold-copy / PDL harness): the ceiling
- * is 89.9-91.6% of 4.8 TB/s on the 100-150 MB matrices (q_proj 23.30 us,
- * 84.3% without PDL), 86.8% on the 38 MB shared gate, 97.5% on the LM
- * head; with 4 instead of 8 loads per lane in flight it is the same
- * (23.35 us), so its margin is not the loads in flight. The GEMVs stay
- * ~3.2-3.9 us behind it at every size from 38 to 151 MB (q_proj 26.94,
- * shared gate 12.47, dense gate 38.83), a fixed cost per launch, not a
- * rate; PDL saves the GEMVs 0-1.0 us and the ceiling 1.0-1.8 us (its
- * grid-dependency wait comes after all its loads). Tried in those runs
- * and slower everywhere (removed): each lane landing its
- * chunks in a private shared-memory ring by cp.async (2 blocks per SM so
- * that the next launch's blocks fit beside them and fill their rings
- * before the wait; with or without L2 bulk prefetch of the next tiles):
- * q_proj 30.4-34.9 us, LM head 614-702 us; the first tile of every block
- * staged into shared memory by cp.async before the wait (3 or 4 blocks
- * per SM): q_proj 31.9-36.7 us. Kept: the "deep" configuration (3 per SM,
- * 6 or 8 loads per lane) for the grids gemv_pick names.
- * Sixth session (two bench-gpu runs, --case gemv / "layer decode" / "moe
- * decode", T = 1, plus a per-block %globaltimer trace of k_gemv_pers and
- * the ceiling under the same graph / 3-rotation / PDL protocol, through
- * the M3_GEMV_STAMP hook below). Where the ~3.5 us go (q_proj, default
- * kernel, second launch of the graph, times from the replay's first
- * block): its blocks start in the slots the first launch's blocks free
- * (p50 25.5 us; that launch's last block ends at 26.7) and request one
- * window (16 KB per block); the grid-dependency wait returns 0.6 / 2.2 /
- * 3.2 us (min / p50 / max) after that last block; the first tile then
- * takes 6.8 us (p50), the three later ones about 5.1 us each (~4.9 TB/s
- * over all blocks: the steady state is not what is slow); the last block
- * ends 1.7 us after the median block. So ~2.2 (wait) + ~1.7 (first tile:
- * the pipeline restarts from one window, and each window of the first
- * tile meets X columns not yet in L1) + ~1.7 (tail) us per launch. The
- * ceiling issues all its loads before its wait, so its next launch streams
- * through the previous one's tail (its waits return 5-8 us after the
- * previous grid's last block, when the memory system is full, which it
- * never notices). The stamp loads the launch table from global memory,
- * so a stamp can be late by one load. Tried, bitwise equal, all slower
- * (removed; median us q_proj / o_proj / q+k+v+index against the default's
- * 27.01 / 26.59 / 31.75 in the same run): weight loads that do not
- * allocate in L1 (ld.global.nc.L1::no_allocate, to keep X in L1) 27.03 /
- * 28.42 / 32.35, with the 3-per-SM deep setting 34.55 / 43.74 / 40.44;
- * an L2 bulk prefetch (cp.async.bulk.prefetch.L2) of the block's first
- * tile before the wait 27.41 / 26.49 / 32.13, with a rolling one-tile
- * lookahead 33.22 / 31.81 / 38.53 (LM head 819 us); second run (the
- * unchanged kernel 27.26 / 26.71 / 31.75): each warp's X slice into L1
- * (prefetch.global.L1) right after the wait 38.94 / 31.10 / 43.44, the
- * same plus an L2 prefetch of the second and third windows before the
- * wait 38.86 / 31.35 / 43.90, deep + L1 prefetch 35.51 / 29.96 / 40.97.
- * Next: more weight bytes in flight across the wait without registers or
- * the LSU (e.g. the first tile's slices into shared memory by the bulk
- * copy engine, cp.async.bulk + mbarrier, before the wait, at 4 blocks
- * per SM); a finer tail (the last tile round split in halves combined in
- * a fixed order); PDL release by the norm / SwiGLU kernels before the
- * GEMVs (today a GEMV overlaps its predecessor only when that one is a
- * GEMV or the tensor-core attention).
- * Later in the sixth session (one bench-gpu --case gemv run, T = 1, same protocol):
- * BULK = 1 of k_gemv_pers, each warp's slice of the block's first tile
- * (one contiguous 4-6 KB range) moved into dynamic shared memory by
- * cp.async.bulk (lane 0, one mbarrier per warp with expect_tx) and the
- * second tile's first window loaded into registers, both before the
- * wait; after it, the first tile is summed from shared memory in the
- * register order (bitwise = old split-K on every shape of the
- * self-check). Slower on every multi-tile shape (median us, default /
- * 4 per SM bulk / 3 per SM deep bulk / ceiling): q_proj 27.18 / 31.97 /
- * 28.83 / 23.65, o_proj 26.95 / 28.64 / 29.36 / 23.69, q+k+v 29.71 /
- * 36.86 / 31.25 / 26.42, q+k+v+index 32.09 / 37.84 / 33.79 / 28.05,
- * dense gate 39.12 / 45.61 / 41.21, down 38.89 / 46.86 / 41.07, shared
- * gate+up 21.46 / 25.69 / 23.04 (the 32-48 KB per block of shared memory
- * leave 4 per SM only ~28 KB of L1 for X, and each warp waits for its
- * whole slice before its first product). Faster where a block has a
- * single tile: k_proj 512x6144 (256 blocks, 12 KB each) 3.57 us against
- * the default's 4.03 (old split-K ks x2 4.01, ceiling 1.89) — all its
- * weights are requested before the wait, as in the ceiling. The 4-per-SM
- * form was removed (slower everywhere it ran); the deep form is kept as
- * the variant "persistent 3/SM deep bulk" (not a default: one run; the
- * short grids of one tile per block are where to try it next).
- * Seventh session (two bench-gpu --case gemv runs, T = 1, same protocol):
- * XS = 1 of k_gemv_pers, X copied once per block into shared memory after
- * the grid-dependency wait (cp.async, then one barrier) in two halves so
- * that a warp's X reads are conflict-free, all products then read X from
- * there (bitwise = old split-K on every shape). Faster on every shape of
- * the persistent class (median us, previous default / 4 per SM xs / 3 per
- * SM deep xs, first run): q_proj 26.98 / 25.22 / 26.30, o_proj 26.54 /
- * 25.58 / 25.64, q+k+v 29.49 / 28.59 / 28.17, q+k+v+index 31.90 / 30.17 /
- * 30.54, dense gate 38.50 / 36.79 / 36.88, down 38.50 / 39.36 / 37.71,
- * shared gate+up 21.17 / 19.89 / 19.99, shared gate 3072x6144 (k_gemv_bal
- * before) 12.45 / 12.06 / 10.98; LM head 530.97 (k_gemv_bf16) / 538.69 /
- * 539.45. Second run, the new default against the previous default's
- * configuration in the same run: q_proj 27.23 -> 25.77 us (81.4% of 4.8
- * TB/s), o_proj 27.06 -> 26.03 (80.6%), q+k+v 30.04 -> 28.60 (82.5%),
- * q+k+v+index 32.19 -> 30.91 (81.7%), dense gate 39.10 -> 37.38 (84.2%),
- * down 38.91 -> 38.35 (82.1%), shared gate 12.50 -> 11.05, shared
- * gate+up 21.42 -> 20.23 (the LM head, unchanged k_gemv_bf16, and even
- * its streaming ceiling were ~4.5% slower in that run: 542.0 / 549.4 us
- * against 531.0 / 525.3). Per-block %globaltimer trace (first run,
- * gpu/build-gemv harness, q_proj, second launch of the graph, p50 from
- * the grid-dependency wait): first tile done 8.6 -> 7.5 us, block end
- * 25.4 -> 23.2 us, so both the first tile and the later ones are shorter.
- * Likely why (not measured): the interleaved layout costs each warp's
- * float4 reads of X two L1 wavefronts per 256 bytes, X shares L1 with the
- * weight stream, and each window of the first tile waited on an L2 round
- * trip for X; from shared memory X is read conflict-free, never evicted,
- * and fetched once per block. Tried in the same run and slower everywhere
- * (removed): a dynamic tile schedule inside thread-block clusters of 2, 4
- * or 8 blocks (tiles claimed by atomics on a counter in rank 0's shared
- * memory, the same sums): q_proj 30.12 / 33.13 / 32.67 us, 29.73 with xs;
- * in a per-block %globaltimer trace (gpu/build-gemv harness, q_proj,
- * clusters of 4, first launch) only 496 blocks are resident, the first
- * tile ends later (p50 9.9 us against 8.5) and the block ends spread
- * wider (25.7-30.8 us against 22.7-25.2), cause not found.
+ * Known differences: the bf16 fast paths accumulate with fmaf in split-K
+ * order (within the bf16 profile, not bitwise to ref); fp32 mode is
+ * bitwise. Designs tried and their timings: docs/designs-tried.md.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -550,7 +393,7 @@ __global__ void k_gemv_bf16(gemv_out o, const float *X, const uint16_t *__restri
  * registers, 3: 80, room for U = 6 or 8 without spills). BULK = 1
  * (NVIDIA only; dynamic shared memory of 8 * per 16-byte chunks): the
  * first tile comes through shared memory by the bulk-copy engine, the
- * same sums (a benchmark variant; see the sixth session's bulk-copy note above). */
+ * same sums (a benchmark variant; docs/designs-tried.md has its timings). */
 template <int NT, int U, int MINB, int BULK = 0, int XS = 0>
 __global__ void M3_BOUNDS(32 * GEMV_ROWS, MINB)
     k_gemv_pers(gemv_out o, const float *X, const uint16_t *__restrict__ W, int rows, int cols,
@@ -1096,11 +939,11 @@ static int pers_fits(int cols, int ks, int u = 0)
  *    16.14 -> 12.71 us, rolling 12.49 us);
  *  - two or more waves, below the LM-head class (< 4096 blocks of whole
  *    rows): the persistent kernel, 4 blocks per SM, bitwise the same
- *    outputs as k_gemv_bf16 (second session: q_proj 28.53 -> 26.99 us,
+ *    outputs as k_gemv_bf16 (q_proj 28.53 -> 26.99 us,
  *    o_proj 27.71 -> 26.53, dense gate 39.83 -> 38.66, down 39.85 ->
  *    38.50, fused q/k/v/index 32.75 -> 31.48, gate+up+SwiGLU 23.80 ->
  *    21.54);
- *    Third session (two runs of bench-gpu --case gemv, every variant):
+ *    Later (two runs of bench-gpu --case gemv, every variant):
  *    where the 4-per-SM grid has at most 3 tiles per block or leaves more
  *    than a tenth of the 528 block slots empty, the "deep" persistent
  *    configuration instead (3 blocks per SM, 80 registers, 6 or 8 loads in
@@ -1112,7 +955,7 @@ static int pers_fits(int cols, int ks, int u = 0)
  *    / down within 0.3 us either way);
  *  - otherwise (LM head, 4096+ blocks) k_gemv_bf16 as before (531.6 us;
  *    the persistent kernel 542.6 us there).
- * Seventh session (bench-gpu --case gemv, T = 1): for <= GEMV_XS_COLS
+ * With X in shared memory (bench-gpu --case gemv, T = 1): for <= GEMV_XS_COLS
  * columns the persistent configurations stage X in shared memory (xs,
  * bitwise the same outputs), 4 per SM where X takes <= 32 KB, else 3 per
  * SM deep (4 x 48 KB of X left too little L1: dense down 4/SM xs 39.36
@@ -1374,8 +1217,8 @@ __device__ __forceinline__ void gemv_lane(float acc[NT], const void *W, int dtyp
  * the launchers on NVIDIA; *_ex pdl 0: plain), wait for the previous
  * kernel before they read idx or X; nothing is read or written before
  * the wait, so the outputs are the same either way (bench-gpu: both
- * decode layers bitwise equal to the plain launches). Measured (sixth
- * session, MSA + MoE decode layer with the router, these two and the
+ * decode layers bitwise equal to the plain launches). Measured (2026-11-30,
+ * MSA + MoE decode layer with the router, these two and the
  * combine launched with / without PDL in the same run): 285.95 / 285.75
  * us, and 308.38 / 309.18 us in a second run whose GEMV default was a
  * slower trial: no difference beyond run-to-run noise. */

@@ -1,36 +1,23 @@
 /* moe.cu — MoE router (fp32 sigmoid + bias top-k + renormalise), the fused
  * SwiGLU-OAI activation, and the routed/shared combine.
  *
- * Must match: ref/moe.c m3_router (exactly the same selection rule: each
- * pick is the best candidate strictly after the previous one, ties to the
- * lower id; idx ascending, weights aligned) and the combine of m3_moe;
- * ref/mlp.c m3_swiglu_oai.
+ * Must match: ref/moe.c m3_router (the same selection rule: each pick the
+ * best candidate strictly after the previous one, ties to the lower id; idx
+ * ascending, weights aligned) and the combine of m3_moe; ref/mlp.c
+ * m3_swiglu_oai.
  * Spec: M3-MOE-ROUTER-* (fp32 always, whatever the mode), M3-MOE-COMBINE-1,
  * M3-MOE-SHARED-1, M3-MLP-SWIGLU-1, M3-NUM-BF16-2 items 7, 8.
  *
- * Known difference from ref: the router logits are warp-tree sums, not the
- * reference's 8-partial order, so a near-tie of two experts may flip (the
- * conformance tie_tolerance covers this); the top-k itself is exact.
+ * Design: the router in two launches (scores spread over E / 8 blocks per
+ * token, then the selection); the routed experts' gate/up GEMVs and
+ * k_swiglu fused as linear.cu m3g_gemv_grouped_swiglu in bin/m3-gpu
+ * (m3g_swiglu stays for prefill and the dense MLP); both router kernels and
+ * the combine launched with PDL (m3d_launch), the scores kernel asking L2
+ * for its weight row before the wait.
  *
- * The router runs as two launches: scores spread over E / 8 blocks per token
- * (one block per token streamed the 3 MB fp32 router through one SM), then
- * the selection; the arithmetic is unchanged. The routed experts' gate /
- * up GEMVs and k_swiglu run fused as linear.cu m3g_gemv_grouped_swiglu in
- * bin/m3-gpu (bitwise the same; m3g_swiglu stays for the prefill paths and
- * the dense MLP).
- * PDL (sixth session): both router kernels and the combine release the
- * next launch at their start and are launched with PDL by default
- * (m3d_launch, common.cuh; m3g_router_ex / m3g_moe_combine_ex pdl 0:
- * plain launches),
- * waiting for the previous kernel before reading; the scores kernel
- * first asks L2 for its weight row (weights never depend on the previous
- * kernel). Bitwise neutral (bench-gpu: both decode layers equal to the
- * plain sequence); measured on the H200, bench-gpu --case "layer decode",
- * MSA + MoE layer at 128K with / without PDL on these and the grouped
- * expert GEMVs, same run: 285.95 / 285.75 us, and 308.38 / 309.18 us in a
- * second run (whose GEMV default was a slower trial): no gain beyond
- * noise; the routed MoE case 119.31 us (run J: 119.02). Tuning next: a
- * GEMM for the prefill router.
+ * Known difference: the router logits are warp-tree sums, not the
+ * reference's 8-partial order, so a near-tie of two experts may flip (the
+ * kit's tie tolerance covers this); the top-k itself is exact.
  */
 #include <math.h>
 #include "common.cuh"

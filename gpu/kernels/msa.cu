@@ -1,119 +1,27 @@
 /* msa.cu — the MSA lightning indexer on the GPU: block scores over the paged
  * index-K cache, and the golden-order top-k block selection.
  *
- * Must match: ref/msa.c m3_msa_block_scores (bitwise: each dot product is
- * one fp32 accumulator over d ascending, as in ref, and max is
- * order-free; build with --fmad=false / -ffp-contract=off) and
+ * Must match: ref/msa.c m3_msa_block_scores (bitwise: one fp32 accumulator
+ * per dot product over d ascending; build with --fmad=false) and
  * m3_msa_select (exactly: same total order, same forced blocks).
- * Spec: M3-MSA-SCORE-1 (s = iq[g] . ik[j], fp32, unscaled, j <= pos),
- * M3-MSA-BLOCK-1 (block max over visible keys, -inf if none),
- * M3-MSA-SELECT-* (forced init blocks 0..init-1 and local blocks
- * qb-local+1..qb first ascending, then descending score, ties to the lower
+ * Spec: M3-MSA-SCORE-1, M3-MSA-BLOCK-1, M3-MSA-SELECT-* (forced init and
+ * local blocks first ascending, then descending score, ties to the lower
  * id, -inf never selected, -1 padding), M3-MSA-CACHE-1.
  *
- * Structure: block scores: one thread block per (key block b, query t).
- * Streaming kernel (G <= 4, d % 8 == 0): thread per key, the row in
- * registers by 16-byte loads, bf16 (bf16 mode) or fp32 cache, all heads per
- * load. Tiled fallback: 32-key tiles of an fp32 cache in shared memory, warp
- * per index head, lane per key. Select: block per (t, g); each warp takes
- * the golden-order top `need` of its segment by repeated warp argmax
- * "strictly after the previous pick", then warp 0 the top `need` of the
- * candidates.
+ * Design. Decode (m3g_msa_indexer / _ex): one launch for scores and
+ * selection. Default on NVIDIA and in the emulation: k_idx ("Streaming
+ * indexer"), one block of 12 warps per SM over a range of MSA blocks,
+ * warp-private 2-deep cp.async rings, 4 keys per lane up to 16 MSA blocks
+ * per SM else 2, fmaf scores where the per-launch range check proves them
+ * bitwise equal to multiply-then-add ("FMA exactness"), a local top-k per
+ * block, a one-atomic ticket and a last-block merge, PDL. hipcc/AMD (and
+ * benchmark variant 8): the fused kernel ("Fused indexer"). Other shapes:
+ * the two-launch path (one block per (key block, query) for the scores,
+ * one per (t, g) for the selection); prefill runs it one block per row.
  *
- * Decode path (m3g_msa_indexer / m3g_msa_indexer_ex, end of this file): ONE
- * launch for block scores + selection. Default on NVIDIA (and in the CPU
- * emulation): the streaming kernel k_idx (section "Streaming indexer"): one
- * block of 12 warps per SM over a contiguous range of MSA blocks,
- * warp-private 2-deep cp.async rings of 8 KB stages (no block barrier while
- * streaming), 4 keys per lane up to 16 MSA blocks per SM (128K) else 2, q
- * from shared memory as broadcast loads, fmaf scores where the per-launch
- * check proves them bitwise equal to ref's multiply-then-add (bf16 q and
- * the cache's exponent range words, see "FMA exactness"; m3-gpu passes the
- * words through m3g_msa_indexer_ex), local top-k per block, last-block
- * merge of the lists, programmatic dependent launch. Elsewhere (hipcc / AMD)
- * and as benchmark variant 8: the earlier fused kernel (section "Fused
- * indexer": coalesced cp.async slices through a block-wide ring, last-block
- * selection; multiply-then-add), and the two-launch path for other shapes.
- *
- * Measured on the H200 (bench-gpu --case indexer, median of 20 graph
- * replays, cold cache, bf16 cache, 4 heads x 128, B 128, top 16; logical
- * bytes = the 256 B/token index-K stream), two helper runs of 2026-11-29
- * (23:40 / 23:44 UTC, both with every score bitwise and every top-16
- * identical to the host golden, and the FMA fallback checks passing):
- * default (FMA proven, 4 keys per lane at 128K) 20.50 / 20.58 us at 128K
- * (34.1% / 34.0% of 4.8 TB/s); 1M (2 keys per lane) 77.89 / 77.39 / 78.18 us
- * (71.8% / 72.3% / 71.5%). The previous default (multiply then add, 2 keys
- * per lane) in the same runs: 22.66 / 22.51 us and 89.81 / 88.45 us; the
- * earlier fused kernel ~48-50 / ~195 us, the two-launch path 50.2 / 197 us.
- * Where the time goes at 128K / 1M (run 1, FMA, 2 keys per lane, total 21.36
- * / 77.89 us): block scores alone 15.42 / 70.79 us (multiply-then-add 16.86
- * / 82.82), + local lists and ticket 2.2 / 2.8 us, + the last block's merge
- * 3.7 / 4.3 us. What the hardware gives: a kernel that only streams the same
- * bytes in the same grid style under the same graph replay (k_idx_ceil,
- * variant 2048) takes 9.5-10.9 us at 128K (64-74% of 4.8 TB/s; 1, 2, 4 or 8
- * blocks per SM, with or without PDL; best 9.50 us with 8 per SM) and
- * 62.9-65.0 us at 1M (86-89%). So 70% at 128K (10.0 us) is the stream-only
- * ceiling itself, out of reach for scores + selection + merge; 70% at 1M is
- * met. Tried and slower (run 2): the whole ring requested before the
- * dependency wait together with 4 keys per lane (22.9 us at 128K; with 2
- * keys per lane 20.7-20.9 us, no gain at 1M: variant 16384 keeps it), and
- * skipping the local top-k where a block has no more MSA blocks than it must
- * keep, the merge reading single keys (23.1-24.1 us, removed).
- *
- * Sixth session (2026-11-30, two helper runs, bench-gpu --case "indexer
- * decode", this kernel unchanged): 128K 20.17 / 20.63 us (34.7% / 33.9%),
- * 1M 76.90 / 77.51 us (72.7% / 72.1%); block scores only 15.35 / 15.58
- * and 69.87 / 71.06 us; no merge 17.67 / 18.03 and 72.47 / 73.66 us;
- * stream-only ceiling at 128K 10.18 / 10.22 (1 block per SM), 9.38 / 9.35
- * us (8 per SM). Where the 128K time goes, from per-block %globaltimer
- * stamps (a diagnostic build, previous configuration, the launch after
- * another one in the graph, medians over the 132 blocks, us from the first
- * block's entry): the previous launch's last block exits at 6.1; the
- * grid-dependency wait returns at 7.2 (~1.1 us of grid completion; the
- * prologue's copies were requested at 1.5, ~1.2 us after entry: the page
- * table read, likely an L2 miss once the stream has evicted it); q is in
- * shared memory at 8.7 (1.4 us for 2 KB after the wait); streaming ends at
- * 18.8 (10.1 us); block maxima 19.4; local lists 20.7 (idx_wsel takes 1.3
- * us even for 8 keys; its rank loop is already unrolled in the PTX, so
- * single-warp latency or a cold instruction fetch, not isolated);
- * published 21.0; ticket 21.6 (the stamped build runs ~1.6 us slower than
- * the same configuration unstamped). The last block is block 131, placed
- * on the SM that ran the previous merge, so it enters 7.8 us late: its
- * stream ends at 21.0, its ticket at 25.0, the
- * lists are staged at 25.5 and the merge ends at 28.1 (2.6 us inside
- * idx_wsel for 132 lists of 8 keys). So 70% at 128K (10.0 us) would need
- * the stream-only time for everything; what is left to cut is the serial
- * chain around it: ~1.4 us of q, ~2.9 us of block maxima / local lists /
- * ticket, ~3 us of merge, and the late start of the merging SM's next
- * block. Tried (run 1, all checks bitwise, removed): 8 warps x 3 stages at
- * 4 keys per lane with 2 slots before the wait 22.08 us (q then queues
- * behind the copies: read 2.7 us after the wait); the ring's other slots
- * requested right after the wait, before q: 12 x 2 at 1 / 2 / 4 keys per
- * lane 19.93 / 20.12 / 20.98 us (the default in the same run 20.17: noise);
- * short local lists ranked by 31 shuffles instead of idx_wsel: 1.3 -> 0.5
- * us for that phase, total within noise; L2::256B hint at 4 keys per lane
- * 25.35 us. Run 2 added an L2 evict_first policy on the key copies (so the
- * page table, q, the lists and the code would stay in L2), q and the range
- * words read before those copies with an L2 prefetch of q before the wait,
- * and unrolled shuffle-rank / survivor-rank loops: every configuration it
- * checked was bitwise, but the 12 warps x 2 stages x 4 keys instantiation
- * stopped with "an illegal instruction was encountered" on its first launch
- * (128K and 1M; the 8 x 3 x 4 and 12 x 2 x 1 / 2 ones passed), cause not
- * found without a disassembler, so nothing of run 2 was timed and it was
- * all removed. ncu (run 2, that build's 8 x 3 x 4 kernel replayed alone,
- * cold): DRAM 24.5%, 0.30 issued warps per scheduler, no eligible warp 69.6%
- * of cycles. Merged this session without changing the kernels: the bf16
- * unpack and the dot-product step of mix_stream and idx_unit (msa_bf16x8,
- * msa_dot), the SM-count query (msa_nsm) and the PDL launch (then
- * idx_launch_pdl, now common.cuh's m3d_launch, shared with linear.cu and
- * moe.cu); nvcc -ptx of the file equals the previous one's except
- * where nvcc splits a shared float4 load of q into v4 + v2 (.pragma
- * used_bytes_mask) or not, which also varies between two compiles of the
- * unchanged file.
- *
- * Prefill (large T) runs the same kernels with one block per row (correct,
- * not tuned; the scores are a [T x G*d] by [d x keys] GEMM with a block-max
- * epilogue).
+ * Known differences: none in the results (scores bitwise, selections
+ * identical); prefill is correct but not tuned. Designs tried and their
+ * timings: docs/designs-tried.md.
  */
 #include <math.h>
 #include "common.cuh"
@@ -1466,14 +1374,14 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
  * one) and reads the page table (not written by the previous kernel
  * either). iq, bs, out, ctr and ws are touched only after the wait.
  *
- * Tried and measured slower on the H200 (helper runs of 2026-11-29, not in
+ * Tried and measured slower on the H200 (tuning builds of 2026-11-29, not in
  * the tree): L2 prefetch (cp.async.bulk.prefetch.L2) of the first 256 KB of
  * each block's range before the dependency wait (+1.1 / +0.8 us at 128K /
  * 1M), and of whole warp tiles 0 / 1 / 2 tiles ahead of the ring while
  * streaming (1M: +4.3 / +14.5 / +21.9 us against without); the L2::256B fetch
  * hint on the copies (variant bit 9: 21.85 / 88.63 us against 22.32 /
  * 86.35); 8 warps x 3 stages or 6 warps x 4 stages (see idx_dispatch).
- * Helper runs of 2026-11-30 (bench-gpu, 128K / 1M; the default 19.98 /
+ * Tuning builds of 2026-11-30 (bench-gpu, 128K / 1M; the default 19.98 /
  * 76.32 and 20.06 / 76.70 us in the same two runs): one SM left out of the
  * grid so that the next launch's blocks need not wait for the merging
  * block's SM (19.95 / 75.50); local lists ranked by counting instead of
@@ -1684,7 +1592,7 @@ static __device__ __forceinline__ void idx_fence()
  * block barrier (cumulativity, as with the fence it replaces); acquire:
  * every other block's lists, for the last block (whose other threads read
  * them after the next barrier). One instruction instead of fence, atomic
- * and fence: H200 bench-gpu (helper run, same run as the fence form):
+ * and fence: H200 bench-gpu (a tuning build, same run as the fence form):
  * 19.78 / 75.55 us against 20.06 / 76.70 us at 128K / 1M. */
 static __device__ __forceinline__ unsigned idx_ticket(unsigned *p)
 {

@@ -2,240 +2,28 @@
  * rows), on tensor cores where the toolchain has them.
  *
  * Must match: ref/attention.c m3_attention_row with a block list.
- * Spec: M3-MSA-ATTN-1 (query head j of KV group g = j / (nh / nkv) sees key
- * k iff block(k) = k / B is in the group's selected set AND k <= pos),
- * M3-MSA-ATTN-2 (at most topk * B keys per row), M3-ATTN-SCORE-1
- * (s = (q . k) * hd^-0.5 in fp32, fp32 softmax), M3-NUM-BF16-2 item 5
- * (p = bf16(exp(s - M) / L) with the row's global max M and sum L, P.V
- * accumulated in fp32, output rounded).
+ * Spec: M3-MSA-ATTN-1/2 (key k visible to group g iff block(k) is selected
+ * and k <= pos; at most topk * B keys), M3-ATTN-SCORE-1 (fp32 scores and
+ * softmax), M3-NUM-BF16-2 item 5 (p = bf16(exp(s - M) / L) with the row's
+ * final max M and sum L; P.V in fp32; output rounded).
  *
- * Tensor-core path (NVIDIA, bf16 mode, hd in {16, 32, 64, 128}, nh / nkv
- * <= 16, B <= 128, topk <= 32). Common to its kernels:
- *  - one thread block per (tile of R consecutive query rows, KV group g; R =
- *    11 for the default, 8 for the older variants); consumer warp w owns
- *    query row t0 + w, and the 16 query heads of the group are the M = 16
- *    rows of its mma tile (heads beyond nh / nkv are zero rows, never
- *    written);
- *  - the block lists of the R rows are merged into their union (a set: a
- *    block listed twice counts once, as in the reference) with one bit mask
- *    of the rows that selected each block; each union block's 128 K (and V)
- *    rows are staged once in shared memory and used by every warp whose row
- *    selected it, so neighbouring rows that share blocks share the loads
- *    (exact: a row only ever computes its own blocks);
- *  - S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 x bf16 -> fp32: exact
- *    products, fp32 sums).
- * Kernels (m3g_msa_attention_prefill_tuned variants; MSA_DEFAULT_VARIANT):
- *  8 (default since 2026-11-30's sixth session) k_msa_ws<.., ONLINE 3, 11
- *    rows, PRO 1>: variant 7 with a cheap tile prologue (the row union
- *    without an integer division per candidate pair, the Q loads issued
- *    before it); the same union, so bitwise 7's and 5's results; 9.1-11.9%
- *    faster than 7 (the sixth session, below);
- *  9 k_msa_ws<.., ONLINE 3, 11 rows, PRO 3>: 8 with the union in ascending
- *    block id instead of first-seen order (each row's chosen blocks spread
- *    evenly over the ring, fewer waits for the slowest row); exact p, but
- *    the fp32 sums of L and P V run in another order than 5's, so ~0.2% of
- *    the outputs differ from 5's by rounding; 1.9-2.7% faster than 8; not
- *    the default (not bitwise the validated kernels; see below);
- *  7 (default from 2026-11-29's fifth session to the sixth) k_msa_ws<..,
- *    ONLINE 3, 11 rows>: variant 5 with its pass 2 pipelined as variant 6
- *    (64-key pieces, Q K^T of piece i + 1 interleaved with P V of piece i);
- *    the same S, p and P V order per output element as 5, so bitwise the
- *    same results (exact p); 1.4-1.7% faster (below);
- *  5 / 2: two passes with exact p (pass 1: S, running max and sum;
- *    pass 2: S again, p = bf16(exp(s - M) / L), P V), 11 / 8 rows (2 was the
- *    default before 2026-11-29's fourth session, 5 until its fifth);
- *  6 k_msa_ws<.., ONLINE 2, 11 rows>: one pass, online softmax, producer
- *    warp + mbarrier ring, Q K^T of the next 64-key piece interleaved with
- *    P V of the current one; the fastest (whole 131,072-token prompt,
- *    pooled: 40.5 ms = 12.4x dense causal SDPA, against 55.1 ms = 9.1x for
- *    variant 5), but NOT the default: its p rounding (below) moves
- *    attention outputs by an ulp often enough that on the deployment-MSA
- *    model's bf16 ragged prompts (T = 127 .. 2200, the lead's device run of
- *    2026-11-29) one router row of layer 1 flips to a near-tie expert; the
- *    kit accepts the flip (M3-TOL-3) and, since its tie rule M3-TOL-8,
- *    judges those prompts TieDiverged (exit 3) and settles them
- *    teacher-forced (exit 0; device runs J, M and W), while the exact-p
- *    kernels Pass them outright: the default keeps exact p so that
- *    m3-gpu's free-running checks against ref stay conclusive;
- *  4 / 3: one pass, not pipelined, 11 / 8 rows;
- *  1: k_msa_tc, two passes, every warp loads, one CTA barrier per step.
- * Rounding of p (M3-NUM-BF16-2 item 5), the one documented difference of
- * the one-pass kernels: the reference rounds the normalised p = exp(s - M) /
- * L with the row's global max M and sum L. A one-pass kernel cannot know M
- * and L when it needs p: for the keys of each piece (64 keys; 128 for 3 / 4)
- * it takes the running max m' of the keys seen so far (times c2 = scale *
- * log2 e), computes e = 2^(s c2 - m') in fp32 (ex2.approx), adds e unrounded
- * to the running sum l, and feeds p~ = bf16(e) to P V; when m' grows, O and l
- * are multiplied by 2^(m'_old - m'_new) in fp32 (skipped when no lane's max
- * moved); the output is bf16(O / l). So each p is rounded once to bf16, as
- * in the reference, but on the scale exp(s - m') instead of exp(s - M) / L:
- * the two roundings of a key differ by up to one bf16 ulp of p and are
- * uncorrelated. Measured against the host golden on bench-gpu's 128K data
- * (nearly uniform attention over 2,048 keys, outputs ~ mean of random v, the
- * worst case for relative error): nmse 9.1e-6 .. 9.7e-6 on the slabs, 2.9e-6
- * on the whole-prompt rows, 6.9e-6 .. 8.8e-6 on the six edge shapes (4:
- * up to 9.0e-6; the two-pass kernels: <= 9.7e-8); the bf16 profile's rule for a component is
- * 1e-5, for model tensors 2e-4. A numpy model of the same data (reference
- * vs one-pass rounding) gives 9.9e-6, and even unrounded (exact) p lands at
- * 6.7e-6 from the reference: the gap is the reference's own p rounding, so
- * every one-pass (FlashAttention-style) kernel sits near 1e-5 on such data.
- * Variant 5 keeps the reference's rounding exactly (to fp32 ulps) for
- * callers that need it, at 1.36-1.46x the time.
- * Other differences from ref (all within fp32 rounding): summation order of
- * q.k (tensor-core k-steps), of L and P.V (union order, not ascending keys);
- * exp(s - M) is evaluated as exp2(fma(acc, scale*log2e, -M*scale*log2e)) and
- * the division by L as a multiplication by 1/L (a few fp32 ulp). The union
- * order depends on the tile's rows, so a row's result can differ by such
- * roundings between tilings (R) and, in the one-pass kernels, by the p
- * roundings above (the running max follows the union order); never between
- * runs (deterministic).
- * Needs: K/V slots that the tile cannot see may hold anything (they are
- * zero-filled on load); visible slots must be finite.
+ * Design (NVIDIA, bf16, hd in {16, 32, 64, 128}, nh / nkv <= 16, B <= 128,
+ * topk <= 32): the default, variant 8 of m3g_msa_attention_prefill_tuned,
+ * is k_msa_ws: one CTA per (11 consecutive query rows, KV group); the
+ * rows' block lists merged into their union (a set) and each union block's
+ * K and V staged once by a producer warp through a barrier-guarded ring;
+ * consumer warp w owns row t0 + w with the group's 16 query heads as M of
+ * mma.sync m16n8k16; two passes with exact p (pass 1: max and sum; pass 2:
+ * S again, p, P.V in 64-key pieces). Other variants (bench-gpu): 1-5, 7, 9
+ * (other row counts and schedules, exact p) and 6 (one pass, online
+ * softmax: faster, p rounded on the running max's scale; opt-in only).
+ * Portable path (hipcc, the emulation, fp32 mode, other shapes): a scalar
+ * two-pass kernel, one block per (row, group), one warp per head.
  *
- * Portable path (hipcc/AMD, the CPU emulation, fp32 mode, other shapes): a
- * scalar two-pass kernel (one block per (row, group), one warp per head,
- * 32-key tiles), same semantics as the reference (exact p), fp32 dot products
- * over d ascending.
- *
- * Measured (H200, bench-gpu --case "msa prefill", 2026-11-29; last 2,048
- * rows of a 131,072-token sequence, bf16 KV cache, 64 q / 4 kv heads, 16
- * blocks per row and group; logical FLOPs; median of 20, cv <= 0.3%), fourth
- * session's second device call (all variants in one run):
- *   selection    2 (old default)   5 (2-pass, R 11)   4 (1-pass, R 11)   6 (default)
- *   independent  2968.6 us  4.5%   2879.6 us  4.7%    2385.0 us  5.6%    1969.6 us  6.8%
- *   pool of 24   1098.3 us 12.3%    967.5 us 13.9%     760.9 us 17.7%     706.3 us 19.1%
- *   shared        944.4 us 14.3%    865.3 us 15.6%     666.2 us 20.2%     629.3 us 21.4%
- * (first call: 2: 3000.9 / 1109.4 / 955.4 us; 4: 2384.5 / 758.1 / 664.2 us;
- * 3 (1-pass, R 8): 2544.1 / 877.3 / 726.0 us.) The whole 131,072-row prefill
- * (all 1,024 query blocks, pool of 24 per query block): 40.38 ms (21.2%)
- * with 6, 42.61 ms with 4, 54.93 ms with 5, 67.2 ms with 2 (third session);
- * independent selections: 120.67 ms with 4 (6 not timed on it), 162.5 ms
- * with 2. Dense causal SDPA over the same 131,072 tokens (torch, third
- * session's run A, not re-run): 508.7 ms, so 12.6x with 6 (issue 8: >= 10x;
- * 5, exact p, 9.3x), 4.2x independent with 4. >= 40% of peak: not met.
- * What the measurements say: the one pass (1.5x fewer mma, half the exp2,
- * 2 instead of 3 staged blocks per union block) gave 1.2-1.3x; 11 rows per
- * CTA (3 warps per sub-partition instead of 2, 11/8 the reuse of each staged
- * block) 1.03-1.16x on every variant; the piece pipeline 1.06-1.21x (most on
- * independent rows). With shared selections the default runs mma.sync at
- * ~43% of its limit (mma.sync reportedly peaks near half of wgmma's 989
- * TFLOP/s on Hopper; not measured here), so 40% of peak needs wgmma (M =
- * 64 per warpgroup, B from shared memory once per 64 rows) and an FA3-like
- * schedule; the third
- * session's wgmma two-pass kernel (below) was not faster, but it also did
- * twice the exp2 and 1.5x the products. Independent selections are bound by
- * staging up to 156 union blocks per 11-row tile (each used by ~1 row).
- * Tried and dropped (third session): two query rows per warp sharing every
- * K/V fragment (M = 32; 250 registers): equal time on shared selections
- * (1.01 ms), 2.3x slower on independent ones; a wgmma (sm_90a) two-pass
- * version, 4 rows x 16 heads = M 64 per warpgroup sharing each staged block,
- * both products on wgmma.mma_async with 128-byte-swizzled K and V: 961.1 /
- * 1400.7 / 4498.3 us (shared / pool / independent), whole prompt 86.1 /
- * 246.8 ms; and the same with the second half-block's S overlapping the
- * first half's softmax: 993.8 / 1507.7 / 4739.3 us. Q fragments in
- * registers instead of shared memory (this session): spills at 168
- * registers (hd 128), not timed.
- * Fifth session (H200, bench-gpu, median of 20, cv <= 0.3%; one device
- * call, all in the same process): whole 131,072-token prompt, pool of 24:
- * default (then 5) 55,130.18 us, 5 again 54,697.07 us, 7 53,908.18 us, 6
- * 40,731.98 us; slab "pool24": 5 965.91 us, 7 949.25 us, 6 712.11 us. So 7
- * = 9.32x dense causal SDPA's 502.5 ms (measured in an earlier session), not
- * the 10x of issue 8 (<= 50.25 ms). nmse vs the host golden: 7 and 5 the
- * same (3.91e-10 whole prompt, 9.06e-8 slab; edge shapes <= 2.41e-8); 6:
- * 2.91e-6 / 9.14e-6. Tried and dropped (same call): pass 1 by row pairs
- * (warps 2i, 2i + 1 split the blocks of their two rows; a block both rows
- * chose done as M = 32, both rows' Q fragments in registers, every K
- * fragment read once for the two rows; (max, sum) of both rows exchanged
- * through shared memory and a named barrier at the end of pass 1): 54,278.38
- * us whole prompt (-0.8% vs 5), and with pass 2 pipelined 55,933.60 us
- * (+2.3%; with Q in registers in pass 2 55,760.90 us) although it cuts
- * pass 1's shared-memory reads by ~40% on pooled rows: the two-pass kernels
- * are not bound by shared-memory read bandwidth. A guess, not profiled: the
- * per-warp latency chains (3 warps per sub-partition) bound them, and the
- * pairs' bursty work (a warp doing both rows of one block, then none) holds
- * the ring, whose every slot waits for all 11 consumers.
- * Sixth session (2026-11-30, three device calls; H200, bench-gpu, median of
- * 20). Call 1, the first profile of the kernel (ncu, one launch of variant
- * 7 on the pool24 slab, clocks locked by ncu at 1.37 GHz: 1.24 ms, 748 CTAs
- * of 384 threads = 5.67 waves, 167 registers, 226.3 KB shared, 3 warps per
- * scheduler): issue slots busy 29.4%, no eligible warp 67.3% of cycles,
- * tensor pipe 33.8% (the busiest), L1 59.8%, L2 24.4%, DRAM 3.9%. Warp
- * samples: ~16% in the tile prologue, where the row union's O(n^2) loop
- * took an integer division (j / topk, MUFU.RCP chain) for every matching
- * candidate pair (6.1%, plus 7.0% of the other warps waiting at the CTA
- * barrier after it) and the Q rows came in as 16 dependent global loads
- * per lane (3.3%); ~19% waiting for full ring slots (pass 2 K 7.2%, pass 1
- * 5.3%, skipping rows' V 5.1%, pass 2 V 1.2%); the producer waited for
- * empty slots only 1.7%; pass 1 26.7%, pass 2 47.1%. In the same call: 7
- * 988.50 us on the slab (inside ncu), whole prompt 7 54,313.14 us, 5
- * 54,776.00, 6 40,477.68. Variant 8 fixes the prologue (PRO bit 0, above),
- * bitwise the same union. Call 3 (one process, --case "msa prefill s6";
- * pool24): slab 5 966.52 us (13.9% of peak), 7 950.65 (14.2%), 8 837.89
- * (16.1%), 9 814.94 (16.5%); whole 131,072-token prompt 5 54,687.92 us, 7
- * 53,865.05, 8 48,980.93 (17.5%, cv 1.1%), 9 48,036.55 (17.8%). Against
- * dense causal SDPA's 503.3 ms (run J of the previous session): 7 9.34x, 8
- * 10.28x (issue 8's >= 10x with exact p: met), 9 10.48x. Checks in the same
- * call: 8 bitwise equal to 5 on every output word of the slab (16,777,216)
- * and of the whole prompt (1,073,741,824); nmse vs the host golden 9.06e-8 /
- * 3.91e-10 (as 5, 7); the six edge shapes as 5 (<= 2.41e-8). 9: nmse 9.22e-8
- * / 3.81e-10, edges <= 2.46e-8, bitwise equal to 5 on 99.80% / 99.81% of
- * the words (the rest differ by the fp32 summation order of L and P V); the
- * ring model that suggested it (11 rows, pool of 24, 5 slots) predicted
- * 5-9% from the balanced order, the H200 gave 1.9-2.7% (warps that wait
- * give their issue slots to the others of their scheduler). Tried and
- * dropped: a producer issuing one cp.async.bulk (TMA, no tensor map) per
- * 256-byte row, completion by the mbarrier's transaction count (call 2):
- * bitwise 5's results but 2309.43 us on the slab: ptxas issues the bulk
- * copies of a warp's lanes one lane at a time (R2UR + BRA.U.ANY loop) and
- * the consumers waited for full slots 64% of the time; pass 1 software-
- * pipelined (S of a row's next chosen block in the same straight-line code
- * as the exponentials of the previous one, two S buffers with alternating
- * roles; one buffer copied each block spilled 64-124 bytes), bitwise 5's
- * results (call 3): slab 861.94 us, whole prompt 49,626.32 us (the default
- * case, the same kernel in the same call: 48,821.10, cv 2.3%), not faster
- * than 8. Profile of that kernel (call 3, one launch, slab, 1.37 GHz): 1.12
- * ms, no eligible warp 66.6%, the prologue barrier 1.5% of samples, the
- * ring waits ~27% (pass 2 K 7.9%, skipping rows' V 5.9%, pass 1 6.5%,
- * producer 2.2%, pass 2 V 1.8%), HMMA 35%, L1 67.6%. So the limit now is the
- * ring: every slot waits for the slowest of 11 rows and a refill takes an
- * L2 round trip; next: the union order of 9 once the model vectors accept
- * it, more ring slots (Q out of shared memory), a tensor-map TMA producer
- * (one copy per slot, swizzled slots), persistent CTAs. 40% of peak: not
- * met (17.5%).
- * Seventh session (2026-11-30; two device calls, bench-gpu --case "msa
- * prefill s7", each variant below built as variant 10 and timed against 8
- * in the same process; H200, median of 20, cv <= 0.3% on the slabs, 1.5-2.7%
- * on the whole prompt). Both were bitwise 5's results on every output word
- * of the three slabs and of the whole pooled prompt (edge shapes as 8), and
- * both were slower; removed:
- *  - the ring as 10 half-block slots (64 K or V rows each, the same bytes;
- *    pass 1 K0 K1, pass 2 K0 K1 V0 V1; each half released as soon as it is
- *    used, so the producer can run about twice as far ahead of the slowest
- *    row): slabs indep / pool24 / shared 2740.08 / 832.92 / 708.17 us against
- *    8's 2614.13 / 842.21 / 714.47, whole pooled prompt 47,756.64 against
- *    47,631.23 us. A deeper ring barely helps (pool24 and shared 1%); the
- *    ring waits the profile shows seem to be the SM's shared throughput (the
- *    rows wait for the slowest, which is slow because all share the SM), and
- *    twice the barrier traffic costs the rows that skip (indep -4.8%);
- *  - persistent CTAs (one per SM running the (tile, group) items in launch
- *    order, the ring continued across items, the producer building the next
- *    item's union in a second list buffer while the consumers finish the
- *    current one, its Q rows prefetched to L2): slabs 3712.89 / 1109.19 /
- *    912.38 us against 2607.17 / 837.69 / 708.88, whole prompt 62,530.02
- *    against 48,005.42 us (1.30x slower). ptxas spilled 340 bytes at hd 128
- *    (a loop over items around both passes does not fit the 168 registers
- *    that k_msa_ws fills exactly; either pass alone in the loop did); a
- *    second possible cause, not separated: the items of the SMs drift apart,
- *    so resident CTAs share fewer K/V blocks in L2.
- * Eighth session (device runs W-Y, `tools/bench_torch.py --only msa`): the
- * bound on 40% of peak. The fastest attention kernel on the H200 (cuDNN
- * through torch SDPA: dense, one pass, nothing gathered) runs MSA's tile
- * shape (2,048 query rows = 16 heads x 128 rows against 2,048 keys of one
- * KV head) at 59.8% of peak. Exact p takes two passes, 1.5x the logical
- * mma work, so an exact-p kernel as efficient as cuDNN reaches 39.9%:
- * with exact p, 40% asks for more than cuDNN's efficiency while gathering;
- * the one-pass variant 6 could reach 40% as an FA3-class gathered kernel
- * at 2/3 of cuDNN's efficiency.
+ * Known differences (fp32 rounding only): q.k in tensor-core k-step order,
+ * L and P.V in union order, exp as exp2 of an fma, division by L as a
+ * multiplication by 1/L; deterministic. Slots the tile cannot see may hold
+ * anything; visible slots must be finite. Designs tried: docs/designs-tried.md.
  */
 #include <math.h>
 #include "common.cuh"
@@ -1373,10 +1161,9 @@ int m3g_msa_attention_tc(int nh, int nkv, int hd, int B, int topk, int kv_dtype,
 /* Which tensor-core kernel variant 0 selects: 1 = k_msa_tc; k_msa_ws<HD,
  * KVBF, ONLINE, RR, PRO>: 2 = two passes, 8 rows per CTA, 3 = one pass, 8
  * rows, 4 = one pass, 11 rows, 5 = two passes, 11 rows (the default until
- * 2026-11-29's fifth session), 6 = one pass pipelined over 64-key pieces, 11
- * rows (fastest; not the default, see the header), 7 = 5 with its pass 2
- * pipelined as 6 (bitwise 5's results; the default until 2026-11-30's sixth
- * session), 8 = 7 with the cheap tile prologue (PRO 1; bitwise 5's results:
+ * 2026-11-29), 6 = one pass pipelined over 64-key pieces, 11 rows (fastest;
+ * not the default, see the header), 7 = 5 with its pass 2 pipelined as 6
+ * (bitwise 5's results; the default until 2026-11-30), 8 = 7 with the cheap tile prologue (PRO 1; bitwise 5's results:
  * the default), 9 = 8 with the union in ascending block id (PRO 3; exact p,
  * another fp32 summation order than 5; fastest, opt-in). */
 #define MSA_DEFAULT_VARIANT 8

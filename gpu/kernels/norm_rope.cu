@@ -7,22 +7,17 @@
  * M3-ATTN-QKNORM-1 (per-head norm before RoPE), M3-ROPE-1..3 (rotate-half,
  * pairs (j, j + rd/2), dims >= rd pass through), M3-NUM-BF16-2 items 2, 4, 9.
  *
+ * Design: one block per row, coalesced strided loops, one block reduction.
+ * The attention prologue (m3g_attn_prologue: QK-norm + RoPE of q / index
+ * q, K and index-K cache rows, the bf16 V / index-K copies and the range
+ * words) is one launch of one block per (job, row, head), bitwise the
+ * separate launchers (same device code, nr_head). The norm and the
+ * prologue release the next kernel at their start (PDL) so the next GEMV /
+ * indexer streams weights / old cache rows meanwhile.
+ *
  * Known difference from ref: the sum of squares is a block tree reduction,
  * not the ascending serial sum (within the fp32 tolerance, not bitwise).
- *
- * Performance structure: one block per row, coalesced strided loops, one
- * block reduction. The attention prologue (m3g_attn_prologue: QK-norm +
- * RoPE of q / index q, K and index-K cache rows, the bf16 V / index-K
- * copies and the range words) is one launch of one block per (job, row,
- * head), bitwise the separate launchers (same device code, nr_head). The
- * norm and the prologue release the next kernel at their start (PDL) so
- * the next GEMV / indexer streams weights / old cache rows meanwhile.
- * Measured (H200, bench-gpu --case "layer decode", two runs): the 128K MSA
- * + MoE decode layer 310.1 / 311.6 us with the previous six prologue
- * launches and separate routed gate / up / SwiGLU, 297.4 / 297.9 fused,
- * 291.5 / 291.5 fused with the release; dense layer 295.1 / 296.1 -> 291.7
- * / 292.4. Tuning next: float4 loads, fuse the residual-norm of the next
- * layer into the o_proj / down GEMV epilogue when T is small.
+ * Timings of the fused forms: docs/designs-tried.md.
  */
 #include "common.cuh"
 #include "kernels.h"

@@ -4,35 +4,26 @@
  * into the placeholder rows of the text embeddings. The GEMMs are
  * m3g_linear (linear.cu); host orchestration is gpu/vision_host.cu.
  *
- * Must match: ref/layernorm.c m3_layernorm; ref/vision.c linear_bias (the
- * bias added to the unrounded matvec, then one rounding), m3_gelu,
- * segment_attention, the RoPE step of m3_vision_forward (ref/rope.c
- * m3_rope_apply in fp32, then the mode rounding); ref/multimodal.c
- * m3_mm_embed (feature rows copied as they are).
- * Spec: M3-VIS-LN-1, M3-VIS-MLP-1 (GELU = 0.5 x (1 + erf(x / sqrt 2)),
- * evaluated in double as ref), M3-VIS-ATTN-1, M3-VIS-ROPE-2, M3-VIS-SEG-1,
+ * Must match: ref/layernorm.c m3_layernorm; ref/vision.c linear_bias,
+ * m3_gelu, segment_attention, the RoPE step of m3_vision_forward;
+ * ref/multimodal.c m3_mm_embed.
+ * Spec: M3-VIS-LN-1, M3-VIS-MLP-1 (GELU = 0.5 x (1 + erf(x / sqrt 2)), in
+ * double as ref), M3-VIS-ATTN-1, M3-VIS-ROPE-2, M3-VIS-SEG-1,
  * M3-VIS-LAYER-1, M3-EMB-3, M3-NUM-BF16-2.
  *
- * Summation orders are the reference's: LayerNorm statistics are serial
- * double sums (one thread per row); attention scores are serial fp32 dots
- * over the head dims, the softmax denominator a serial ascending sum over the
- * keys, and each output dim a serial ascending sum over the keys (the keys
- * are staged through shared-memory tiles, so the order is kept). Remaining
- * differences from ref: the device expf / erf (a few ulp at most).
+ * Design: the exact path (fp32 mode, and every mode off NVIDIA) keeps ref's
+ * summation orders: LayerNorm statistics as serial double sums, one thread
+ * per row; attention one block per (head, query), serial fp32 dots and
+ * ascending sums over keys staged through shared-memory tiles. bf16 on
+ * NVIDIA: k_vis_attn_cp, tensor-core attention with ref's rounding points
+ * on bf16 copies of q/k/v made once per segment and double-buffered with
+ * cp.async (8 warps and 128 query rows per CTA, or 4 and 64 where that
+ * leaves SMs idle); k_vis_attn_tc (tiles staged from fp32) is the path
+ * without a work area; all forms give the same bits. m3g_vision_layer is
+ * one encoder layer's launch sequence.
  *
- * Performance structure: the exact attention kernel (fp32 mode, and every
- * mode off NVIDIA) is one block per (head, query) that recomputes each score
- * three times (max, sum, P.V) and reads K/V rows uncoalesced; in bf16 mode on
- * NVIDIA, k_vis_attn_cp (below; 8 warps and 128 query rows per CTA, or 4
- * and 64 when that leaves SMs without work) does the same attention on
- * tensor cores with ref's rounding points but tensor-core summation
- * orders, on bf16 copies of q/k/v made once per segment and
- * double-buffered with cp.async (k_vis_attn_tc, the same arithmetic on tiles
- * staged from fp32 without overlap, stays as the path without a work area;
- * all three forms give the same bits). LayerNorm
- * statistics still run on one thread per row (serial double sums as ref).
- * m3g_vision_layer is one encoder layer's launch sequence (gpu/vision_host.cu and
- * bench-gpu both run it).
+ * Known differences: the device expf / erf (a few ulp); bf16 attention sums
+ * in tensor-core order.
  */
 #include <math.h>
 #include "common.cuh"
