@@ -6,6 +6,7 @@
 #   make bench      benchmarks (numbers printed, ratios against an in-run baseline)
 #   make vectors    regenerate the published vectors with tools/ (numpy)
 #   make gpu        build bin/m3-gpu with hipcc or nvcc, whichever is present
+#   make install    install under PREFIX (/usr/local), staged under DESTDIR
 #
 # Missing Debian packages are installed with apt-get when run as root;
 # otherwise the exact apt-get line is printed.
@@ -14,10 +15,15 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -ffp-contract=off -Wall -Wextra -Werror -D_DEFAULT_SOURCE -D_FILE_OFFSET_BITS=64 -Iref -I/usr/include/cjson
 LDLIBS  += -lcjson -lpng -ljpeg -lm
+# the numeric kernels: vectorised for the build machine. Exact all the same:
+# no -ffast-math, and -ffp-contract=off (above) forbids fused multiply-adds, so
+# every product and sum is the one the source writes (docs/performance.md)
+KERNEL_CFLAGS ?= -O3 $(shell $(CC) -march=native -E -x c /dev/null >/dev/null 2>&1 && echo -march=native)
+KERNEL_SRC    := linear attention msa
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 
-DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil
+DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil tmux pkgconf
 
 REF_SRC   := $(sort $(wildcard ref/*.c))
 REF_OBJ   := $(patsubst ref/%.c,$(BUILD)/ref/%.o,$(REF_SRC))
@@ -27,7 +33,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 LIB       := $(BUILD)/libm3.a
 
-.PHONY: all deps run test unit-test cli-test bench vectors vectors-big vectors-check coverage coverage-check gpu clean
+.PHONY: all deps run test unit-test cli-test bench vectors vectors-big vectors-check vectors-real synth-test synth-sums conform-real coverage coverage-check gpu clean
 .DEFAULT_GOAL := all
 
 all: deps bin/m3-ref $(if $(CONF_SRC),bin/m3-conform)
@@ -41,6 +47,8 @@ $(BUILD)/.deps-ok:
 	test -f /usr/include/jpeglib.h || missing="$$missing libjpeg62-turbo-dev"; \
 	$(PYTHON) -c 'import numpy' 2>/dev/null || missing="$$missing python3-numpy"; \
 	$(PYTHON) -c 'import PIL' 2>/dev/null || missing="$$missing python3-pil"; \
+	command -v tmux >/dev/null || missing="$$missing tmux"; \
+	command -v pkg-config >/dev/null || missing="$$missing pkgconf"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "m3: installing Debian packages:$$missing"; \
@@ -59,6 +67,8 @@ deps: $(BUILD)/.deps-ok
 $(BUILD)/ref/%.o: ref/%.c $(wildcard ref/*.h) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(patsubst %,$(BUILD)/ref/%.o,$(KERNEL_SRC)): CFLAGS += $(KERNEL_CFLAGS)
 
 $(LIB): $(REF_OBJ)
 	@rm -f $@
@@ -88,8 +98,14 @@ unit-test: $(TEST_BIN)
 cli-test: bin/m3-ref $(BUILD)/tests/cli_helper
 	sh tests/cli_test.sh bin/m3-ref $(BUILD)/tests/cli_helper
 
-test: all unit-test cli-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
+test: all unit-test cli-test synth-test progress-test install-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
 	@echo "m3: all tests passed"
+
+# progress and summary lines in a real terminal (a tmux pane), in a log, under
+# --quiet and with stdout through head (tests/progress_test.sh)
+.PHONY: progress-test
+progress-test: bin/m3-ref deps
+	sh tests/progress_test.sh bin/m3-ref models/demo
 
 # upstream agreement: bin/m3-ref against the committed HF transformers outputs
 # (vectors/hf, written on a GPU machine by tools/hf_crosscheck.py); numpy only
@@ -110,6 +126,63 @@ demo-check: bin/m3-ref
 eagle-check: bin/m3-ref
 	$(PYTHON) tools/check_eagle3.py --bin bin/m3-ref --model models/demo --draft models/demo-drafter
 
+# ---- install -----------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=STAGE]: the programs into bin/
+# (m3-gpu only when it was built), libm3.a into lib/ and its headers into
+# include/m3/, lib/pkgconfig/m3.pc (cflags and the static link line), man
+# pages written from the programs' --help (tools/mkman.sh) into
+# share/man/man1/, and spec/tolerances.json as share/m3/tolerances.json,
+# where an installed m3-conform looks (relative to its own directory, so the
+# tree may be staged or moved). make uninstall removes the same files.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+INSTALL ?= install
+M3_VERSION ?= 0+g$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+MAN_PAGES := $(BUILD)/man/m3-ref.1 $(BUILD)/man/m3-conform.1
+I_BIN := $(DESTDIR)$(PREFIX)/bin
+I_LIB := $(DESTDIR)$(PREFIX)/lib
+I_INC := $(DESTDIR)$(PREFIX)/include/m3
+I_MAN := $(DESTDIR)$(PREFIX)/share/man/man1
+I_DAT := $(DESTDIR)$(PREFIX)/share/m3
+.PHONY: man install uninstall install-test
+
+$(BUILD)/man/m3-ref.1: bin/m3-ref tools/mkman.sh
+	@mkdir -p $(@D)
+	sh tools/mkman.sh m3-ref "the m3 reference interpreter for MiniMax-M3 text models" \
+	  bin/m3-ref forward generate inspect >$@.tmp && mv $@.tmp $@
+$(BUILD)/man/m3-conform.1: bin/m3-conform tools/mkman.sh
+	@mkdir -p $(@D)
+	sh tools/mkman.sh m3-conform "the MiniMax-M3 conformance kit: judge a port's activation dumps" \
+	  bin/m3-conform >$@.tmp && mv $@.tmp $@
+man: $(MAN_PAGES)
+
+install: all man
+	$(INSTALL) -d $(I_BIN) $(I_LIB)/pkgconfig $(I_INC) $(I_MAN) $(I_DAT)
+	$(INSTALL) -m 755 bin/m3-ref bin/m3-conform $(I_BIN)/
+	$(INSTALL) -m 644 $(LIB) $(I_LIB)/
+	$(INSTALL) -m 644 $(wildcard ref/*.h) $(I_INC)/
+	$(INSTALL) -m 644 $(MAN_PAGES) $(I_MAN)/
+	$(INSTALL) -m 644 spec/tolerances.json $(I_DAT)/
+	printf 'prefix=%s\nexec_prefix=$${prefix}\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: m3\nDescription: MiniMax-M3 reference interpreter library\nVersion: %s\nCflags: -I$${includedir}/m3\nLibs: -L$${libdir} -lm3 -lcjson -lpng -ljpeg -lm\n' \
+	  '$(PREFIX)' '$(M3_VERSION)' >$(I_LIB)/pkgconfig/m3.pc
+	@if [ -x bin/m3-gpu ]; then \
+	  sh tools/mkman.sh m3-gpu "the M3 text forward on the GPU, with the CLI of m3-ref" bin/m3-gpu \
+	    >$(BUILD)/man/m3-gpu.1 && \
+	  $(INSTALL) -m 755 bin/m3-gpu $(I_BIN)/ && $(INSTALL) -m 644 $(BUILD)/man/m3-gpu.1 $(I_MAN)/ && \
+	  echo "install: bin/m3-gpu and its man page installed"; \
+	else echo "install: bin/m3-gpu was not built (make gpu): not installed"; fi
+
+uninstall:
+	rm -f $(I_BIN)/m3-ref $(I_BIN)/m3-conform $(I_BIN)/m3-gpu $(I_LIB)/libm3.a \
+	  $(I_LIB)/pkgconfig/m3.pc $(addprefix $(I_INC)/,$(notdir $(wildcard ref/*.h))) \
+	  $(I_MAN)/m3-ref.1 $(I_MAN)/m3-conform.1 $(I_MAN)/m3-gpu.1 $(I_DAT)/tolerances.json
+	-rmdir $(I_INC) $(I_DAT) 2>/dev/null
+
+# install into a temporary prefix and a DESTDIR stage; the installed programs,
+# library and pkg-config file used from another directory (tests/install_test.sh)
+install-test: all man
+	sh tests/install_test.sh "$(MAKE)" $(CC)
+
 # ---- run, bench, vectors ---------------------------------------------------
 run: all
 	bin/m3-ref generate --model models/demo --prompt "And God said" --max-new-tokens 48 --greedy
@@ -118,8 +191,15 @@ $(BUILD)/bench/bench: bench/bench.c tests/fixture.h $(wildcard ref/*.h) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDLIBS)
 
+# the real-shape forward: a 2-layer checkpoint at the released shapes (1 dense +
+# 1 MSA/MoE layer, vocab 16,384; about 16 GB) written by m3-conform synth into
+# $(BENCH_REAL) when missing; synth checks the disk first and refuses when it has
+# no room, and the bench then says the case is absent
+BENCH_REAL ?= $(BUILD)/real-2l
 bench: all $(BUILD)/bench/bench
-	$(BUILD)/bench/bench
+	@test -f $(BENCH_REAL)/model.safetensors.index.json || bin/m3-conform synth --layers 2 --dense-layers 1 \
+	  --seed 1 --vocab 16384 --out $(BENCH_REAL) || echo "m3: no real-shape checkpoint"
+	$(BUILD)/bench/bench --real $(BENCH_REAL)
 
 vectors: deps
 	$(PYTHON) tools/make_tiny_model.py --out models/tiny
@@ -129,6 +209,29 @@ vectors: deps
 # committed: generated here on demand and run by conform-test
 vectors-big: deps
 	$(PYTHON) tools/gen_vectors.py --out $(BUILD)/vectors-big --big-only
+
+# synthetic checkpoints at the released shapes (spec/synth.md, m3-conform synth):
+# refusals, the numpy re-implementation (tools/synth_check.py) on a tiny checkpoint,
+# the published sums of the tiny and a 1.2 GB released-shape checkpoint
+# (vectors/real/checkpoints.sha256), and the real-shape suite's pipeline on tiny shapes
+synth-test: bin/m3-conform bin/m3-ref
+	sh tests/synth_test.sh bin/m3-conform bin/m3-ref $(PYTHON) $(BUILD)
+
+# the real-shape suite (vectors/real/manifest.json), generated on demand, never
+# committed: the 16.4 GB checkpoint (its sha256 checked against
+# vectors/real/checkpoints.sha256), every case, and its golden computed by the
+# reference, under $(BUILD)/vectors-real; prints the sha256 of every golden and
+# compares them with vectors/real/goldens.sha256 when that file exists.
+# conform-real then runs the reference on the suite (chunked variants included).
+vectors-real: bin/m3-conform
+	$(PYTHON) tools/real_suite.py --out $(BUILD)/vectors-real
+
+conform-real: vectors-real
+	bin/m3-conform run $(BUILD)/vectors-real/manifest.json
+
+# the documented synthetic checkpoint of the suite against its published sums (no goldens)
+synth-sums: bin/m3-conform
+	$(PYTHON) tools/real_suite.py --out $(BUILD)/vectors-real --no-golden
 
 # regenerate every non-big vector (and models/tiny) in a temp dir, compare bytes
 vectors-check: deps
@@ -237,6 +340,7 @@ conform-test: bin/m3-conform bin/m3-ref vectors-big $(BUILD)/tests/cli_helper
 	bin/m3-conform run $(BUILD)/vectors-big/manifest.json --teacher-forced --quiet
 	sh tests/conform_settle.sh bin/m3-conform $(BUILD)/tests/cli_helper $(PYTHON)
 	sh tests/conform_port.sh bin/m3-conform bin/m3-ref $(BUILD)/tests/cli_helper $(PYTHON) $(BUILD)/vectors-long
+	sh tests/conform_cli.sh bin/m3-conform bin/m3-ref $(PYTHON)
 
 # ---- GPU path (gpu/, issue 8) ----------------------------------------------
 # make gpu        bin/m3-gpu with nvcc (CUDA, cuBLAS; gpu/hip_compat.h maps HIP)

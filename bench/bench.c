@@ -3,16 +3,26 @@
  * 1. bf16-weight matvec 6144 x 6144 (the M3 hidden size), single-threaded:
  *    m3_matvec against the plain loop m3_matvec_naive in the same run,
  *    GFLOP/s (2 * rows * cols per call) and their ratio.
- * 2. Decode tokens/s of the embedded model models/tiny (or, when it is
+ * 2. Kernels against physical and in-run baselines (medians of --reps runs):
+ *    the single-core read bandwidth (a streaming sum over 1 GiB, far beyond
+ *    the LLC); decode: the bf16 matvec's weight bytes per second as a share of
+ *    it; prefill: the bf16 6144 x 6144 matmul over 64 rows against the
+ *    previous kernel of the reference (baseline_matmul below, the same order
+ *    and so the same bits, which the bench checks).
+ * 3. With --real DIR: one fp32 forward of --real-tokens (2,600) tokens through
+ *    the real-shape checkpoint in DIR (make bench writes a 1 dense + 1 MSA/MoE
+ *    layer one with m3-conform synth), against the 300 s target and the matmul
+ *    rate of 2; the KV and index-K cache bytes for that prompt.
+ * 4. Decode tokens/s of the embedded model models/tiny (or, when it is
  *    absent, of a tiny random fixture written to a temp directory), fp32
  *    and bf16 modes, greedy, one token per forward.
- *
- * 3. Speculative decoding (M3-EAGLE-VERIFY-1) of the demo model models/demo
+ * 5. Speculative decoding (M3-EAGLE-VERIFY-1) of the demo model models/demo
  *    with its Eagle3 drafter models/demo-drafter against plain greedy decoding
  *    of the same prompts in the same run (fp32, 128 new tokens each): wall time,
  *    acceptance, tokens per target forward and the wall-time ratio.
  *
- * usage: bench [--model DIR] [--decode-tokens N] [--seconds S]
+ * usage: bench [--model DIR] [--decode-tokens N] [--seconds S] [--reps K]
+ *              [--real DIR [--real-tokens T]]
  */
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +44,28 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU seconds of this process: on a machine shared with other work, the time
+ * the single thread actually ran (the kernel ratios and the forward use it). */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The 1-minute load average (0 when unknown), printed next to timings. */
+static double load1(void)
+{
+    double l = 0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = 0;
+        fclose(f);
+    }
+    return l;
 }
 
 /* Seconds per call of f, repeated until min_s has passed (at least once). */
@@ -82,6 +114,231 @@ static void bench_matvec(double seconds)
     printf("  ratio m3_matvec / naive: %.2fx   (max |diff| of outputs %.3g)\n", t_naive / t_fast,
            maxd);
     free(w), free(x), free(y1), free(y2);
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* kernels against in-run baselines                                         */
+
+/* The matmul of the reference before register blocking (512-column chunks
+ * widened per weight row, 8 input rows per chunk, 8 partial sums each): the
+ * in-run baseline of the prefill ratio. Same order, so the same bits. */
+static void baseline_matmul(float *Y, const m3_mat *W, const float *X, int n)
+{
+    enum { CH = 512, NB = 8 };
+    float wbuf[CH], p[NB][8];
+    const uint16_t *w = W->data;
+    for (int i0 = 0; i0 < n; i0 += NB) {
+        int nb = n - i0 < NB ? n - i0 : NB;
+        for (int r = 0; r < W->rows; r++) {
+            memset(p, 0, sizeof p);
+            for (int c0 = 0; c0 < W->cols; c0 += CH) {
+                int len = W->cols - c0 < CH ? W->cols - c0 : CH;
+                for (int c = 0; c < len; c++)
+                    wbuf[c] = m3_bf16_to_f32(w[(size_t)r * W->cols + c0 + c]);
+                for (int i = 0; i < nb; i++) {
+                    const float *x = X + (size_t)(i0 + i) * W->cols + c0;
+                    float a[8];
+                    memcpy(a, p[i], sizeof a);
+                    int c = 0;
+                    for (; c + 8 <= len; c += 8) {
+                        a[0] += wbuf[c + 0] * x[c + 0];
+                        a[1] += wbuf[c + 1] * x[c + 1];
+                        a[2] += wbuf[c + 2] * x[c + 2];
+                        a[3] += wbuf[c + 3] * x[c + 3];
+                        a[4] += wbuf[c + 4] * x[c + 4];
+                        a[5] += wbuf[c + 5] * x[c + 5];
+                        a[6] += wbuf[c + 6] * x[c + 6];
+                        a[7] += wbuf[c + 7] * x[c + 7];
+                    }
+                    for (; c < len; c++)
+                        a[c & 7] += wbuf[c] * x[c];
+                    memcpy(p[i], a, sizeof a);
+                }
+            }
+            for (int i = 0; i < nb; i++)
+                Y[(size_t)(i0 + i) * W->rows + r] =
+                    ((p[i][0] + p[i][1]) + (p[i][2] + p[i][3])) +
+                    ((p[i][4] + p[i][5]) + (p[i][6] + p[i][7]));
+        }
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of the reps[] timings. */
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Sum of a float buffer with 16 independent accumulators (the read stream). */
+static float stream_sum(const float *b, size_t n)
+{
+    float a[16] = {0};
+    for (size_t i = 0; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++)
+            a[l] += b[i + l];
+    float s = 0;
+    for (int l = 0; l < 16; l++)
+        s += a[l];
+    return s;
+}
+
+/* Read bandwidth (stream_sum over 1 GiB, far beyond the LLC), the bf16 matvec
+ * against it (decode), and the bf16 matmul over 64 rows against the baseline
+ * kernel (prefill); medians of `reps` runs each. */
+static double bench_kernels(int reps)
+{
+    enum { R = 6144, C = 6144, N = 64, MAXREP = 64 };
+    const size_t nstream = (size_t)1 << 28; /* floats: 1 GiB */
+    if (reps < 1)
+        reps = 1;
+    if (reps > MAXREP)
+        reps = MAXREP;
+    float *buf = malloc(nstream * sizeof *buf);
+    uint16_t *w = malloc((size_t)R * C * sizeof *w);
+    float *X = malloc((size_t)N * C * sizeof *X), *Y1 = malloc((size_t)N * R * 4),
+          *Y2 = malloc((size_t)N * R * 4);
+    if (!buf || !w || !X || !Y1 || !Y2) {
+        printf("kernels: out of memory\n");
+        free(buf), free(w), free(X), free(Y1), free(Y2);
+        return 0;
+    }
+    uint64_t st = 42;
+    for (size_t i = 0; i < nstream; i++)
+        buf[i] = (float)(i & 1023) * 1e-3f;
+    for (size_t i = 0; i < (size_t)R * C; i++)
+        w[i] = m3_f32_to_bf16(m3_fixture_uniform(&st, 0.02f));
+    for (int i = 0; i < N * C; i++)
+        X[i] = m3_fixture_uniform(&st, 1.0f);
+    m3_mat W = {.data = w, .dtype = M3_BF16, .rows = R, .cols = C};
+    double t[MAXREP], t0;
+    volatile float sink = 0;
+
+    for (int k = 0; k < reps; k++) {
+        t0 = cpu_s();
+        sink += stream_sum(buf, nstream);
+        t[k] = cpu_s() - t0;
+    }
+    double bw = (double)nstream * 4.0 / median(t, reps);
+    for (int k = 0; k < reps; k++) {
+        t0 = cpu_s();
+        m3_matvec(Y1, &W, X);
+        t[k] = cpu_s() - t0;
+    }
+    double t_mv = median(t, reps), mv_bw = (double)R * C * 2.0 / t_mv;
+    printf("kernels, single-threaded, medians of %d runs, CPU time (load average %.1f):\n", reps,
+           load1());
+    printf("  read stream (sum of 1 GiB fp32)   %7.2f GB/s\n", bw * 1e-9);
+    printf("  decode: bf16 matvec %dx%d       %7.3f ms  %7.2f GB/s of weights  %7.2f GFLOP/s\n",
+           R, C, 1e3 * t_mv, mv_bw * 1e-9, 2.0 * R * C / t_mv * 1e-9);
+    printf("  ratio matvec / read stream: %.0f%%  (target >= 70%%)\n", 100.0 * mv_bw / bw);
+
+    int mreps = reps < 5 ? reps : 5;
+    for (int k = 0; k < mreps; k++) {
+        t0 = cpu_s();
+        baseline_matmul(Y2, &W, X, N);
+        t[k] = cpu_s() - t0;
+    }
+    double t_old = median(t, mreps);
+    for (int k = 0; k < mreps; k++) {
+        t0 = cpu_s();
+        m3_matmul(Y1, &W, X, N);
+        t[k] = cpu_s() - t0;
+    }
+    double t_new = median(t, mreps), flop = 2.0 * R * C * N;
+    printf("  prefill: bf16 matmul %dx%d over %d rows:\n", R, C, N);
+    printf("    baseline kernel %8.1f ms  %7.2f GFLOP/s\n", 1e3 * t_old, flop / t_old * 1e-9);
+    printf("    m3_matmul       %8.1f ms  %7.2f GFLOP/s\n", 1e3 * t_new, flop / t_new * 1e-9);
+    printf("    ratio: %.2fx  (target >= 4x); outputs bit-identical: %s\n", t_old / t_new,
+           memcmp(Y1, Y2, (size_t)N * R * 4) ? "NO" : "yes");
+    (void)sink;
+    free(buf), free(w), free(X), free(Y1), free(Y2);
+    return flop / t_new;
+}
+
+/* FLOPs of the linear layers of one row of the text model (2 * rows * cols
+ * of every matrix a row goes through; k experts of a MoE layer). */
+static double row_linear_flop(const m3_text_config *c)
+{
+    const double H = c->hidden_size, q = (double)c->num_heads * c->head_dim;
+    const double kv = (double)c->num_kv_heads * c->head_dim;
+    double f = 0;
+    for (int l = 0; l < c->num_layers; l++) {
+        f += 2 * H * (q + 2 * kv) + 2 * q * H; /* q, k, v, o */
+        if (c->layer_sparse[l])
+            f += 2 * H * ((double)c->index_n_heads * c->index_head_dim + c->index_head_dim);
+        if (c->layer_moe[l]) {
+            f += 2 * H * c->num_experts; /* router */
+            f += 6 * H * (double)c->intermediate_size * c->num_experts_per_tok;
+            if (c->n_shared_experts > 0)
+                f += 6 * H * (double)c->shared_intermediate_size;
+        } else {
+            f += 6 * H * (double)c->dense_intermediate_size;
+        }
+    }
+    return f + 2 * H * c->vocab_size; /* lm_head */
+}
+
+/* One fp32 forward of T tokens through the checkpoint in dir (the real-shape
+ * case: 1 dense + 1 MSA/MoE layer at the released shapes), against the 300 s
+ * target and against the matmul rate measured above. */
+static void bench_forward(const char *dir, int T, double matmul_flops)
+{
+    m3_model m;
+    m3_err e = {{0}};
+    if (m3_model_open(&m, dir, NULL, &e) != 0) {
+        printf("forward: cannot open %s: %s\n", dir, e.msg);
+        return;
+    }
+    const m3_text_config *c = &m.cfg.text;
+    const int V = c->vocab_size;
+    int n_moe = 0;
+    for (int l = 0; l < c->num_layers; l++)
+        n_moe += c->layer_moe[l] != 0;
+    int32_t *tok = malloc((size_t)T * sizeof *tok);
+    float *logits = malloc((size_t)T * (size_t)V * sizeof *logits);
+    m3_state *s = tok && logits ? m3_state_new(&m, T, M3_MODE_FP32, &e) : NULL;
+    if (!s) {
+        printf("forward: %s\n", e.msg[0] ? e.msg : "out of memory");
+    } else {
+        uint64_t st = 7;
+        for (int t = 0; t < T; t++)
+            tok[t] = (int32_t)(m3_fixture_splitmix(&st) % (uint64_t)V);
+        double cache = 0;
+        for (int l = 0; l < c->num_layers; l++)
+            cache += (double)T * (2.0 * c->num_kv_heads * c->head_dim +
+                                  (c->layer_sparse[l] ? c->index_head_dim : 0)) * 4.0;
+        double t0 = now_s(), c0 = cpu_s();
+        int rc = m3_forward(&m, s, tok, T, logits, NULL, &e);
+        double wall = now_s() - t0, dt = cpu_s() - c0, flop = row_linear_flop(c) * T;
+        if (rc != 0) {
+            printf("forward: %s\n", e.msg);
+        } else {
+            printf("forward of %s (L=%d: %d MoE, H=%d, V=%d), %d tokens, fp32, one run:\n", dir,
+                   c->num_layers, n_moe, c->hidden_size, V, T);
+            printf("  %.1f s CPU (%.1f s wall, load average %.1f); target <= 300 s: %.2fx of it\n",
+                   dt, wall, load1(), dt / 300.0);
+            printf("  linear layers %.2f TFLOP = %.2f GFLOP/s effective, %.0f%% of the matmul rate "
+                   "above\n",
+                   flop * 1e-12, flop / dt * 1e-9,
+                   matmul_flops > 0 ? 100.0 * flop / dt / matmul_flops : 0.0);
+            printf("  KV + index-K caches sized by the prompt: %.1f MiB for %d positions "
+                   "(max_position_embeddings %lld would need %.1f GiB)\n",
+                   cache / 1048576.0, T, (long long)c->max_position_embeddings,
+                   cache / T * (double)c->max_position_embeddings / 1073741824.0);
+        }
+        m3_state_free(s);
+    }
+    free(tok);
+    free(logits);
+    m3_model_close(&m);
 }
 
 static void bench_decode(const char *dir, const char *what, int ntok)
@@ -229,6 +486,10 @@ int main(int argc, char **argv)
     const char *model = "models/tiny";
     int ntok = 64;
     double seconds = 1.0;
+    int reps = 9, real_tokens = 2600;
+    const char *real = NULL;
+    struct stat sb;
+    char path[4200];
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model"))
             model = argv[i + 1];
@@ -236,8 +497,15 @@ int main(int argc, char **argv)
             ntok = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--seconds"))
             seconds = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--real"))
+            real = argv[i + 1];
+        else if (!strcmp(argv[i], "--real-tokens"))
+            real_tokens = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: bench [--model DIR] [--decode-tokens N] [--seconds S]\n");
+            fprintf(stderr, "usage: bench [--model DIR] [--decode-tokens N] [--seconds S] [--reps K]\n"
+                            "             [--real DIR [--real-tokens T]]\n");
             return 2;
         }
     }
@@ -245,9 +513,16 @@ int main(int argc, char **argv)
         ntok = 1;
     printf("m3 benchmarks (numbers are measurements, not checks)\n");
     bench_matvec(seconds);
+    double mm = bench_kernels(reps);
+    if (real) {
+        snprintf(path, sizeof path, "%s/config.json", real);
+        if (stat(path, &sb) == 0)
+            bench_forward(real, real_tokens, mm);
+        else
+            printf("forward: %s absent (make bench generates it with m3-conform synth when the "
+                   "disk has room)\n", real);
+    }
 
-    struct stat sb;
-    char path[4200];
     snprintf(path, sizeof path, "%s/config.json", model);
     if (stat(path, &sb) == 0) {
         bench_decode(model, "embedded model", ntok);

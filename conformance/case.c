@@ -352,6 +352,64 @@ static int verify_files(const cJSON *root, const char *dir, const char *what, m3
     return 0;
 }
 
+/* Every regular file of a case directory but case.json must be listed in
+ * "files" (an unlisted model or input would be loaded unchecked). */
+static int refuse_unlisted(const cJSON *root, const char *dir, m3_err *e)
+{
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
+    DIR *d = opendir(dir);
+    if (!d)
+        return m3_fail(e, "%s: cannot list the case directory: %s", dir, strerror(errno));
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        char p[2400];
+        struct stat sb;
+        if (de->d_name[0] == '.' || strcmp(de->d_name, "case.json") == 0)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (stat(p, &sb) != 0 || S_ISDIR(sb.st_mode))
+            continue;
+        if (!cJSON_GetObjectItemCaseSensitive(files, de->d_name))
+            rc = m3_fail(e, "%s: not listed in case.json \"files\" (every payload file of a case is "
+                            "hashed; list it with its sha256, remove it, or use --no-hash)",
+                         p);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* params.T and params.chunks must agree with the input_ids of dir/inputs.safetensors. */
+static int check_token_count(const cf_case *c, const char *dir, m3_err *e)
+{
+    char p[2400];
+    snprintf(p, sizeof p, "%s/inputs.safetensors", dir);
+    struct stat sb;
+    if (stat(p, &sb) != 0)
+        return 0;
+    m3_store *st = NULL;
+    if (m3_store_open(&st, p, e))
+        return -1;
+    const m3_tensor *t = m3_store_get(st, "input_ids");
+    int rc = 0;
+    if (t && t->ndim == 1) {
+        const long long T = (long long)t->shape[0];
+        double pt = -1;
+        long sum = 0;
+        for (int i = 0; i < c->nchunks; i++)
+            sum += c->chunks[i];
+        if (cf_case_num_or(c, "T", -1, &pt, e))
+            rc = -1;
+        else if (pt >= 0 && pt != (double)T)
+            rc = m3_fail(e, "%s/case.json: params.T is %g but input_ids has %lld tokens", dir, pt, T);
+        else if (c->nchunks > 0 && sum != T)
+            rc = m3_fail(e, "%s/case.json: params.chunks sum to %ld but input_ids has %lld tokens",
+                         dir, sum, T);
+    }
+    m3_store_close(st);
+    return rc;
+}
+
 int cf_case_load(cf_case *c, const char *dir, int verify_hashes, m3_err *e)
 {
     char path[2300];
@@ -362,9 +420,10 @@ int cf_case_load(cf_case *c, const char *dir, int verify_hashes, m3_err *e)
         return -1;
     int rc = cf_case_parse(c, txt, len, dir, e);
     free(txt);
-    if (rc || !verify_hashes)
+    if (rc)
         return rc;
-    if (verify_files(c->root, dir, "case.json", e)) {
+    if (check_token_count(c, dir, e) ||
+        (verify_hashes && (refuse_unlisted(c->root, dir, e) || verify_files(c->root, dir, "case.json", e)))) {
         cf_case_free(c);
         return -1;
     }

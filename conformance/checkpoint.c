@@ -110,7 +110,7 @@ static int judge_items(const cf_tf_opts *o, const cf_case *cs, const cf_tset *du
 {
     const m3_model *m = o->model;
     int L = m->cfg.text.num_layers;
-    const cf_judge_ctx jc = {cs, o->profile, m, NULL, o->unsupported, 1, NULL, T, NULL, NULL, NULL};
+    const cf_judge_ctx jc = {cs, o->profile, m, NULL, o->unsupported, 1, NULL, T, NULL, NULL, NULL, NULL, NULL};
     for (int k = w; k < nitems; k += jobs) {
         int i = items[k];
         struct timespec t0, t1;

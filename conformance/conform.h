@@ -73,6 +73,19 @@ int cf_tset_load(cf_tset *s, const char *path, m3_err *e);
 /* As cf_tset_load for the tensors whose name keep(name, arg) accepts. */
 int cf_tset_load_select(cf_tset *s, const char *path, int (*keep)(const char *name, void *arg), void *arg,
                         m3_err *e);
+/* Load a port's dump for judging against golden: one regular .safetensors
+ * file (a directory or an index.json is refused), dtypes of the contract only
+ * (F32, BF16, F16, I32, I64). Only tensors golden names, with golden's shape,
+ * are widened into s (row subsets of M3-DUMP-10, NAME.rows / rows, with no more
+ * elements than the golden); one with another shape goes into misshaped as shape only
+ * (its data is never read); names outside the dump contract of a model case
+ * are listed in unrec[cap] with the closest expected name; other names are
+ * ignored unread. */
+int cf_tset_load_dump(cf_tset *s, cf_tset *misshaped, const char *path, const cf_tset *golden,
+                      char *unrec, size_t cap, m3_err *e);
+/* The judging part of cf_tset_load_dump for an open store st (named path). */
+int cf_tset_from_dump_store(cf_tset *s, cf_tset *misshaped, const m3_store *st, const char *path,
+                            const cf_tset *golden, char *unrec, size_t cap, m3_err *e);
 /* Copy every tensor of an open store into s. */
 int cf_tset_from_store(cf_tset *s, const m3_store *st, m3_err *e);
 /* Save a writer to a private temporary file, load it into s, remove the file. */
@@ -277,9 +290,10 @@ int cf_mutant_verify(const cf_mutant *mu, m3_err *e);
 int cf_ref_component(const cf_case *c, cf_tset *out, m3_err *e);
 /* Run a model case: prefill of input_ids (in params.chunks pieces when
  * chunked != 0 and chunks are given), the dump of every activation, then
- * params.max_new_tokens greedy tokens as "greedy_tokens". */
+ * params.max_new_tokens greedy tokens as "greedy_tokens". pg: NULL, or a
+ * meter whose current task gets the total and one count per row per layer. */
 int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inputs, int chunked,
-                 cf_tset *out, m3_err *e);
+                 cf_tset *out, m3_progress *pg, m3_err *e);
 /* M3-TOL-4: the reference's logits (case mode) at generated step k, after the
  * prompt of dir/inputs.safetensors and the golden tokens gen[0..k-1]:
  * *margin = logit[gen[k]] - logit[alt], *maxabs = max |logit| of that row. */
@@ -297,9 +311,10 @@ int cf_ref_head_rows(const m3_model *m, m3_mode mode, const float *x, int T, con
                      cf_tset *out, m3_err *e);
 /* Teacher-forced run of every layer: layer i starts from feed's
  * "layers.{i}.input"; then the head from feed's last "layers.{L-1}.output".
- * The per-layer activations, final_norm and logits go into out. */
+ * The per-layer activations, final_norm and logits go into out. pg as for
+ * cf_ref_model. */
 int cf_ref_teacher_forced(const m3_model *m, m3_mode mode, const cf_tset *feed, cf_tset *out,
-                          m3_err *e);
+                          m3_progress *pg, m3_err *e);
 /* Golden block scores [G, T, NB] of a sparse layer from its attn_norm [T, H]
  * (index projections, norms, RoPE, scores; raw, before forcing). */
 int cf_ref_block_scores(const m3_model *m, m3_mode mode, int layer, const float *attn_norm, int T,
@@ -350,6 +365,7 @@ typedef struct cf_report {
     int tensors_excluded;   /* records with such rows */
     int ndiverged;          /* TieDiverged records */
     char error[1024];       /* set for InternalError / bad input of the whole case */
+    char unrecognised[1024]; /* dump names the case does not know, with the closest expected */
     double seconds;
     int teacher_forced;
     long rows_total;        /* positions of the forward (T); 0 unknown */
@@ -368,6 +384,8 @@ typedef struct cf_judge_ctx {
     const unsigned char *want; /* NULL, or [want_T]: positions the case wants (params.rows, M3-DUMP-11) */
     long want_T;
     const char *want_sel;      /* the selector text, for messages */
+    const cf_tset *misshaped;  /* dump tensors refused for their shape (shape only); may be NULL */
+    const char *bad_feed;      /* teacher-forced: the dump's own layer input holding NaN/Inf, or NULL */
     const unsigned char *want_logits; /* NULL, or [want_T]: params.logits_rows, for logits */
     const char *want_logits_sel;
 } cf_judge_ctx;
@@ -463,7 +481,5 @@ int cf_write_junit(const char *path, const char *suite, const cf_report *reps, i
 /* PNG heat-map of log10 error per layer (columns) per tensor type (rows),
  * one panel per report. */
 int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e);
-/* Progress bar on f (a tty): done/total and a label. */
-void cf_progress(FILE *f, int done, int total, const char *label);
 
 #endif

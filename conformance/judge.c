@@ -351,6 +351,13 @@ static void judge_float(cf_record *rec, const cf_judge_ctx *ctx, const float *o,
         }
     rec->kind = 0;
     rec->rule = rule;
+    if (rec->m.n_ref_nan && ctx->teacher_forced && ctx->bad_feed) {
+        /* the teacher-forced golden is the reference run on the port's own layer input */
+        rec->result = CF_FAIL;
+        snprintf(rec->msg, sizeof rec->msg, "the port's own %s holds NaN or Inf, so this layer's "
+                 "teacher-forced golden is NaN too", ctx->bad_feed);
+        return;
+    }
     if (rec->m.n_ref_nan) {
         rec->result = CF_INTERNAL_ERROR;
         snprintf(rec->msg, sizeof rec->msg, "golden tensor holds %zu NaN values (bad vector)",
@@ -873,6 +880,11 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
         free(covered);
         return m3_fail(e, "out of memory for the report of %s", ctx->c->id);
     }
+    /* a case with a vision tower cannot be run by a port without vision: NotSupported whole */
+    int vision_case = 0;
+    if (declared(ctx->unsupported, "vision"))
+        for (int k = 0; k < golden->n; k++)
+            vision_case |= strncmp(golden->t[k].name, "vision.", 7) == 0;
     for (int k = 0; k < golden->n; k++) {
         const cf_tensor *g = &golden->t[k];
         if (strncmp(g->name, "aux.", 4) == 0)
@@ -919,6 +931,20 @@ int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf
         rec->layer = it->layer;
         rec->order = it->order;
         const cf_tensor *o = cf_tset_get(out, g->name);
+        if (vision_case) {
+            rec->result = CF_NOT_SUPPORTED;
+            snprintf(rec->msg, sizeof rec->msg, "vision case: capability \"vision\" declared unsupported");
+            continue;
+        }
+        const cf_tensor *ms = !o && ctx->misshaped ? cf_tset_get(ctx->misshaped, g->name) : NULL;
+        if (ms) {
+            char so[96], sg[96];
+            shape_str(so, sizeof so, ms);
+            shape_str(sg, sizeof sg, g);
+            rec->result = CF_FAIL;
+            snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s (refused from the header)", so, sg);
+            continue;
+        }
         /* a row-subset dump (M3-DUMP-10): the golden's rows at the dump's positions */
         const cf_tensor *gf = g;
         const int32_t *pos = NULL;

@@ -19,9 +19,12 @@
  */
 #include "conform.h"
 #include "fileio.h"
+#include "golden.h"
 #include "synth.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -33,7 +36,7 @@ typedef struct opts {
     const char *case_dir, *dump, *tie_dump, *profile, *json, *junit, *plot, *tolerances, *target,
         *caps_file, *model_dir, *layers, *jobs_s, *result, *mode;
     char unsupported[1024];
-    int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle, logits, timing;
+    int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle, help, logits, timing;
     const char *paths[256];
     int npaths;
 } opts;
@@ -45,10 +48,11 @@ static void usage(FILE *f)
             "  m3-conform check --case DIR --dump FILE [--profile fp32|bf16] [--json OUT]\n"
             "                   [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
             "                   [--declare-unsupported CAP,...] [--capabilities FILE]\n"
-            "                   [--tolerances FILE] [--tie-dump FILE | --no-settle] [--verbose]\n"
+            "                   [--tolerances FILE] [--tie-dump FILE | --no-settle] [--no-hash]\n"
+            "                   [--verbose] [--quiet]\n"
             "  m3-conform run [DIR|MANIFEST...] [--profile fp32|bf16] [--target ref]\n"
             "                 [--json OUT] [--junit OUT] [--plot OUT.png] [--teacher-forced]\n"
-            "                 [--no-mutants] [--tolerances FILE] [--verbose] [--quiet]\n"
+            "                 [--no-mutants] [--tolerances FILE] [--no-hash] [--verbose] [--quiet]\n"
             "  m3-conform check --teacher-forced --model DIR --dump FILE [--layers A-B] [--jobs N]\n"
             "                   [--result SLICE.json] [--mode fp32|bf16] [--profile P] [--json OUT] [--junit OUT]\n"
             "                   [--timing]   (each layer's time on stderr)\n"
@@ -58,6 +62,8 @@ static void usage(FILE *f)
             "  m3-conform rows --case DIR [--logits]   the positions the case wants in a dump\n"
             "                 (params.rows / params.logits_rows, M3-DUMP-11), comma-separated\n"
             "  m3-conform synth --layers N --seed S --out DIR [options]   (synth --help)\n"
+            "  m3-conform golden --case DIR [--out FILE]   (write a model case's golden with the\n"
+            "                    reference; default FILE: DIR/expected.safetensors)\n"
             "  m3-conform version\n"
             "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input,\n"
             "       3 = inconclusive (TieDiverged, only with --no-settle: only rows an\n"
@@ -66,7 +72,51 @@ static void usage(FILE *f)
             "           teacher-forced dump) teacher-forced, and exits 0 or 1 on that.\n"
             "Capabilities a port may declare absent: block_indices router eagle3 greedy vision\n"
             "internals (every per-layer tensor but layers.{i}.input/output: a residual-only dump).\n"
+            "Run 'm3-conform check --help' or 'm3-conform run --help' for the options.\n"
             "Docs: docs/validating-a-port.md\n");
+}
+
+/* The options of check or run, described (`m3-conform check --help`). */
+static void usage_cmd(FILE *f, const char *cmd)
+{
+    const int check = strcmp(cmd, "check") == 0;
+    if (check)
+        fprintf(f, "usage: m3-conform check --case DIR --dump FILE [options]\n\n"
+                   "Judge one port's activation dump (M3-DUMP-*) of the case in DIR against its golden\n"
+                   "outputs (DIR/expected.safetensors, or the reference's own run when there is none).\n"
+                   "Exit: 0 conforms, 1 does not, 2 bad input or internal error (a JUnit / JSON record\n"
+                   "names it), 3 inconclusive (TieDiverged, only with --no-settle).\n\n"
+                   "  --case DIR              the vector case directory (case.json and its files)\n"
+                   "  --dump FILE             the port's dump: one .safetensors file\n"
+                   "  --teacher-forced        judge every layer from the dump's own layer input\n"
+                   "  --tie-dump FILE         the port's teacher-forced dump, used to settle TieDiverged\n"
+                   "  --no-settle             report TieDiverged (exit 3) instead of settling it\n"
+                   "  --declare-unsupported CAP,...  capabilities the port lacks: their tensors are\n"
+                   "                          NotSupported, not Fail (block_indices router eagle3 greedy\n"
+                   "                          vision; vision makes a whole vision case NotSupported)\n"
+                   "  --capabilities FILE     the same from JSON: {\"unsupported\": [..]} or\n"
+                   "                          {\"capabilities\": {name: true|false}}\n");
+    else
+        fprintf(f, "usage: m3-conform run [DIR|MANIFEST...] [options]\n\n"
+                   "Run the reference on every case of the manifests (default vectors/manifest.json) or\n"
+                   "on the case directories given, judge it, and check every mutant is caught.\n"
+                   "Exit: 0 all conform and every mutant behaves as declared, 1 otherwise, 2 bad input.\n\n"
+                   "  --target ref            the implementation run (only ref in this build)\n"
+                   "  --teacher-forced        also judge every model case layer by layer\n"
+                   "  --no-mutants            skip the mutants\n"
+                   "  --quiet, -q             print failures and the summary only\n");
+    fprintf(f, "  --profile fp32|bf16     tolerance profile (default: the case's)\n"
+               "  --tolerances FILE       tolerance file (default spec/tolerances.json)\n"
+               "  --json OUT              JSON lines: one object per tensor and one per case; the\n"
+               "                          file is replaced, not appended to: give each run its own\n"
+               "  --junit OUT             JUnit XML, one <testcase> per case\n"
+               "  --plot OUT.png          heat map of log10 NMSE per layer and tensor\n"
+               "                          (outputs are written whole and renamed into place; none may\n"
+               "                          be an input or another output)\n"
+               "  --no-hash               skip the sha256 checks of case.json \"files\"\n"
+               "  --verbose, -v           every tensor, not only the non-passing ones\n"
+               "  --help, -h              this text\n"
+               "Docs: docs/validating-a-port.md\n");
 }
 
 static double now(void)
@@ -96,7 +146,10 @@ static void append_caps(char *dst, size_t cap, const char *add)
     snprintf(dst + n, cap - n, "%s%s", n ? "," : "", add);
 }
 
-/* Default tolerance file: ./spec/tolerances.json, else next to the binary. */
+/* Default tolerance file, the first that exists: ./spec/tolerances.json, then
+ * relative to the binary's directory ../spec/tolerances.json (a build tree)
+ * and ../share/m3/tolerances.json (an installed tree: make install puts it
+ * there for any PREFIX, and the tree may be moved). */
 static void default_tolerances(char *out, size_t cap)
 {
     snprintf(out, cap, "spec/tolerances.json");
@@ -112,9 +165,36 @@ static void default_tolerances(char *out, size_t cap)
             snprintf(out, cap, "%s/../spec/tolerances.json", exe);
             if (exists(out))
                 return;
+            snprintf(out, cap, "%s/../share/m3/tolerances.json", exe);
+            if (exists(out))
+                return;
         }
     }
     snprintf(out, cap, "spec/tolerances.json");
+}
+
+/* Every name of the comma/space separated list must be a known capability. */
+static int check_cap_names(const char *list, const char *origin, m3_err *e)
+{
+    static const char *const caps[] = {"block_indices", "router", "eagle3", "greedy", "vision", "internals", NULL};
+    for (const char *p = list; *p;) {
+        while (*p == ',' || *p == ' ')
+            p++;
+        const char *q = p;
+        while (*q && *q != ',' && *q != ' ')
+            q++;
+        if (q == p)
+            break;
+        int ok = 0;
+        for (int k = 0; caps[k]; k++)
+            ok |= strlen(caps[k]) == (size_t)(q - p) && strncmp(caps[k], p, (size_t)(q - p)) == 0;
+        if (!ok)
+            return m3_fail(e, "%s: unknown capability \"%.*s\" (known: block_indices router eagle3 "
+                              "greedy vision internals)",
+                           origin, (int)(q - p), p);
+        p = q;
+    }
+    return 0;
 }
 
 static int load_caps_file(const char *path, char *dst, size_t cap, m3_err *e)
@@ -155,8 +235,67 @@ static int load_caps_file(const char *path, char *dst, size_t cap, m3_err *e)
     }
     if (!rc && !u && !c)
         rc = m3_fail(e, "%s: needs \"unsupported\" or \"capabilities\"", path);
+    if (!rc && c) /* every name in the object, false or true, must be known */
+        cJSON_ArrayForEach(x, c) if (!rc) rc = check_cap_names(x->string, path, e);
+    if (!rc)
+        rc = check_cap_names(dst, path, e);
     cJSON_Delete(root);
     return rc;
+}
+
+/* No output may be an input, and no two outputs the same file (device and
+ * inode; for a path that does not exist yet, its directory and name). Inputs:
+ * the dumps, the tolerance and capability files, every file of the case
+ * directory or of the directories given to run, and the manifests. */
+static int check_outputs(const opts *o, const char *tolp, m3_err *e)
+{
+    const char *outs[3] = {o->json, o->junit, o->plot};
+    const char *flags[3] = {"--json", "--junit", "--plot"};
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (outs[i] && outs[j] && m3_same_file(outs[i], outs[j]))
+                return m3_fail(e, "%s and %s name the same file (%s); give each its own", flags[i],
+                               flags[j], outs[i]);
+    const char *single[5] = {o->dump, o->tie_dump, tolp, o->caps_file, NULL};
+    const char *dirs[258];
+    int nd = 0;
+    if (o->case_dir)
+        dirs[nd++] = o->case_dir;
+    for (int k = 0; k < o->npaths; k++) {
+        if (is_dir(o->paths[k]))
+            dirs[nd++] = o->paths[k];
+        else
+            single[4] = o->paths[k]; /* a manifest (the last one given) */
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!outs[i])
+            continue;
+        for (int k = 0; k < 5; k++)
+            if (single[k] && m3_same_file(outs[i], single[k]))
+                return m3_fail(e, "%s %s is an input (%s); refusing to overwrite it", flags[i],
+                               outs[i], single[k]);
+        for (int k = 0; k < o->npaths; k++)
+            if (m3_same_file(outs[i], o->paths[k]))
+                return m3_fail(e, "%s %s is an input; refusing to overwrite it", flags[i], outs[i]);
+        for (int d = 0; d < nd; d++) {
+            DIR *dh = opendir(dirs[d]);
+            struct dirent *de;
+            while (dh && (de = readdir(dh))) {
+                char p[4400];
+                if (de->d_name[0] == '.')
+                    continue;
+                snprintf(p, sizeof p, "%s/%s", dirs[d], de->d_name);
+                if (m3_same_file(outs[i], p)) {
+                    closedir(dh);
+                    return m3_fail(e, "%s %s is an input (%s); refusing to overwrite it", flags[i],
+                                   outs[i], p);
+                }
+            }
+            if (dh)
+                closedir(dh);
+        }
+    }
+    return 0;
 }
 
 static int parse_args(opts *o, int argc, char **argv)
@@ -192,7 +331,9 @@ static int parse_args(opts *o, int argc, char **argv)
         VAL("--result", result)
         VAL("--mode", mode)
 #undef VAL
-        if (strcmp(a, "--declare-unsupported") == 0) {
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            o->help = 1;
+        } else if (strcmp(a, "--declare-unsupported") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "m3-conform: --declare-unsupported needs a value\n");
                 return -1;
@@ -227,24 +368,10 @@ static int parse_args(opts *o, int argc, char **argv)
     if (o->profile && strcmp(o->profile, "fp32") && strcmp(o->profile, "bf16")) {
         /* other profile names are allowed if the tolerance file has them; checked later */
     }
-    static const char *const caps[] = {"block_indices", "router", "eagle3", "greedy", "vision", "internals", NULL};
-    for (const char *p = o->unsupported; *p;) {
-        while (*p == ',' || *p == ' ')
-            p++;
-        const char *q = p;
-        while (*q && *q != ',' && *q != ' ')
-            q++;
-        if (q == p)
-            break;
-        int ok = 0;
-        for (int k = 0; caps[k]; k++)
-            ok |= strlen(caps[k]) == (size_t)(q - p) && strncmp(caps[k], p, (size_t)(q - p)) == 0;
-        if (!ok) {
-            fprintf(stderr, "m3-conform: unknown capability \"%.*s\" (known: block_indices router eagle3 greedy vision internals)\n",
-                    (int)(q - p), p);
-            return -1;
-        }
-        p = q;
+    m3_err ce = {{0}};
+    if (check_cap_names(o->unsupported, "--declare-unsupported", &ce)) {
+        fprintf(stderr, "m3-conform: %s\n", ce.msg);
+        return -1;
     }
     return 0;
 }
@@ -259,6 +386,8 @@ typedef struct ctx {
     const char *suite;
     char suite_name[2400]; /* the last suite run, for the JUnit file */
     int color;
+    char fatal[1024];      /* the problem behind exit 2 when no case report says it */
+    m3_progress pg; /* stderr: case i/n, and the layer of the reference runs */
 } ctx;
 
 static cf_report *keep(ctx *c, const cf_report *r)
@@ -277,6 +406,7 @@ static cf_report *keep(ctx *c, const cf_report *r)
 
 static void emit(ctx *c, cf_report *r, int print, int verbose)
 {
+    m3_progress_clear(&c->pg); /* reports start on a clean line */
     if (print)
         cf_print_report(stdout, r, verbose, c->color);
     if (c->jsonl) {
@@ -312,8 +442,10 @@ static void internal_error(cf_report *r, const m3_err *e)
     r->first_fail = r->first_diverged = r->first_tie = -1;
 }
 
-/* Golden outputs of a case: expected.safetensors if present, else the reference's. */
-static int golden_of(const cf_case *cs, const m3_model *m, cf_tset *golden, int *computed, m3_err *e)
+/* Golden outputs of a case: expected.safetensors if present, else the reference's
+ * (reported to pg's current task). */
+static int golden_of(const cf_case *cs, const m3_model *m, cf_tset *golden, int *computed,
+                     m3_progress *pg, m3_err *e)
 {
     char p[2300];
     snprintf(p, sizeof p, "%s/expected.safetensors", cs->dir);
@@ -327,7 +459,7 @@ static int golden_of(const cf_case *cs, const m3_model *m, cf_tset *golden, int 
     snprintf(p, sizeof p, "%s/inputs.safetensors", cs->dir);
     int rc = cf_tset_load(&in, p, e);
     if (!rc)
-        rc = cf_ref_model(cs, m, &in, 0, golden, e);
+        rc = cf_ref_model(cs, m, &in, 0, golden, pg, e);
     cf_tset_free(&in);
     return rc;
 }
@@ -342,6 +474,83 @@ static int open_model(m3_model *m, const cf_case *cs, m3_err *e)
 }
 
 /* ---- check ---------------------------------------------------------------------------- */
+/* Load a port's dump judged against golden (cf_tset_load_dump) and check its
+ * metadata: m3.dump_version, when present, must be "1"; m3.unsupported (copied
+ * into caps) may name known capabilities only. */
+static int load_dump(cf_tset *dump, cf_tset *misshaped, const char *path, const cf_tset *golden,
+                     char *unrec, size_t ucap, char *caps, size_t ccap, m3_err *e)
+{
+    char ver[64];
+    if (cf_tset_load_dump(dump, misshaped, path, golden, unrec, ucap, e) ||
+        cf_st_meta(path, "m3.dump_version", ver, sizeof ver, e) ||
+        cf_st_meta(path, "m3.unsupported", caps, ccap, e))
+        return -1;
+    if (ver[0] && strcmp(ver, "1") != 0)
+        return m3_fail(e, "%s: m3.dump_version \"%s\" is not supported (this kit reads version 1, "
+                          "M3-DUMP-1)",
+                       path, ver);
+    char origin[2200];
+    snprintf(origin, sizeof origin, "%s: m3.unsupported", path);
+    return check_cap_names(caps, origin, e);
+}
+
+/* Teacher-forced: the first of the dump's layer inputs (and the last layer's
+ * output, which feeds the head) holding NaN or Inf; NULL when all are finite. */
+static const char *nonfinite_feed(const cf_tset *dump, const m3_model *m)
+{
+    static const char *const none = NULL;
+    if (!m)
+        return none;
+    for (int i = 0; i < dump->n; i++) {
+        const cf_tensor *t = &dump->t[i];
+        size_t n = strlen(t->name);
+        int feed = strncmp(t->name, "layers.", 7) == 0 &&
+                   ((n > 6 && strcmp(t->name + n - 6, ".input") == 0) ||
+                    (n > 7 && strcmp(t->name + n - 7, ".output") == 0 && !strstr(t->name, "attn.") &&
+                     !strstr(t->name, "mlp.")));
+        if (!feed || t->is_int || !t->f)
+            continue;
+        for (size_t j = 0; j < t->n; j++)
+            if (!isfinite(t->f[j]))
+                return t->name;
+    }
+    return none;
+}
+
+/* Golden tensors whose shape disagrees with the case (T = params.T, H and V of
+ * the model): the suite's fault, an InternalError. */
+static int check_golden_shapes(const cf_case *cs, const m3_model *m, const cf_tset *g, m3_err *e)
+{
+    double Td = -1;
+    if (!m || cf_case_num_or(cs, "T", -1, &Td, e))
+        return m ? -1 : 0;
+    const int64_t T = (int64_t)Td, H = m->cfg.text.hidden_size, V = m->cfg.text.vocab_size;
+    for (int i = 0; i < g->n; i++) {
+        const cf_tensor *t = &g->t[i];
+        int64_t want1 = -1;
+        if (strcmp(t->name, "logits") == 0)
+            want1 = V;
+        else if (strcmp(t->name, "embeddings") == 0 || strcmp(t->name, "final_norm") == 0 ||
+                 (strncmp(t->name, "layers.", 7) == 0 && t->ndim == 2 && !strstr(t->name, "moe.")))
+            want1 = H;
+        if (want1 < 0)
+            continue;
+        if (t->ndim != 2 || (T >= 0 && t->shape[0] != T) || t->shape[1] != want1)
+            return m3_fail(e, "%s/expected.safetensors: golden %s has shape [%lld%s%lld] but the case "
+                              "has T %lld and the model %s %lld (a bad vector)",
+                           cs->dir, t->name, (long long)t->shape[0], t->ndim > 1 ? ", " : " ",
+                           (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)T,
+                           want1 == V ? "vocab_size" : "hidden_size", (long long)want1);
+    }
+    if (cs->max_new_tokens > 0) {
+        const cf_tensor *t = cf_tset_get(g, "greedy_tokens");
+        if (t && (t->ndim != 1 || t->shape[0] != cs->max_new_tokens))
+            return m3_fail(e, "%s/expected.safetensors: golden greedy_tokens has %lld entries but "
+                              "params.max_new_tokens is %d (a bad vector)",
+                           cs->dir, (long long)(t->ndim ? t->shape[0] : 0), cs->max_new_tokens);
+    }
+    return 0;
+}
 /* Judge the dump file `path` of case cs against its golden outputs (teacher-forced: against
  * the reference run on the dump's own layer inputs), print and keep the report, and store its
  * verdict. Returns -1 with e set on bad input or allocation failure. */
@@ -357,8 +566,12 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
     double t0 = now();
     snprintf(unsupported, sizeof unsupported, "%s", unsupported_in);
     init_report(&r, cs, tf ? "#teacher-forced" : "", prof->name, "dump");
-    if (cf_tset_load(&dump, path, e) || cf_st_meta(path, "m3.unsupported", meta, sizeof meta, e))
+    cf_tset misshaped = {0};
+    if (load_dump(&dump, &misshaped, path, golden, r.unrecognised, sizeof r.unrecognised, meta,
+                  sizeof meta, e)) {
+        cf_tset_free(&misshaped);
         goto out;
+    }
     append_caps(unsupported, sizeof unsupported, meta);
     /* row subsets (M3-DUMP-10) and the rows the case wants (M3-DUMP-11) */
     const cf_tensor *gin = cf_tset_get(golden, "layers.0.input");
@@ -386,8 +599,9 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
         if (cf_rows_select(lsel->valuestring, T, block, where, want_logits, e))
             goto out;
     }
+    const char *bad_feed = tf ? nonfinite_feed(&dump, model) : NULL;
     const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf, want, T,
-                             cJSON_IsString(sel) ? sel->valuestring : NULL, want_logits,
+                             cJSON_IsString(sel) ? sel->valuestring : NULL, &misshaped, bad_feed, want_logits,
                              cJSON_IsString(lsel) ? lsel->valuestring : NULL};
     if (tf && model) {
         /* teacher forcing runs each layer from the dump's own input: every position of it */
@@ -404,7 +618,10 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
     }
     if (tf) {
         /* golden per layer = the reference layer run on the dump's own layer input */
-        if (cf_ref_teacher_forced(model, cs->mode, &dump, &tf_golden, e))
+        m3_progress_task(&c->pg, "teacher-forced golden", M3_UNIT_ROWS, 0);
+        int trc = cf_ref_teacher_forced(model, cs->mode, &dump, &tf_golden, &c->pg, e);
+        m3_progress_end(&c->pg);
+        if (trc)
             goto out;
         const cf_tensor *emb = cf_tset_get(golden, "embeddings");
         if (emb && cf_tset_add_f(&tf_golden, "embeddings", emb->ndim, emb->shape, emb->f, e))
@@ -414,6 +631,7 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
     } else if (cf_judge(&r, &jc, &dump, golden, e)) {
         goto out;
     }
+    cf_tset_free(&misshaped);
     r.seconds = now() - t0;
     emit(c, &r, 1, 1);
     if (!keep(c, &r)) {
@@ -594,6 +812,7 @@ static int cmd_check(ctx *c)
     cf_case cs;
     if (cf_case_load(&cs, o->case_dir, !o->no_hash, &e)) {
         fprintf(stderr, "m3-conform: %s\n", e.msg);
+        snprintf(c->fatal, sizeof c->fatal, "%s", e.msg);
         return 2;
     }
     int rc = 2, is_model = strcmp(cs.component, "model") == 0, computed = 0;
@@ -620,8 +839,20 @@ static int cmd_check(ctx *c)
             have_model = 1;
         }
     }
-    if (golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &e))
+    m3_progress_task(&c->pg, "golden", M3_UNIT_ROWS, 0);
+    int grc = golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &c->pg, &e);
+    m3_progress_end(&c->pg);
+    if (grc)
         goto bad;
+    if (is_model && check_golden_shapes(&cs, have_model ? &model : NULL, &golden, &e)) {
+        /* the suite's fault: an InternalError report, exit 2 */
+        cf_report ir;
+        init_report(&ir, &cs, "", prof->name, "dump");
+        internal_error(&ir, &e);
+        emit(c, &ir, 1, 1);
+        keep(c, &ir);
+        goto bad;
+    }
     if (!is_model && !computed && cf_ref_component(&cs, &aux, &e))
         goto bad;
     const m3_model *mp = have_model ? &model : NULL;
@@ -651,7 +882,9 @@ static int cmd_check(ctx *c)
     }
     goto done;
 bad:
+    m3_progress_end(&c->pg);
     fprintf(stderr, "m3-conform: %s\n", e.msg);
+    snprintf(c->fatal, sizeof c->fatal, "%s", e.msg);
 bad_quiet:
     rc = 2;
 done:
@@ -727,6 +960,7 @@ done:
 
 /* ---- run --------------------------------------------------------------------------------- */
 typedef struct tally {
+    int dirs; /* case directories (a case judged chunked / teacher-forced too counts once) */
     int cases, conform, fail, internal, diverged;
     int mutants, killed, localised, survived, mislocalised, pass_expected, pass_ok;
 } tally;
@@ -751,8 +985,10 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
     cf_case cs;
     cf_report r;
     double t0 = now();
-    if (isatty(2) && !o->quiet)
-        cf_progress(stderr, idx, total, dir);
+    char label[160];
+    snprintf(label, sizeof label, "case %d/%d %.100s", idx + 1, total, dir);
+    m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
+    t->dirs++;
     if (cf_case_load(&cs, dir, !o->no_hash, &e)) {
         init_report(&r, NULL, "", o->profile, "ref");
         snprintf(r.id, sizeof r.id, "%s", dir);
@@ -771,28 +1007,43 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
     char p[2300];
     snprintf(p, sizeof p, "%s/expected.safetensors", cs.dir);
     init_report(&r, &cs, "", prof ? prof->name : "?", "ref");
-    if (!prof || cf_tset_load(&golden, p, &e)) {
+    if (!prof || (exists(p) && cf_tset_load(&golden, p, &e))) {
         internal_error(&r, &e);
         goto finish;
+    }
+    if (!exists(p)) { /* as check does: the reference's own outputs are the golden */
+        int computed = 0;
+        m3_model gm;
+        int hm = is_model && open_model(&gm, &cs, &e) == 0;
+        int grc = (is_model && !hm) || golden_of(&cs, hm ? &gm : NULL, &golden, &computed, &c->pg, &e);
+        if (hm)
+            m3_model_close(&gm);
+        if (grc) {
+            internal_error(&r, &e);
+            goto finish;
+        }
+        if (!o->quiet)
+            printf("note: %s has no expected.safetensors; judged against the reference's own run\n",
+                   cs.dir);
     }
     if (!is_model) {
         if (cf_ref_component(&cs, &out, &e)) {
             internal_error(&r, &e);
             goto finish;
         }
-        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0, NULL, 0, NULL, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
         goto finish;
     }
     snprintf(p, sizeof p, "%s/inputs.safetensors", cs.dir);
     if (open_model(&model, &cs, &e) || (have_model = 1, cf_tset_load(&in, p, &e)) ||
-        cf_ref_model(&cs, &model, &in, 0, &out, &e)) {
+        cf_ref_model(&cs, &model, &in, 0, &out, &c->pg, &e)) {
         internal_error(&r, &e);
         goto finish;
     }
     {
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
     }
@@ -806,8 +1057,10 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset ch = {0};
         init_report(&r, &cs, "#chunked", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL};
-        if (cf_ref_model(&cs, &model, &in, 1, &ch, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+        snprintf(label, sizeof label, "case %d/%d %.100s, chunked", idx + 1, total, dir);
+        m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
+        if (cf_ref_model(&cs, &model, &in, 1, &ch, &c->pg, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
             internal_error(&r, &e);
         cf_tset_free(&ch);
     }
@@ -820,9 +1073,11 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset tf = {0};
         init_report(&r, &cs, "#teacher-forced", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, 0, NULL, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         const cf_tensor *emb = cf_tset_get(&out, "embeddings");
-        if (cf_ref_teacher_forced(&model, cs.mode, &golden, &tf, &e) ||
+        snprintf(label, sizeof label, "case %d/%d %.100s, teacher-forced", idx + 1, total, dir);
+        m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
+        if (cf_ref_teacher_forced(&model, cs.mode, &golden, &tf, &c->pg, &e) ||
             (emb && cf_tset_add_f(&tf, "embeddings", emb->ndim, emb->shape, emb->f, &e)) ||
             cf_judge(&r, &jc, &tf, &golden, &e))
             internal_error(&r, &e);
@@ -830,6 +1085,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         cf_tset_free(&tf);
     }
 finish:
+    m3_progress_end(&c->pg);
     r.seconds = now() - t0;
     t->cases++;
     tally_add(t, r.result);
@@ -883,13 +1139,20 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
         have_model = 1;
     }
     char caps[1024] = "";
-    if (cf_tset_load(&dump, mu.dump, &e) || cf_st_meta(mu.dump, "m3.unsupported", caps, sizeof caps, &e) ||
-        golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &e))
+    char label[300];
+    snprintf(label, sizeof label, "mutant %.200s: golden", mu.id);
+    m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
+    int grc = golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &c->pg, &e) ||
+              load_dump(&dump, &aux, mu.dump, &golden, r.unrecognised, sizeof r.unrecognised, caps,
+                        sizeof caps, &e);
+    m3_progress_end(&c->pg);
+    if (grc)
         goto ierr;
+    cf_tset_free(&aux); /* mis-shaped tensors of a mutant dump: judged missing */
     if (!have_model && !computed && cf_ref_component(&cs, &aux, &e))
         goto ierr;
     {
-        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0, NULL, 0, NULL, NULL, NULL};
+        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
         if (cf_judge(&r, &jc, &dump, &golden, &e))
             goto ierr;
     }
@@ -994,6 +1257,7 @@ static int cmd_run(ctx *c)
         cf_manifest m;
         if (cf_manifest_load(&m, mpath, &e)) {
             fprintf(stderr, "m3-conform: %s\n", e.msg);
+            snprintf(c->fatal, sizeof c->fatal, "%s", e.msg);
             return 2;
         }
         c->suite = m.suite[0] ? m.suite : mpath;
@@ -1006,8 +1270,6 @@ static int cmd_run(ctx *c)
         fflush(stdout);
         for (int i = 0; i < m.ncases; i++)
             run_case(c, m.cases[i], &t, i, m.ncases);
-        if (isatty(2) && !o->quiet)
-            cf_progress(stderr, m.ncases, m.ncases, "");
         if (!o->no_mutants && m.nmutants) {
             printf("mutants (each dump judged against its case's golden):\n");
             for (int i = 0; i < m.nmutants; i++) {
@@ -1021,7 +1283,10 @@ static int cmd_run(ctx *c)
         cf_manifest_free(&m);
     }
     int fail_mutants = t.mutants - t.pass_expected;
-    printf("summary: %d cases: %d conform, %d fail, %d internal errors", t.cases, t.conform, t.fail, t.internal);
+    printf("summary: %d case%s", t.dirs, t.dirs == 1 ? "" : "s");
+    if (t.cases != t.dirs)
+        printf(", %d judgements (chunked and teacher-forced runs included)", t.cases);
+    printf(": %d conform, %d fail, %d internal errors", t.conform, t.fail, t.internal);
     if (t.diverged)
         printf(", %d inconclusive (TieDiverged, M3-TOL-8)", t.diverged);
     printf(" (%.1fs)\n", now() - t0);
@@ -1036,6 +1301,43 @@ static int cmd_run(ctx *c)
         all_ok = 0;
     printf("verdict: %s\n", all_ok ? "PASS" : "FAIL");
     return all_ok ? 0 : 1;
+}
+
+/* ---- golden ----------------------------------------------------------------------------- */
+static int cmd_golden(int argc, char **argv)
+{
+    const char *dir = NULL, *out = NULL;
+    int verify = 1;
+    for (int i = 0; i < argc; i++) {
+        if ((strcmp(argv[i], "--case") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
+            if (argv[i][2] == 'c')
+                dir = argv[++i];
+            else
+                out = argv[++i];
+        } else if (strcmp(argv[i], "--no-hash") == 0) {
+            verify = 0;
+        } else {
+            fprintf(stderr, "m3-conform golden: unexpected argument \"%s\"; usage: m3-conform golden "
+                            "--case DIR [--out FILE] [--no-hash]\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "m3-conform golden: needs --case DIR\n");
+        return 2;
+    }
+    char def[2300];
+    if (!out) {
+        snprintf(def, sizeof def, "%s/expected.safetensors", dir);
+        out = def;
+    }
+    m3_err e = {{0}};
+    if (cf_golden_write(dir, out, verify, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        return 2;
+    }
+    printf("golden: %s\n", out);
+    return 0;
 }
 
 /* ---- synth ------------------------------------------------------------------------------ */
@@ -1072,6 +1374,8 @@ int main(int argc, char **argv)
         printf("m3-conform protocol %s\n", CF_PROTOCOL_VERSION);
         return 0;
     }
+    if (argc >= 2 && strcmp(argv[1], "golden") == 0)
+        return cmd_golden(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "synth") == 0)
         return cmd_synth(argc - 2, argv + 2);
     if (parse_args(&o, argc, argv)) {
@@ -1083,6 +1387,10 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (o.help) {
+        usage_cmd(stdout, o.cmd);
+        return 0;
+    }
     m3_err e = {{0}};
     if (o.caps_file && load_caps_file(o.caps_file, o.unsupported, sizeof o.unsupported, &e)) {
         fprintf(stderr, "m3-conform: %s\n", e.msg);
@@ -1091,6 +1399,7 @@ int main(int argc, char **argv)
     ctx c;
     memset(&c, 0, sizeof c);
     c.o = &o;
+    m3_progress_init_stderr(&c.pg, "m3-conform", o.quiet);
     c.color = isatty(1) && !getenv("NO_COLOR");
     char tolp[2300];
     if (o.tolerances)
@@ -1106,20 +1415,42 @@ int main(int argc, char **argv)
         cf_tol_free(&c.tol);
         return 2;
     }
+    if (check_outputs(&o, tolp, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
+        cf_tol_free(&c.tol);
+        return 2;
+    }
+    m3_outfile jout; /* written to a temporary file, renamed over --json at the end */
+    memset(&jout, 0, sizeof jout);
     if (o.json) {
-        c.jsonl = fopen(o.json, "w");
-        if (!c.jsonl) {
-            fprintf(stderr, "m3-conform: %s: cannot write (%s)\n", o.json, strerror(errno));
+        if (m3_out_open(&jout, o.json, &e)) {
+            fprintf(stderr, "m3-conform: %s\n", e.msg);
             cf_tol_free(&c.tol);
             return 2;
         }
+        c.jsonl = jout.f;
     }
     int rc = strcmp(o.cmd, "check") == 0   ? cmd_check(&c)
              : strcmp(o.cmd, "rows") == 0  ? cmd_rows(&c)
              : strcmp(o.cmd, "merge") == 0 ? cmd_merge(&c)
                                            : cmd_run(&c);
-    if (c.jsonl && fclose(c.jsonl)) {
-        fprintf(stderr, "m3-conform: %s: write error\n", o.json);
+    {
+        char sum[64];
+        snprintf(sum, sizeof sum, "%s, exit %d", o.cmd, rc);
+        m3_progress_summary(&c.pg, sum);
+    }
+    if (rc == 2 && c.nreps == 0) {
+        /* bad input: CI still gets a record naming the problem */
+        cf_report r;
+        init_report(&r, NULL, "", o.profile, "input");
+        snprintf(r.id, sizeof r.id, "%s", o.case_dir ? o.case_dir : o.npaths ? o.paths[0] : "m3-conform");
+        snprintf(r.error, sizeof r.error, "bad input: %.1000s", c.fatal[0] ? c.fatal : "see stderr");
+        r.result = CF_INTERNAL_ERROR;
+        emit(&c, &r, 0, 0);
+        keep(&c, &r);
+    }
+    if (o.json && m3_out_commit(&jout, &e)) {
+        fprintf(stderr, "m3-conform: %s\n", e.msg);
         rc = 2;
     }
     if (o.junit && c.nreps && cf_write_junit(o.junit, c.suite_name[0] ? c.suite_name : "m3", c.reps, c.nreps, &e)) {

@@ -7,6 +7,7 @@
  * written here carry CF_PROTOCOL_VERSION so consumers can tell formats apart.
  */
 #include "conform.h"
+#include "fileio.h"
 
 #include <math.h>
 #include <png.h>
@@ -121,7 +122,12 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
             fprintf(f, "  %-34s %-15s %10s %10s %12s %10s  %s\n", "tensor", "result", "NMSE", "max-abs",
                     "cosine", "bound", "note");
         char nm[32], ma[32], co[32], bd[32];
-        if (x->have_metrics) {
+        if (x->have_metrics && (x->m.n_nan || x->m.n_ref_nan)) {
+            /* metrics over the finite pairs would read as a perfect match */
+            snprintf(nm, sizeof nm, "NaN");
+            snprintf(ma, sizeof ma, "NaN");
+            snprintf(co, sizeof co, "NaN");
+        } else if (x->have_metrics) {
             fmt_num(nm, sizeof nm, x->m.nmse);
             fmt_num(ma, sizeof ma, x->m.max_abs);
             snprintf(co, sizeof co, "%.9f", x->m.cos);
@@ -150,12 +156,20 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
     if (hidden)
         fprintf(f, "  (%d more non-passing tensors downstream or after a tie; --verbose or --json for all)\n",
                 hidden);
-    if (verbose && r->nrec && shown)
-        fprintf(f, "  (* = downstream of an earlier failure)\n");
-    int down = 0;
-    for (int i = 0; i < r->nrec; i++)
+    int down = 0, unsup = 0;
+    for (int i = 0; i < r->nrec; i++) {
         down += r->rec[i].downstream && r->rec[i].result == CF_FAIL;
-    fprintf(f, "  verdict: %s%s%s", color ? color_of(r->result, 0) : "", cf_result_name(r->result), reset);
+        unsup += r->rec[i].result == CF_NOT_SUPPORTED;
+    }
+    if (verbose && r->nrec && shown && down)
+        fprintf(f, "  (* = downstream of an earlier failure)\n");
+    if (r->unrecognised[0])
+        fprintf(f, "  unrecognised names in the dump: %s\n", r->unrecognised);
+    if (r->result == CF_NOT_SUPPORTED)
+        fprintf(f, "  verdict: %sconforms (%d tensor%s not supported)%s", color ? color_of(CF_PASS, 0) : "",
+                unsup, unsup == 1 ? "" : "s", reset);
+    else
+        fprintf(f, "  verdict: %s%s%s", color ? color_of(r->result, 0) : "", cf_result_name(r->result), reset);
     if (r->first_fail >= 0) {
         const cf_record *x = &r->rec[r->first_fail];
         if (x->layer >= 0 && layer_internals_absent(r, x->layer))
@@ -191,18 +205,6 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
             fprintf(f, " (first tie: %s row %ld)", tie->tensor, tie->tie_row);
         fprintf(f, "\n");
     }
-}
-
-void cf_progress(FILE *f, int done, int total, const char *label)
-{
-    int width = 30, fill = total > 0 ? done * width / total : width;
-    fprintf(f, "\r[");
-    for (int i = 0; i < width; i++)
-        fputc(i < fill ? '#' : '.', f);
-    fprintf(f, "] %d/%d %-40.40s", done, total, label ? label : "");
-    if (done >= total)
-        fprintf(f, "\r%*s\r", width + 60, "");
-    fflush(f);
 }
 
 /* ---- JSON lines ------------------------------------------------------------------- */
@@ -387,11 +389,23 @@ static void xml_esc(FILE *f, const char *s)
     }
 }
 
+/* 1 when every record of r is NotSupported (a whole case the port cannot run). */
+static int all_unsupported(const cf_report *r)
+{
+    if (r->result != CF_NOT_SUPPORTED || r->nrec == 0)
+        return 0;
+    for (int i = 0; i < r->nrec; i++)
+        if (r->rec[i].result != CF_NOT_SUPPORTED)
+            return 0;
+    return 1;
+}
+
 int cf_write_junit(const char *path, const char *suite, const cf_report *reps, int n, m3_err *e)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return m3_fail(e, "%s: cannot write JUnit XML", path);
+    m3_outfile out;
+    if (m3_out_open(&out, path, e) != 0)
+        return m3_fail_prefix(e, "JUnit XML");
+    FILE *f = out.f;
     int fails = 0, errors = 0, skipped = 0;
     double secs = 0;
     int nj = 0;
@@ -401,7 +415,7 @@ int cf_write_junit(const char *path, const char *suite, const cf_report *reps, i
         nj++;
         fails += reps[i].result == CF_FAIL || reps[i].result == CF_TIE_DIVERGED;
         errors += reps[i].result == CF_INTERNAL_ERROR;
-        skipped += reps[i].result == CF_NOT_SUPPORTED;
+        skipped += all_unsupported(&reps[i]);
         secs += reps[i].seconds;
     }
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -453,8 +467,15 @@ int cf_write_junit(const char *path, const char *suite, const cf_report *reps, i
                 fputc('\n', f);
             }
             fprintf(f, "</%s>\n", tag);
-        } else if (r->result == CF_NOT_SUPPORTED) {
-            fprintf(f, "      <skipped message=\"NotSupported\"/>\n");
+        } else if (all_unsupported(r)) {
+            fprintf(f, "      <skipped message=\"NotSupported: every tensor belongs to a capability "
+                       "the port declared unsupported\"/>\n");
+        } else if (r->result == CF_NOT_SUPPORTED) { /* conforms; say what was not judged */
+            int k = 0;
+            for (int j = 0; j < r->nrec; j++)
+                k += r->rec[j].result == CF_NOT_SUPPORTED;
+            fprintf(f, "      <system-out>conforms (%d tensor%s not supported)</system-out>\n", k,
+                    k == 1 ? "" : "s");
         }
         if (r->result == CF_WARNING) {
             fprintf(f, "      <system-out>QualityWarning:");
@@ -469,10 +490,7 @@ int cf_write_junit(const char *path, const char *suite, const cf_report *reps, i
         fprintf(f, "    </testcase>\n");
     }
     fprintf(f, "  </testsuite>\n</testsuites>\n");
-    int bad = ferror(f);
-    if (fclose(f) || bad)
-        return m3_fail(e, "%s: write error", path);
-    return 0;
+    return m3_out_commit(&out, e);
 }
 
 /* ---- PNG heat-map --------------------------------------------------------------------- */
@@ -756,7 +774,8 @@ static void panel_draw(canvas *c, const panel *p, int y0)
     }
 }
 
-static void legend(canvas *c, int y)
+/* bound: the NMSE bound of the reports' rules (the loosest), marked on the scale; 0 none */
+static void legend(canvas *c, int y, double bound)
 {
     static const unsigned char black[3] = {0, 0, 0};
     int x = MARGIN;
@@ -771,6 +790,14 @@ static void legend(canvas *c, int y)
         char b[16];
         snprintf(b, sizeof b, "%d", v);
         text(c, x + (v + 16) * 159 / 16 - 3, y + 13, b, 1, black);
+    }
+    if (bound > 0 && isfinite(bound)) { /* the tolerance bound on the scale: a black tick */
+        double lb = log10(bound);
+        int bx = x + (int)((lb + 16.0) * 159.0 / 16.0);
+        if (bx >= x && bx < x + 160) {
+            fill(c, bx - 1, y - 3, 3, 16, black);
+            text(c, bx - 15, y - 12, "BOUND", 1, black);
+        }
     }
     x += 180;
     fill(c, x, y, 10, 10, (const unsigned char[3]){30, 140, 60});
@@ -787,6 +814,12 @@ static void legend(canvas *c, int y)
     x += 14 + 8 * 6;
     frame(c, x, y, 10, 10, 2, (const unsigned char[3]){255, 140, 0});
     text(c, x + 14, y + 2, "tie-diverged", 1, black);
+    x += 14 + 13 * 6;
+    fill(c, x, y, 10, 10, (const unsigned char[3]){80, 170, 200});
+    text(c, x + 14, y + 2, "not supported", 1, black);
+    x += 14 + 14 * 6;
+    fill(c, x, y, 10, 10, (const unsigned char[3]){200, 0, 200});
+    text(c, x + 14, y + 2, "internal error", 1, black);
 }
 
 typedef struct png_ctx {
@@ -808,20 +841,21 @@ static void png_warn(png_structp png, png_const_charp msg)
 
 static int save_png(const char *path, const canvas *c, m3_err *e)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return m3_fail(e, "%s: cannot write the plot", path);
+    m3_outfile out;
+    if (m3_out_open(&out, path, e) != 0)
+        return m3_fail_prefix(e, "plot");
+    FILE *f = out.f;
     png_ctx pc;
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &pc, png_err, png_warn);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!png || !info) {
         png_destroy_write_struct(&png, &info);
-        fclose(f);
+        m3_out_abort(&out);
         return m3_fail(e, "%s: libpng could not start", path);
     }
     if (setjmp(pc.jb)) {
         png_destroy_write_struct(&png, &info);
-        fclose(f);
+        m3_out_abort(&out);
         return m3_fail(e, "%s: libpng failed while writing", path);
     }
     png_init_io(png, f);
@@ -832,9 +866,7 @@ static int save_png(const char *path, const canvas *c, m3_err *e)
         png_write_row(png, c->px + (size_t)y * c->w * 3);
     png_write_end(png, NULL);
     png_destroy_write_struct(&png, &info);
-    if (fclose(f))
-        return m3_fail(e, "%s: write error", path);
-    return 0;
+    return m3_out_commit(&out, e);
 }
 
 int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e)
@@ -880,14 +912,14 @@ int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e)
         ps[k].model = 0;
     }
     canvas c = {0, 0, NULL};
-    c.w = 760;
+    c.w = 1000; /* room for the legend */
     for (int i = 0; i < np; i++) {
         panel_layout(&ps[i]);
         if (ps[i].w > c.w)
             c.w = ps[i].w;
         c.h += ps[i].h;
     }
-    c.h += 40;
+    c.h += 60;
     if (c.w > 16000 || c.h > 30000) {
         free(ps);
         free(comp);
@@ -907,7 +939,12 @@ int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e)
         y += ps[i].h;
         fill(&c, 0, y - 2, c.w, 1, (const unsigned char[3]){220, 220, 220});
     }
-    legend(&c, y + 10);
+    double bound = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < reps[i].nrec; j++)
+            if (reps[i].rec[j].rule && reps[i].rec[j].rule->nmse > bound)
+                bound = reps[i].rec[j].rule->nmse;
+    legend(&c, y + 22, bound);
     rc = save_png(path, &c, e);
 done:
     free(c.px);

@@ -237,7 +237,7 @@ static int run_attention(inputs *in, int sparse, cf_tset *out, m3_err *e)
     }
     float *qf = widen(q, in->path, e), *kf = qf ? widen(k, in->path, e) : NULL;
     float *vf = kf ? widen(v, in->path, e) : NULL;
-    float *o = malloc((size_t)T * nh * hd * sizeof *o), *scr = malloc((size_t)(T + 1) * sizeof *scr);
+    float *o = malloc((size_t)T * nh * hd * sizeof *o), *scr = malloc(m3_attention_scratch(T, nh, nkv, hd) * sizeof *scr);
     int32_t *blk = sparse ? malloc((size_t)nkv * topk * sizeof *blk) : NULL;
     int rc = -1;
     if (!vf || !o || !scr || (sparse && !blk)) {
@@ -1212,7 +1212,7 @@ static int prompt_embeds(const cf_case *c, const m3_model *m, const cf_tset *inp
 }
 
 int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inp, int chunked, cf_tset *out,
-                 m3_err *e)
+                 m3_progress *pg, m3_err *e)
 {
     const cf_tensor *ids = cf_tset_get(inp, "input_ids");
     if (!ids || !ids->is_int || ids->ndim != 1 || ids->n == 0)
@@ -1248,6 +1248,10 @@ int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inp, int ch
     float *logits = malloc((size_t)maxchunk * V * sizeof *logits);
     int32_t *gen = malloc((size_t)(N ? N : 1) * sizeof *gen);
     int rc = -1, off = 0, last = 0;
+    if (pg) { /* the prompt and N - 1 decode steps, each row through every layer */
+        m3_progress_set_total(pg, ((int64_t)T + (N > 1 ? N - 1 : 0)) * m->cfg.text.num_layers);
+        m3_state_set_progress(s, pg);
+    }
     if (!logits || !gen) {
         m3_fail(e, "out of memory for logits [%d, %d]", maxchunk, V);
         goto done;
@@ -1349,13 +1353,15 @@ done:
     return rc;
 }
 
-int cf_ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int T, cf_tset *out,
-                 m3_err *e)
+/* cf_ref_layer, reporting to pg (may be NULL). */
+static int ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int T, cf_tset *out,
+                     m3_progress *pg, m3_err *e)
 {
     int H = m->cfg.text.hidden_size;
     m3_state *s = m3_state_new(m, T, mode, e);
     if (!s)
         return -1;
+    m3_state_set_progress(s, pg);
     float *buf = malloc((size_t)T * H * sizeof *buf);
     m3_st_writer *w = m3_st_writer_new();
     int rc = -1;
@@ -1380,6 +1386,12 @@ done:
     m3_st_writer_free(w);
     free(buf);
     return rc;
+}
+
+int cf_ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int T, cf_tset *out,
+                 m3_err *e)
+{
+    return ref_layer(m, mode, layer, x, T, out, NULL, e);
 }
 
 int cf_ref_head(const m3_model *m, m3_mode mode, const float *x, int T, cf_tset *out, m3_err *e)
@@ -1439,7 +1451,7 @@ done:
 }
 
 int cf_ref_teacher_forced(const m3_model *m, m3_mode mode, const cf_tset *feed, cf_tset *out,
-                          m3_err *e)
+                          m3_progress *pg, m3_err *e)
 {
     int L = m->cfg.text.num_layers, H = m->cfg.text.hidden_size, T = -1;
     char name[64];
@@ -1449,7 +1461,9 @@ int cf_ref_teacher_forced(const m3_model *m, m3_mode mode, const cf_tset *feed, 
         if (!x || x->is_int || x->ndim != 2 || x->shape[1] != H || (T >= 0 && x->shape[0] != T))
             return m3_fail(e, "teacher forcing needs \"%s\" as a float [T, %d] tensor", name, H);
         T = (int)x->shape[0];
-        if (cf_ref_layer(m, mode, i, x->f, T, out, e))
+        if (pg && i == 0)
+            m3_progress_set_total(pg, (int64_t)T * L);
+        if (ref_layer(m, mode, i, x->f, T, out, pg, e))
             return m3_fail_prefix(e, "teacher-forced layer %d", i);
     }
     snprintf(name, sizeof name, "layers.%d.output", L - 1);

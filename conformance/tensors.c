@@ -6,8 +6,10 @@
 #include "conform.h"
 #include "fileio.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int is_int_dtype(m3_dtype dt)
@@ -334,4 +336,184 @@ int cf_st_meta_mem(const void *data, size_t size, const char *name, const char *
     if (len > size - 8)
         return m3_fail(e, "%s: header truncated", name);
     return meta_from_header((const char *)b + 8, (size_t)len, name, key, out, cap, e);
+}
+
+/* ---- port dumps: judged from the header first -------------------------------------- */
+
+/* Edit distance of a and b (each cut to 159 characters). */
+static int edit_distance(const char *a, const char *b)
+{
+    int n = (int)strlen(a), m = (int)strlen(b);
+    n = n > 159 ? 159 : n;
+    m = m > 159 ? 159 : m;
+    int prev[160], cur[160];
+    for (int j = 0; j <= m; j++)
+        prev[j] = j;
+    for (int i = 1; i <= n; i++) {
+        cur[0] = i;
+        for (int j = 1; j <= m; j++) {
+            int d = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            if (prev[j] + 1 < d)
+                d = prev[j] + 1;
+            if (cur[j - 1] + 1 < d)
+                d = cur[j - 1] + 1;
+            cur[j] = d;
+        }
+        memcpy(prev, cur, sizeof(int) * (size_t)(m + 1));
+    }
+    return prev[m];
+}
+
+/* A name of the dump contract (M3-DUMP-3) for a model with L layers. */
+static int contract_name(const char *n, int L)
+{
+    static const char *const top[] = {"embeddings", "final_norm", "logits", "eagle3.aux", "greedy_tokens"};
+    static const char *const sub[] = {"input", "attn_norm", "attn.output", "attn.block_indices",
+                                      "attn.block_scores", "post_attn", "ffn_norm", "mlp.output",
+                                      "moe.topk_index", "moe.topk_weight", "moe.scores", "output"};
+    for (size_t k = 0; k < sizeof top / sizeof top[0]; k++)
+        if (strcmp(n, top[k]) == 0)
+            return 1;
+    if (strncmp(n, "vision.", 7) == 0)
+        return 1;
+    if (strncmp(n, "layers.", 7) != 0 || n[7] < '0' || n[7] > '9' || (n[7] == '0' && n[8] != '.'))
+        return 0;
+    char *end;
+    long l = strtol(n + 7, &end, 10);
+    if (*end != '.' || l < 0 || l >= L)
+        return 0;
+    for (size_t k = 0; k < sizeof sub / sizeof sub[0]; k++)
+        if (strcmp(end + 1, sub[k]) == 0)
+            return 1;
+    return 0;
+}
+
+int cf_tset_load_dump(cf_tset *s, cf_tset *misshaped, const char *path, const cf_tset *golden,
+                      char *unrec, size_t cap, m3_err *e)
+{
+    unrec[0] = 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return m3_fail(e, "%s: cannot open the dump: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode))
+        return m3_fail(e, "%s: is a directory; a dump is one .safetensors file (M3-DUMP-1)", path);
+    if (!S_ISREG(sb.st_mode))
+        return m3_fail(e, "%s: not a regular file; a dump is one .safetensors file", path);
+    size_t pl = strlen(path);
+    if (pl >= 5 && strcmp(path + pl - 5, ".json") == 0)
+        return m3_fail(e, "%s: an index.json; a dump is one .safetensors file (M3-DUMP-1)", path);
+    m3_store *st = NULL;
+    if (m3_store_open(&st, path, e))
+        return -1;
+    int rc = cf_tset_from_dump_store(s, misshaped, st, path, golden, unrec, cap, e);
+    m3_store_close(st);
+    return rc;
+}
+
+int cf_tset_from_dump_store(cf_tset *s, cf_tset *misshaped, const m3_store *st, const char *path,
+                            const cf_tset *golden, char *unrec, size_t cap, m3_err *e)
+{
+    unrec[0] = 0;
+    /* the model's layer count as the golden shows it (component cases have none) */
+    int L = 0, model = cf_tset_get(golden, "logits") != NULL || cf_tset_get(golden, "embeddings") != NULL;
+    for (int i = 0; i < golden->n; i++)
+        if (strncmp(golden->t[i].name, "layers.", 7) == 0) {
+            int l = atoi(golden->t[i].name + 7);
+            L = l + 1 > L ? l + 1 : L;
+        }
+    int rc = 0, nunrec = 0;
+    size_t cnt = m3_store_count(st);
+    for (size_t k = 0; k < cnt && rc == 0; k++) {
+        const m3_tensor *t = m3_store_at(st, k);
+        if (t->dtype != M3_F32 && t->dtype != M3_BF16 && t->dtype != M3_F16 && t->dtype != M3_I32 &&
+            t->dtype != M3_I64) {
+            rc = m3_fail(e, "%s: tensor %s: dtype %s is outside the dump contract (F32, BF16, F16, "
+                            "I32, I64; M3-DUMP-1)",
+                         path, t->name, m3_dtype_name(t->dtype));
+            break;
+        }
+        const size_t tl = strlen(t->name);
+        const int is_rows = strcmp(t->name, "rows") == 0 || (tl > 5 && strcmp(t->name + tl - 5, ".rows") == 0);
+        const cf_tensor *g = is_rows ? NULL : cf_tset_get(golden, t->name);
+        /* a row subset (M3-DUMP-10): a companion NAME.rows or a global "rows" */
+        char rn[300];
+        snprintf(rn, sizeof rn, "%s.rows", t->name);
+        const int subset = g && (m3_store_get(st, rn) || m3_store_get(st, "rows"));
+        if (is_rows && m3_tensor_numel(t) > (int64_t)1 << 24) {
+            rc = m3_fail(e, "%s: row set %s has %lld positions (over 2^24)", path, t->name,
+                         (long long)m3_tensor_numel(t));
+            break;
+        }
+        if (!g && !is_rows) { /* never widened: only the tensors judged are read */
+            if (!model || contract_name(t->name, L))
+                continue;
+            if (nunrec < 6) {
+                const char *best = NULL;
+                int bd = 1 << 30;
+                for (int i = 0; i < golden->n; i++) {
+                    int d = edit_distance(t->name, golden->t[i].name);
+                    if (d < bd) {
+                        bd = d;
+                        best = golden->t[i].name;
+                    }
+                }
+                size_t n = strlen(unrec);
+                snprintf(unrec + n, cap - n, "%s%s%s%s%s", n ? ", " : "", t->name,
+                         best ? " (closest expected: " : "", best ? best : "", best ? ")" : "");
+            }
+            nunrec++;
+            continue;
+        }
+        int same = 1;
+        if (g && subset) /* fewer rows than the golden: no more elements than it */
+            same = g->ndim == t->ndim && m3_tensor_numel(t) <= (int64_t)g->n;
+        else if (g) {
+            same = g->ndim == t->ndim;
+            for (int d = 0; same && d < g->ndim; d++)
+                same = g->shape[d] == t->shape[d];
+        }
+        if (!same) { /* judged from the header: shape only, data never read */
+            cf_tensor *m = slot(misshaped, t->name, e);
+            if (!m || set_shape(m, t->ndim, t->shape, e))
+                rc = m3_fail_prefix(e, "%s", path);
+            else
+                m->is_int = is_int_dtype(t->dtype);
+            continue;
+        }
+        cf_tensor *o = slot(s, t->name, e);
+        if (!o || set_shape(o, t->ndim, t->shape, e)) {
+            rc = m3_fail_prefix(e, "%s", path);
+            break;
+        }
+        size_t n = o->n ? o->n : 1;
+        if (is_int_dtype(t->dtype)) {
+            o->is_int = 1;
+            o->i = malloc(n * sizeof(int32_t));
+            if (!o->i) {
+                rc = m3_fail(e, "%s: out of memory for tensor %s", path, t->name);
+                break;
+            }
+            for (size_t j = 0; j < o->n && rc == 0; j++) {
+                int64_t v = load_int(t->data, t->dtype, j);
+                if (v < INT32_MIN || v > INT32_MAX)
+                    rc = m3_fail(e, "%s: tensor %s element %zu = %lld does not fit int32", path,
+                                 t->name, j, (long long)v);
+                else
+                    o->i[j] = (int32_t)v;
+            }
+        } else {
+            o->f = malloc(n * sizeof(float));
+            if (!o->f) {
+                rc = m3_fail(e, "%s: out of memory for tensor %s", path, t->name);
+                break;
+            }
+            for (size_t j = 0; j < o->n; j++)
+                o->f[j] = m3_load_f32(t->data, t->dtype, j); /* memcpy: any alignment */
+        }
+    }
+    if (rc == 0 && nunrec > 6) {
+        size_t n = strlen(unrec);
+        snprintf(unrec + n, cap - n, " and %d more", nunrec - 6);
+    }
+    return rc;
 }

@@ -30,7 +30,8 @@
  * gpu-emu-test`), which checks the logic without a GPU.
  *  - checkpoint load through libm3.a; weight upload (fp32 / bf16 kept as
  *    stored, other dtypes widened on the host; q/k/v(+index q/k) and the
- *    shared expert's gate/up uploaded as one concatenated matrix each);
+ *    shared expert's gate/up uploaded as one concatenated matrix each) with
+ *    a progress line on stderr (ref/progress.h: bytes of the total, layer);
  *    embeddings and RoPE tables on the host (exact); every layer kind: dense
  *    causal attention, MSA indexer + selection + block-sparse attention
  *    (bf16 KV cache in bf16 mode), dense SwiGLU-OAI MLP, MoE (router, grouped
@@ -93,6 +94,7 @@ extern "C" {
 #include "rope.h"
 #include "sampling.h"
 #include "speculative.h"
+#include "progress.h"
 #include "prompt.h"
 #include "tokenizer.h"
 #include "tokens.h"
@@ -142,7 +144,51 @@ typedef struct dev_model {
     int final_norm_dt;
     void **allocs; /* every hipMalloc, freed by dev_model_free */
     int nallocs, capallocs;
+    m3_progress *pg; /* during dev_model_upload: host bytes uploaded so far */
 } dev_model;
+
+/* Host bytes of a view (0 when absent), as the upload reads them. */
+static int64_t mat_bytes(const m3_mat *x)
+{
+    return x->data ? (int64_t)x->rows * x->cols * (int64_t)m3_dtype_size(x->dtype) : 0;
+}
+static int64_t vec_bytes(const m3_vec *v)
+{
+    return v->data ? (int64_t)v->n * (int64_t)m3_dtype_size(v->dtype) : 0;
+}
+
+/* The host bytes dev_model_upload reads: the total of its progress line. */
+static int64_t upload_bytes(const m3_model *m)
+{
+    const m3_text_config *c = &m->cfg.text;
+    int64_t b = mat_bytes(&m->w.lm_head) + vec_bytes(&m->w.final_norm);
+    for (int l = 0; l < c->num_layers; l++) {
+        const m3_layer_weights *w = &m->w.layers[l];
+        b += vec_bytes(&w->input_norm) + vec_bytes(&w->post_norm) + vec_bytes(&w->q_norm) +
+             vec_bytes(&w->k_norm) + mat_bytes(&w->o) + mat_bytes(&w->q) + mat_bytes(&w->k) +
+             mat_bytes(&w->v);
+        if (c->layer_sparse[l])
+            b += mat_bytes(&w->index_q) + mat_bytes(&w->index_k) + vec_bytes(&w->index_q_norm) +
+                 vec_bytes(&w->index_k_norm);
+        if (c->layer_moe[l]) {
+            b += mat_bytes(&w->router) + vec_bytes(&w->router_bias) + mat_bytes(&w->sh_down) +
+                 mat_bytes(&w->sh_gate) + mat_bytes(&w->sh_up);
+            for (int e = 0; e < c->num_experts; e++)
+                b += mat_bytes(&w->exp_gate[e]) + mat_bytes(&w->exp_up[e]) +
+                     mat_bytes(&w->exp_down[e]);
+        } else {
+            b += mat_bytes(&w->mlp_gate) + mat_bytes(&w->mlp_up) + mat_bytes(&w->mlp_down);
+        }
+    }
+    return b;
+}
+
+/* Count n host bytes as uploaded. */
+static void uploaded(dev_model *dm, size_t n)
+{
+    if (dm->pg)
+        m3_progress_add(dm->pg, (int64_t)n);
+}
 
 static int track(dev_model *dm, void *p)
 {
@@ -178,6 +224,7 @@ static void *upload(dev_model *dm, const void *src, m3_dtype dt, size_t n, int *
             return NULL;
         if (hipMemcpy(d, src, bytes, hipMemcpyHostToDevice) != hipSuccess)
             return NULL;
+        uploaded(dm, bytes);
         *out_dt = dt == M3_BF16 ? M3G_BF16 : M3G_F32;
         return d;
     }
@@ -190,6 +237,7 @@ static void *upload(dev_model *dm, const void *src, m3_dtype dt, size_t n, int *
         hipMemcpy(d, tmp, n * sizeof(float), hipMemcpyHostToDevice) != hipSuccess)
         d = NULL;
     free(tmp);
+    uploaded(dm, n * m3_dtype_size(dt));
     *out_dt = M3G_F32;
     return d;
 }
@@ -244,6 +292,7 @@ static int up_cat(dev_model *dm, m3g_mat *fused, m3g_mat *const *views, const m3
             if (he != hipSuccess)
                 return -1;
         }
+        uploaded(dm, ne * m3_dtype_size(src[i]->dtype));
         views[i]->data = d + off * esz;
         views[i]->rows = src[i]->rows;
         views[i]->cols = (int)cols;
@@ -294,6 +343,7 @@ static int up_experts(dev_model *dm, const void **out, int *dt, const m3_mat *vi
             free(tmp);
             return -1;
         }
+        uploaded(dm, per * m3_dtype_size(views[e].dtype));
     }
     free(tmp);
     *out = d;
@@ -301,14 +351,32 @@ static int up_experts(dev_model *dm, const void **out, int *dt, const m3_mat *vi
     return 0;
 }
 
+static int dev_model_upload_layers(dev_model *dm, const m3_model *m);
+
+/* Upload every text weight, with a progress line on stderr (layer, bytes of
+ * the total, MiB/s, ETA; ref/progress.h), erased when done. */
 static int dev_model_upload(dev_model *dm, const m3_model *m)
 {
-    const m3_text_config *c = &m->cfg.text;
+    m3_progress pg;
+    m3_progress_init_stderr(&pg, "m3-gpu", 0);
+    m3_progress_task(&pg, "weight upload", M3_UNIT_BYTES, upload_bytes(m));
     memset(dm, 0, sizeof *dm);
+    dm->pg = &pg;
+    const int rc = dev_model_upload_layers(dm, m);
+    dm->pg = NULL;
+    m3_progress_end(&pg);
+    return rc;
+}
+
+static int dev_model_upload_layers(dev_model *dm, const m3_model *m)
+{
+    const m3_text_config *c = &m->cfg.text;
     dm->layers = (dev_layer *)calloc((size_t)c->num_layers, sizeof(dev_layer));
     if (!dm->layers)
         return -1;
     for (int l = 0; l < c->num_layers; l++) {
+        if (dm->pg)
+            m3_progress_stage(dm->pg, "layer", l, c->num_layers);
         const m3_layer_weights *w = &m->w.layers[l];
         dev_layer *d = &dm->layers[l];
         if (up_vec(dm, &d->in_norm, &d->in_norm_dt, &w->input_norm) ||

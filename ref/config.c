@@ -366,41 +366,112 @@ static int merge_layers(ctx *x, uint8_t *dst, int nl, int ra, const uint8_t *a, 
 
 /* ------------------------------------------------------------------ text */
 
-static int parse_text(ctx *x, const cJSON *o, const char *path)
+#define TEXT_INT_MAX 2147483647 /* the upper bound of every int key */
+
+/* One scalar key of a text config and the m3_text_config field it sets. */
+typedef enum { FK_INT, FK_INT64, FK_FLOAT, FK_BOOL } field_kind;
+typedef struct text_field {
+    const char *key;
+    field_kind kind;
+    size_t off;  /* offsetof(m3_text_config, field) */
+    int64_t hi;  /* integers: the upper bound (the lower bound is 0) */
+} text_field;
+
+#define TF_INT(k, f) {k, FK_INT, offsetof(m3_text_config, f), TEXT_INT_MAX}
+#define TF_FLOAT(k, f) {k, FK_FLOAT, offsetof(m3_text_config, f), 0}
+#define TF_BOOL(k, f) {k, FK_BOOL, offsetof(m3_text_config, f), 0}
+
+/* Required sizes, read in this order (M3-CFG-2). */
+static const text_field text_required[] = {
+    TF_INT("hidden_size", hidden_size),
+    TF_INT("num_hidden_layers", num_layers),
+    TF_INT("num_attention_heads", num_heads),
+    TF_INT("intermediate_size", intermediate_size),
+    TF_INT("vocab_size", vocab_size),
+};
+
+/* Optional scalars with one spelling; absent keys keep text_defaults' value. */
+static const text_field text_optional[] = {
+    TF_INT("num_key_value_heads", num_kv_heads),
+    TF_INT("dense_intermediate_size", dense_intermediate_size),
+    TF_INT("shared_intermediate_size", shared_intermediate_size),
+    TF_INT("head_dim", head_dim),
+    {"max_position_embeddings", FK_INT64, offsetof(m3_text_config, max_position_embeddings),
+     INT64_MAX / 2},
+    TF_FLOAT("rms_norm_eps", rms_norm_eps),
+    TF_INT("num_experts_per_tok", num_experts_per_tok),
+    TF_INT("n_shared_experts", n_shared_experts),
+    TF_FLOAT("routed_scaling_factor", routed_scaling_factor),
+    TF_BOOL("use_routing_bias", use_routing_bias),
+    TF_FLOAT("swiglu_alpha", swiglu_alpha),
+    TF_FLOAT("swiglu_limit", swiglu_limit),
+    TF_FLOAT("swiglu_beta", swiglu_beta),
+    TF_BOOL("tie_word_embeddings", tie_word_embeddings),
+    TF_INT("bos_token_id", bos_token_id),
+};
+
+/* Integers with a flat (HF v5) and a legacy spelling: the flat one at the
+ * text level, the legacy one in sparse_attention_config (or, with
+ * legacy_in_text, at the text level too). Both present must agree. */
+static const struct {
+    const char *flat, *legacy;
+    int legacy_in_text;
+    size_t off;
+} text_merged[] = {
+    {"num_local_experts", "num_experts", 1, offsetof(m3_text_config, num_experts)},
+    {"index_head_dim", "sparse_index_dim", 0, offsetof(m3_text_config, index_head_dim)},
+    {"index_n_heads", "sparse_num_index_heads", 0, offsetof(m3_text_config, index_n_heads)},
+    {"index_topk_blocks", "sparse_topk_blocks", 0, offsetof(m3_text_config, index_topk)},
+    {"index_block_size", "sparse_block_size", 0, offsetof(m3_text_config, index_block_size)},
+    {"index_local_blocks", "sparse_local_block", 0, offsetof(m3_text_config, index_local_blocks)},
+    {"index_init_blocks", "sparse_init_block", 0, offsetof(m3_text_config, index_init_blocks)},
+};
+
+/* Keys fixed by the architecture: when present they must have these values. */
+static const struct {
+    const char *key, *a, *b; /* accepted strings (b may be NULL) */
+} text_fixed_str[] = {
+    {"hidden_act", "swigluoai", "silu"},
+    {"scoring_func", "sigmoid", NULL},
+    {"qk_norm_type", "per_head", NULL},
+};
+static const struct {
+    const char *key;
+    int want;
+} text_fixed_bool[] = {
+    {"use_gemma_norm", 1},
+    {"use_qk_norm", 1},
+    {"attention_output_gate", 0},
+    {"attention_bias", 0},
+};
+
+/* model_type values of an M3 text config ("minimax_m3_vl" too at top level). */
+static const char *const text_model_types[] = {"minimax_m3_vl_text", "minimax_m3",
+                                               "minimax_m3_text", "minimax_m2", NULL};
+
+static int rd_field(ctx *x, const cJSON *o, const char *path, const text_field *f)
 {
-    m3_text_config *t = &x->c->text;
-    char pa[128], nm_a[160], nm_b[160];
-    int r;
-    const int64_t BIG = 2147483647;
-
-    if (check_keys(x, o, path, text_keys, 1) != 0)
-        return -1;
-
-    /* required sizes */
-    static const char *const req[] = {"hidden_size", "num_hidden_layers",
-                                      "num_attention_heads", "intermediate_size",
-                                      "vocab_size"};
-    int *reqdst[] = {&t->hidden_size, &t->num_layers, &t->num_heads, &t->intermediate_size,
-                     &t->vocab_size};
-    for (int i = 0; i < 5; i++) {
-        r = rd_int(x, o, path, req[i], reqdst[i], 0, BIG);
-        if (r < 0)
-            return -1;
-        if (r == 0) {
-            join_path(nm_a, sizeof nm_a, path, req[i]);
-            return m3_fail(x->e, "%s: missing required key '%s'", x->name, nm_a);
-        }
+    void *dst = (char *)&x->c->text + f->off;
+    switch (f->kind) {
+    case FK_INT:
+        return rd_int(x, o, path, f->key, (int *)dst, 0, f->hi);
+    case FK_INT64:
+        return rd_int64(x, o, path, f->key, (int64_t *)dst, 0, f->hi);
+    case FK_FLOAT:
+        return rd_float(x, o, path, f->key, (float *)dst);
+    case FK_BOOL:
+        return rd_bool(x, o, path, f->key, (int *)dst);
     }
-    if (t->num_layers > M3_MAX_LAYERS) {
-        join_path(nm_a, sizeof nm_a, path, "num_hidden_layers");
-        return m3_fail(x->e, "%s: %s too large (%d vs max %d)", x->name, nm_a, t->num_layers,
-                       M3_MAX_LAYERS);
-    }
+    return m3_fail(x->e, "%s: internal error: bad field kind for %s", x->name, f->key);
+}
 
-    /* defaults (spec M3-CFG-2; see the file comment) */
+/* Defaults for absent keys (spec M3-CFG-2; see the file comment); the
+ * required sizes are already read. */
+static void text_defaults(m3_text_config *t)
+{
     t->num_kv_heads = t->num_heads;
     t->dense_intermediate_size = t->intermediate_size;
-    t->shared_intermediate_size = -1; /* resolved below */
+    t->shared_intermediate_size = -1; /* resolved at the end of parse_text */
     t->head_dim = t->num_heads > 0 ? t->hidden_size / t->num_heads : 0;
     t->max_position_embeddings = 1048576;
     t->rms_norm_eps = 1e-6f;
@@ -422,155 +493,247 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
     t->index_init_blocks = 0;
     t->bos_token_id = 200034;
     t->eos_token_id = 200020;
+}
 
-    if (rd_int(x, o, path, "num_key_value_heads", &t->num_kv_heads, 0, BIG) < 0 ||
-        rd_int(x, o, path, "dense_intermediate_size", &t->dense_intermediate_size, 0, BIG) < 0 ||
-        rd_int(x, o, path, "shared_intermediate_size", &t->shared_intermediate_size, 0, BIG) <
-            0 ||
-        rd_int(x, o, path, "head_dim", &t->head_dim, 0, BIG) < 0 ||
-        rd_int64(x, o, path, "max_position_embeddings", &t->max_position_embeddings, 0,
-                 INT64_MAX / 2) < 0 ||
-        rd_float(x, o, path, "rms_norm_eps", &t->rms_norm_eps) < 0 ||
-        rd_int(x, o, path, "num_experts_per_tok", &t->num_experts_per_tok, 0, BIG) < 0 ||
-        rd_int(x, o, path, "n_shared_experts", &t->n_shared_experts, 0, BIG) < 0 ||
-        rd_float(x, o, path, "routed_scaling_factor", &t->routed_scaling_factor) < 0 ||
-        rd_bool(x, o, path, "use_routing_bias", &t->use_routing_bias) < 0 ||
-        rd_float(x, o, path, "swiglu_alpha", &t->swiglu_alpha) < 0 ||
-        rd_float(x, o, path, "swiglu_limit", &t->swiglu_limit) < 0 ||
-        rd_float(x, o, path, "swiglu_beta", &t->swiglu_beta) < 0 ||
-        rd_bool(x, o, path, "tie_word_embeddings", &t->tie_word_embeddings) < 0 ||
-        rd_int(x, o, path, "bos_token_id", &t->bos_token_id, 0, BIG) < 0)
-        return -1;
-
-    /* experts: num_local_experts (num_experts is HF's attribute alias) */
-    {
-        int a = 0, b = 0;
-        int ra = rd_int(x, o, path, "num_local_experts", &a, 0, BIG);
-        int rb = rd_int(x, o, path, "num_experts", &b, 0, BIG);
-        if (ra < 0 || rb < 0)
-            return -1;
-        join_path(nm_a, sizeof nm_a, path, "num_local_experts");
-        join_path(nm_b, sizeof nm_b, path, "num_experts");
-        if (merge_int(x, &t->num_experts, ra, a, nm_a, rb, b, nm_b) != 0)
-            return -1;
+/* eos_token_id: an int or a list of ints (the first is used). */
+static int parse_eos(ctx *x, const cJSON *o, const char *path)
+{
+    m3_text_config *t = &x->c->text;
+    const cJSON *v = get(o, "eos_token_id");
+    if (v && cJSON_IsArray(v)) {
+        char nm[160];
+        join_path(nm, sizeof nm, path, "eos_token_id");
+        const cJSON *f = v->child;
+        if (!f || !cJSON_IsNumber(f) || floor(f->valuedouble) != f->valuedouble ||
+            f->valuedouble < 0 || f->valuedouble > (double)TEXT_INT_MAX)
+            return m3_fail(x->e, "%s: %s must be an integer or a non-empty list of integers",
+                           x->name, nm);
+        t->eos_token_id = (int)f->valuedouble;
+        for (; f; f = f->next) /* every entry is an id the model can produce */
+            if (!cJSON_IsNumber(f) || f->valuedouble < 0 ||
+                f->valuedouble >= (double)t->vocab_size)
+                return m3_fail(x->e, "%s: %s entry is not an id in the vocabulary [0, %d)",
+                               x->name, nm, t->vocab_size);
+        return 0;
     }
-
-    /* eos: int or list of ints (first used) */
-    {
-        const cJSON *v = get(o, "eos_token_id");
-        if (v && cJSON_IsArray(v)) {
-            join_path(nm_a, sizeof nm_a, path, "eos_token_id");
-            const cJSON *f = v->child;
-            if (!f || !cJSON_IsNumber(f) || floor(f->valuedouble) != f->valuedouble ||
-                f->valuedouble < 0 || f->valuedouble > (double)BIG)
-                return m3_fail(x->e, "%s: %s must be an integer or a non-empty list of integers",
-                               x->name, nm_a);
-            t->eos_token_id = (int)f->valuedouble;
-            for (; f; f = f->next) /* every entry is an id the model can produce */
-                if (!cJSON_IsNumber(f) || f->valuedouble < 0 ||
-                    f->valuedouble >= (double)t->vocab_size)
-                    return m3_fail(x->e, "%s: %s entry is not an id in the vocabulary [0, %d)",
-                                   x->name, nm_a, t->vocab_size);
-        } else if (rd_int(x, o, path, "eos_token_id", &t->eos_token_id, 0, BIG) < 0) {
-            return -1;
-        }
-        if (v && t->eos_token_id >= t->vocab_size) { /* the default is the released id */
-            join_path(nm_a, sizeof nm_a, path, "eos_token_id");
-            return m3_fail(x->e, "%s: %s %d is not in the vocabulary [0, %d)", x->name, nm_a,
-                           t->eos_token_id, t->vocab_size);
-        }
-    }
-
-    /* fixed-by-architecture flags */
-    if (expect_str(x, o, path, "hidden_act", "swigluoai", "silu") < 0 ||
-        expect_str(x, o, path, "scoring_func", "sigmoid", NULL) < 0 ||
-        expect_str(x, o, path, "qk_norm_type", "per_head", NULL) < 0 ||
-        expect_bool(x, o, path, "use_gemma_norm", 1) < 0 ||
-        expect_bool(x, o, path, "use_qk_norm", 1) < 0 ||
-        expect_bool(x, o, path, "attention_output_gate", 0) < 0 ||
-        expect_bool(x, o, path, "attention_bias", 0) < 0)
+    if (rd_int(x, o, path, "eos_token_id", &t->eos_token_id, 0, TEXT_INT_MAX) < 0)
         return -1;
-    {
-        const char *mt = NULL;
-        if (rd_str(x, o, path, "model_type", &mt) < 0)
+    if (v && t->eos_token_id >= t->vocab_size) { /* the default is the released id */
+        char nm[160];
+        join_path(nm, sizeof nm, path, "eos_token_id");
+        return m3_fail(x->e, "%s: %s %d is not in the vocabulary [0, %d)", x->name, nm,
+                       t->eos_token_id, t->vocab_size);
+    }
+    return 0;
+}
+
+/* The architecture-fixed keys, model_type, rope_scaling and the MTP count. */
+static int parse_fixed(ctx *x, const cJSON *o, const char *path)
+{
+    char nm[160];
+    for (size_t i = 0; i < sizeof text_fixed_str / sizeof text_fixed_str[0]; i++)
+        if (expect_str(x, o, path, text_fixed_str[i].key, text_fixed_str[i].a,
+                       text_fixed_str[i].b) < 0)
             return -1;
-        if (mt && strcmp(mt, "minimax_m3_vl_text") != 0 && strcmp(mt, "minimax_m3") != 0 &&
-            strcmp(mt, "minimax_m3_text") != 0 && strcmp(mt, "minimax_m2") != 0 &&
-            !(path[0] == '\0' && strcmp(mt, "minimax_m3_vl") == 0)) {
-            join_path(nm_a, sizeof nm_a, path, "model_type");
-            return m3_fail(x->e, "%s: %s \"%s\" is not an M3 text model", x->name, nm_a, mt);
-        }
+    for (size_t i = 0; i < sizeof text_fixed_bool / sizeof text_fixed_bool[0]; i++)
+        if (expect_bool(x, o, path, text_fixed_bool[i].key, text_fixed_bool[i].want) < 0)
+            return -1;
+    const char *mt = NULL;
+    if (rd_str(x, o, path, "model_type", &mt) < 0)
+        return -1;
+    if (mt && !in_list(mt, text_model_types) &&
+        !(path[0] == '\0' && strcmp(mt, "minimax_m3_vl") == 0)) {
+        join_path(nm, sizeof nm, path, "model_type");
+        return m3_fail(x->e, "%s: %s \"%s\" is not an M3 text model", x->name, nm, mt);
     }
     if (get(o, "rope_scaling")) {
-        join_path(nm_a, sizeof nm_a, path, "rope_scaling");
-        return m3_fail(x->e, "%s: %s is set; M3 uses plain RoPE (no scaling)", x->name, nm_a);
+        join_path(nm, sizeof nm, path, "rope_scaling");
+        return m3_fail(x->e, "%s: %s is set; M3 uses plain RoPE (no scaling)", x->name, nm);
     }
-    {
-        int v = 0;
-        if (rd_int(x, o, path, "num_mtp_modules", &v, 0, BIG) < 0)
-            return -1;
-        x->c->num_mtp_modules = v;
-        /* informational / serving-only: type-checked, otherwise ignored */
-        if (rd_int(x, o, path, "num_nextn_predict_layers", &v, 0, BIG) < 0 ||
-            rd_bool(x, o, path, "use_index_cache", &v) < 0)
-            return -1;
-    }
+    int v = 0;
+    if (rd_int(x, o, path, "num_mtp_modules", &v, 0, TEXT_INT_MAX) < 0)
+        return -1;
+    x->c->num_mtp_modules = v;
+    /* informational / serving-only: type-checked, otherwise ignored */
+    if (rd_int(x, o, path, "num_nextn_predict_layers", &v, 0, TEXT_INT_MAX) < 0 ||
+        rd_bool(x, o, path, "use_index_cache", &v) < 0)
+        return -1;
+    return 0;
+}
 
-    /* RoPE: rope_theta / rope_parameters.rope_theta; rotary_dim / partial factor */
-    {
-        const cJSON *rp = get(o, "rope_parameters");
-        join_path(pa, sizeof pa, path, "rope_parameters");
-        if (rp) {
-            if (!cJSON_IsObject(rp))
-                return m3_fail(x->e, "%s: %s must be an object", x->name, pa);
-            if (check_keys(x, rp, pa, rope_keys, 0) != 0 ||
-                expect_str(x, rp, pa, "rope_type", "default", NULL) < 0)
-                return -1;
-        }
-        double th_a = 0, th_b = 0, pf_a = 0, pf_b = 0;
-        int ra = rd_double(x, o, path, "rope_theta", &th_a);
-        int rb = rd_double(x, rp, pa, "rope_theta", &th_b);
-        int rc = rd_double(x, o, path, "partial_rotary_factor", &pf_a);
-        int rd = rd_double(x, rp, pa, "partial_rotary_factor", &pf_b);
-        if (ra < 0 || rb < 0 || rc < 0 || rd < 0)
+/* RoPE: rope_theta / rope_parameters.rope_theta; rotary_dim / partial factor. */
+static int parse_rope(ctx *x, const cJSON *o, const char *path)
+{
+    m3_text_config *t = &x->c->text;
+    char pa[128], nm_a[160], nm_b[160];
+    const cJSON *rp = get(o, "rope_parameters");
+    join_path(pa, sizeof pa, path, "rope_parameters");
+    if (rp) {
+        if (!cJSON_IsObject(rp))
+            return m3_fail(x->e, "%s: %s must be an object", x->name, pa);
+        if (check_keys(x, rp, pa, rope_keys, 0) != 0 ||
+            expect_str(x, rp, pa, "rope_type", "default", NULL) < 0)
             return -1;
-        join_path(nm_a, sizeof nm_a, path, "rope_theta");
-        if (ra == 1 && rb == 1 && th_a != th_b)
-            return m3_fail(x->e, "%s: %s (%g) disagrees with %s.rope_theta (%g)", x->name, nm_a,
-                           th_a, pa, th_b);
-        if (ra == 1)
-            t->rope_theta = th_a;
-        else if (rb == 1)
-            t->rope_theta = th_b;
-        join_path(nm_a, sizeof nm_a, path, "partial_rotary_factor");
-        if (rc == 1 && rd == 1 && pf_a != pf_b)
-            return m3_fail(x->e, "%s: %s (%g) disagrees with %s.partial_rotary_factor (%g)",
-                           x->name, nm_a, pf_a, pa, pf_b);
-        double pf = rc == 1 ? pf_a : pf_b;
-        int has_pf = rc == 1 || rd == 1;
-        int rdim = 0;
-        int rr = rd_int(x, o, path, "rotary_dim", &rdim, 0, BIG);
-        if (rr < 0)
-            return -1;
-        if (has_pf) {
-            double want = pf * (double)t->head_dim;
-            if (!(pf > 0.0 && pf <= 1.0) || floor(want) != want)
-                return m3_fail(x->e, "%s: %s %g x head_dim %d is not a whole number of "
-                                     "dimensions in (0, head_dim]",
-                               x->name, rc == 1 ? nm_a : pa, pf, t->head_dim);
-            if (rr == 1 && rdim != (int)want) {
-                join_path(nm_b, sizeof nm_b, path, "rotary_dim");
-                return m3_fail(x->e, "%s: %s (%d) disagrees with partial_rotary_factor %g x "
-                                     "head_dim %d",
-                               x->name, nm_b, rdim, pf, t->head_dim);
-            }
-            t->rotary_dim = (int)want;
-        }
-        if (rr == 1)
-            t->rotary_dim = rdim;
-        if (rr == 0 && !has_pf)
-            t->rotary_dim = t->head_dim; /* partial_rotary_factor 1.0 */
     }
+    double th_a = 0, th_b = 0, pf_a = 0, pf_b = 0;
+    int ra = rd_double(x, o, path, "rope_theta", &th_a);
+    int rb = rd_double(x, rp, pa, "rope_theta", &th_b);
+    int rc = rd_double(x, o, path, "partial_rotary_factor", &pf_a);
+    int rd = rd_double(x, rp, pa, "partial_rotary_factor", &pf_b);
+    if (ra < 0 || rb < 0 || rc < 0 || rd < 0)
+        return -1;
+    join_path(nm_a, sizeof nm_a, path, "rope_theta");
+    if (ra == 1 && rb == 1 && th_a != th_b)
+        return m3_fail(x->e, "%s: %s (%g) disagrees with %s.rope_theta (%g)", x->name, nm_a,
+                       th_a, pa, th_b);
+    if (ra == 1)
+        t->rope_theta = th_a;
+    else if (rb == 1)
+        t->rope_theta = th_b;
+    join_path(nm_a, sizeof nm_a, path, "partial_rotary_factor");
+    if (rc == 1 && rd == 1 && pf_a != pf_b)
+        return m3_fail(x->e, "%s: %s (%g) disagrees with %s.partial_rotary_factor (%g)",
+                       x->name, nm_a, pf_a, pa, pf_b);
+    double pf = rc == 1 ? pf_a : pf_b;
+    int has_pf = rc == 1 || rd == 1;
+    int rdim = 0;
+    int rr = rd_int(x, o, path, "rotary_dim", &rdim, 0, TEXT_INT_MAX);
+    if (rr < 0)
+        return -1;
+    if (has_pf) {
+        double want = pf * (double)t->head_dim;
+        if (!(pf > 0.0 && pf <= 1.0) || floor(want) != want)
+            return m3_fail(x->e, "%s: %s %g x head_dim %d is not a whole number of "
+                                 "dimensions in (0, head_dim]",
+                           x->name, rc == 1 ? nm_a : pa, pf, t->head_dim);
+        if (rr == 1 && rdim != (int)want) {
+            join_path(nm_b, sizeof nm_b, path, "rotary_dim");
+            return m3_fail(x->e, "%s: %s (%d) disagrees with partial_rotary_factor %g x "
+                                 "head_dim %d",
+                           x->name, nm_b, rdim, pf, t->head_dim);
+        }
+        t->rotary_dim = (int)want;
+    }
+    if (rr == 1)
+        t->rotary_dim = rdim;
+    if (rr == 0 && !has_pf)
+        t->rotary_dim = t->head_dim; /* partial_rotary_factor 1.0 */
+    return 0;
+}
+
+/* The rows of text_merged whose legacy_in_text is in_text: flat spellings in
+ * o (at path), legacy ones in lo (at lpath). */
+static int parse_merged(ctx *x, const cJSON *o, const char *path, int in_text, const cJSON *lo,
+                        const char *lpath)
+{
+    char nm_a[160], nm_b[160];
+    for (size_t i = 0; i < sizeof text_merged / sizeof text_merged[0]; i++) {
+        if (text_merged[i].legacy_in_text != in_text)
+            continue;
+        int a = 0, b = 0;
+        int ra = rd_int(x, o, path, text_merged[i].flat, &a, 0, TEXT_INT_MAX);
+        int rb = rd_int(x, lo, lpath, text_merged[i].legacy, &b, 0, TEXT_INT_MAX);
+        if (ra < 0 || rb < 0)
+            return -1;
+        join_path(nm_a, sizeof nm_a, path, text_merged[i].flat);
+        join_path(nm_b, sizeof nm_b, lpath, text_merged[i].legacy);
+        int *dst = (int *)((char *)&x->c->text + text_merged[i].off);
+        if (merge_int(x, dst, ra, a, nm_a, rb, b, nm_b) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Attention pattern: layer_types vs sparse_attention_config (sp, at pa). */
+static int parse_attn_pattern(ctx *x, const cJSON *o, const char *path, const cJSON *sp,
+                              const char *pa)
+{
+    m3_text_config *t = &x->c->text;
+    char nm_a[160], nm_b[160];
+    uint8_t a[M3_MAX_LAYERS], b[M3_MAX_LAYERS];
+    int na = 0, nb = 0;
+    int ra = rd_layers(x, o, path, "layer_types", a, &na, "minimax_m3_sparse", "full_attention");
+    int rb = rd_flags(x, sp, pa, "sparse_attention_freq", b, &nb);
+    if (ra < 0 || rb < 0)
+        return -1;
+    int use = 1;
+    if (rd_bool(x, sp, pa, "use_sparse_attention", &use) < 0)
+        return -1;
+    if (!use && rb == 1)
+        memset(b, 0, sizeof b); /* M3-CFG-3: false => every layer dense */
+    join_path(nm_a, sizeof nm_a, path, "layer_types");
+    snprintf(nm_b, sizeof nm_b, "%s.sparse_attention_freq", pa);
+    if (merge_layers(x, t->layer_sparse, t->num_layers, ra, a, na, nm_a, rb, b, nb, nm_b,
+                     use ? "" : " (use_sparse_attention is false)") < 0)
+        return -1;
+    int nd = 0;
+    int rdv = rd_flags(x, sp, pa, "sparse_disable_index_value", b, &nd);
+    if (rdv < 0)
+        return -1;
+    if (rdv == 1) {
+        if (nd != t->num_layers)
+            return m3_fail(x->e, "%s: %s.sparse_disable_index_value has %d entries (vs "
+                                 "num_hidden_layers %d)",
+                           x->name, pa, nd, t->num_layers);
+        for (int i = 0; i < nd; i++)
+            if (t->layer_sparse[i] && !b[i])
+                return m3_fail(x->e, "%s: %s.sparse_disable_index_value[%d] is 0: the "
+                                     "index-value branch is not part of M3 and not supported",
+                               x->name, pa, i);
+    }
+    return 0;
+}
+
+/* MLP pattern: mlp_layer_types vs moe_layer_freq; neither means all MoE. */
+static int parse_mlp_pattern(ctx *x, const cJSON *o, const char *path)
+{
+    m3_text_config *t = &x->c->text;
+    char nm_a[160], nm_b[160];
+    uint8_t a[M3_MAX_LAYERS], b[M3_MAX_LAYERS];
+    int na = 0, nb = 0;
+    int ra = rd_layers(x, o, path, "mlp_layer_types", a, &na, "sparse", "dense");
+    int rb = rd_flags(x, o, path, "moe_layer_freq", b, &nb);
+    if (ra < 0 || rb < 0)
+        return -1;
+    join_path(nm_a, sizeof nm_a, path, "mlp_layer_types");
+    join_path(nm_b, sizeof nm_b, path, "moe_layer_freq");
+    int got = merge_layers(x, t->layer_moe, t->num_layers, ra, a, na, nm_a, rb, b, nb, nm_b, "");
+    if (got < 0)
+        return -1;
+    if (got == 0)
+        memset(t->layer_moe, 1, (size_t)t->num_layers); /* HF default: all MoE */
+    return 0;
+}
+
+static int parse_text(ctx *x, const cJSON *o, const char *path)
+{
+    m3_text_config *t = &x->c->text;
+    char pa[128], nm[160];
+
+    if (check_keys(x, o, path, text_keys, 1) != 0)
+        return -1;
+    for (size_t i = 0; i < sizeof text_required / sizeof text_required[0]; i++) {
+        int r = rd_field(x, o, path, &text_required[i]);
+        if (r < 0)
+            return -1;
+        if (r == 0) {
+            join_path(nm, sizeof nm, path, text_required[i].key);
+            return m3_fail(x->e, "%s: missing required key '%s'", x->name, nm);
+        }
+    }
+    if (t->num_layers > M3_MAX_LAYERS) {
+        join_path(nm, sizeof nm, path, "num_hidden_layers");
+        return m3_fail(x->e, "%s: %s too large (%d vs max %d)", x->name, nm, t->num_layers,
+                       M3_MAX_LAYERS);
+    }
+    text_defaults(t);
+    for (size_t i = 0; i < sizeof text_optional / sizeof text_optional[0]; i++)
+        if (rd_field(x, o, path, &text_optional[i]) < 0)
+            return -1;
+    /* experts first: num_local_experts (num_experts is HF's attribute alias) */
+    if (parse_merged(x, o, path, 1, o, path) != 0 || parse_eos(x, o, path) != 0 ||
+        parse_fixed(x, o, path) != 0 || parse_rope(x, o, path) != 0)
+        return -1;
 
     /* MSA: flat index_* (HF v5) vs sparse_attention_config.sparse_* (released) */
     const cJSON *sp = get(o, "sparse_attention_config");
@@ -580,91 +743,16 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
     if (sp && (check_keys(x, sp, pa, sparse_keys, 0) != 0 ||
                expect_str(x, sp, pa, "sparse_score_type", "max", NULL) < 0))
         return -1;
-    {
-        static const struct {
-            const char *flat, *legacy;
-            size_t off;
-        } idx[] = {
-            {"index_head_dim", "sparse_index_dim", offsetof(m3_text_config, index_head_dim)},
-            {"index_n_heads", "sparse_num_index_heads", offsetof(m3_text_config, index_n_heads)},
-            {"index_topk_blocks", "sparse_topk_blocks", offsetof(m3_text_config, index_topk)},
-            {"index_block_size", "sparse_block_size", offsetof(m3_text_config, index_block_size)},
-            {"index_local_blocks", "sparse_local_block",
-             offsetof(m3_text_config, index_local_blocks)},
-            {"index_init_blocks", "sparse_init_block",
-             offsetof(m3_text_config, index_init_blocks)},
-        };
-        for (size_t i = 0; i < sizeof idx / sizeof idx[0]; i++) {
-            int a = 0, b = 0;
-            int ra = rd_int(x, o, path, idx[i].flat, &a, 0, BIG);
-            int rb = rd_int(x, sp, pa, idx[i].legacy, &b, 0, BIG);
-            if (ra < 0 || rb < 0)
-                return -1;
-            join_path(nm_a, sizeof nm_a, path, idx[i].flat);
-            join_path(nm_b, sizeof nm_b, pa, idx[i].legacy);
-            if (merge_int(x, (int *)((char *)t + idx[i].off), ra, a, nm_a, rb, b, nm_b) != 0)
-                return -1;
-        }
-    }
+    if (parse_merged(x, o, path, 0, sp, pa) != 0 || parse_attn_pattern(x, o, path, sp, pa) != 0 ||
+        parse_mlp_pattern(x, o, path) != 0)
+        return -1;
 
-    /* attention pattern */
-    {
-        uint8_t a[M3_MAX_LAYERS], b[M3_MAX_LAYERS];
-        int na = 0, nb = 0;
-        int ra = rd_layers(x, o, path, "layer_types", a, &na, "minimax_m3_sparse",
-                          "full_attention");
-        int rb = rd_flags(x, sp, pa, "sparse_attention_freq", b, &nb);
-        if (ra < 0 || rb < 0)
-            return -1;
-        int use = 1;
-        if (rd_bool(x, sp, pa, "use_sparse_attention", &use) < 0)
-            return -1;
-        if (!use && rb == 1)
-            memset(b, 0, sizeof b); /* M3-CFG-3: false => every layer dense */
-        join_path(nm_a, sizeof nm_a, path, "layer_types");
-        snprintf(nm_b, sizeof nm_b, "%s.sparse_attention_freq", pa);
-        if (merge_layers(x, t->layer_sparse, t->num_layers, ra, a, na, nm_a, rb, b, nb, nm_b,
-                         use ? "" : " (use_sparse_attention is false)") < 0)
-            return -1;
-        int nd = 0;
-        int rdv = rd_flags(x, sp, pa, "sparse_disable_index_value", b, &nd);
-        if (rdv < 0)
-            return -1;
-        if (rdv == 1) {
-            if (nd != t->num_layers)
-                return m3_fail(x->e, "%s: %s.sparse_disable_index_value has %d entries (vs "
-                                     "num_hidden_layers %d)",
-                               x->name, pa, nd, t->num_layers);
-            for (int i = 0; i < nd; i++)
-                if (t->layer_sparse[i] && !b[i])
-                    return m3_fail(x->e, "%s: %s.sparse_disable_index_value[%d] is 0: the "
-                                         "index-value branch is not part of M3 and not supported",
-                                   x->name, pa, i);
-        }
-    }
-    /* MLP pattern */
-    {
-        uint8_t a[M3_MAX_LAYERS], b[M3_MAX_LAYERS];
-        int na = 0, nb = 0;
-        int ra = rd_layers(x, o, path, "mlp_layer_types", a, &na, "sparse", "dense");
-        int rb = rd_flags(x, o, path, "moe_layer_freq", b, &nb);
-        if (ra < 0 || rb < 0)
-            return -1;
-        join_path(nm_a, sizeof nm_a, path, "mlp_layer_types");
-        join_path(nm_b, sizeof nm_b, path, "moe_layer_freq");
-        int got = merge_layers(x, t->layer_moe, t->num_layers, ra, a, na, nm_a, rb, b, nb, nm_b,
-                               "");
-        if (got < 0)
-            return -1;
-        if (got == 0)
-            memset(t->layer_moe, 1, (size_t)t->num_layers); /* HF default: all MoE */
-    }
     /* index_topk_freq: cross-layer top-k reuse is a serving approximation
      * (Decisions 4); accepted and ignored. */
     if (get(o, "index_topk_freq") && !cJSON_IsNumber(get(o, "index_topk_freq")) &&
         !cJSON_IsArray(get(o, "index_topk_freq"))) {
-        join_path(nm_a, sizeof nm_a, path, "index_topk_freq");
-        return m3_fail(x->e, "%s: %s must be a number or an array", x->name, nm_a);
+        join_path(nm, sizeof nm, path, "index_topk_freq");
+        return m3_fail(x->e, "%s: %s must be a number or an array", x->name, nm);
     }
     int any_moe = 0;
     for (int i = 0; i < t->num_layers; i++)
@@ -672,10 +760,10 @@ static int parse_text(ctx *x, const cJSON *o, const char *path)
     if (any_moe && (t->num_experts == 0 || t->num_experts_per_tok == 0) &&
         !get(o, t->num_experts == 0 ? "num_local_experts" : "num_experts_per_tok") &&
         !(t->num_experts == 0 && get(o, "num_experts"))) {
-        join_path(nm_a, sizeof nm_a, path,
+        join_path(nm, sizeof nm, path,
                   t->num_experts == 0 ? "num_local_experts" : "num_experts_per_tok");
         return m3_fail(x->e, "%s: missing required key '%s' (the config has MoE layers)",
-                       x->name, nm_a);
+                       x->name, nm);
     }
     if (t->shared_intermediate_size < 0)
         t->shared_intermediate_size = t->intermediate_size * t->n_shared_experts;

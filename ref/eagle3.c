@@ -534,7 +534,7 @@ struct m3_eagle3_state {
     float *h, *tmp;     /* [H] */
     float *ffn;         /* [2I] */
     float *cos_t, *sin_t; /* [rd/2] */
-    float *ascr;        /* [cap] */
+    float *ascr;        /* [m3_attention_scratch(cap - 1, ...)] */
 };
 
 static void *xcalloc(size_t a, size_t b)
@@ -591,7 +591,7 @@ m3_eagle3_state *m3_eagle3_state_new(const m3_eagle3 *d, int64_t max_tokens, m3_
     s->ffn = xcalloc(2, (size_t)c->intermediate_size);
     s->cos_t = xcalloc((size_t)(c->rotary_dim / 2 + 1), 1);
     s->sin_t = xcalloc((size_t)(c->rotary_dim / 2 + 1), 1);
-    s->ascr = xcalloc((size_t)max_tokens, 1);
+    s->ascr = xcalloc(m3_attention_scratch(max_tokens - 1, c->num_heads, c->num_kv_heads, c->head_dim), 1);
     if (!s->kc || !s->vc || !s->z || !s->xn || !s->q || !s->att || !s->h || !s->tmp || !s->ffn ||
         !s->cos_t || !s->sin_t || !s->ascr) {
         m3_fail(e, "drafter state: cannot allocate the cache for %lld positions",

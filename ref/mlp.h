@@ -18,5 +18,9 @@ float m3_swiglu_oai(float gate, float up, float alpha, float limit, float beta);
  * scratch >= 2 * gate->rows floats. bf16 mode rounds gate/up/act/y. */
 void m3_mlp(float *y, const float *x, const m3_mat *gate, const m3_mat *up, const m3_mat *down,
             const m3_text_config *c, float *scratch, m3_mode mode);
+/* m3_mlp on each of the n rows of x [n, gate->cols] into y [n, down->rows], bit for bit;
+ * scratch [2 * n * gate->rows]. */
+void m3_mlp_rows(float *y, const float *x, int n, const m3_mat *gate, const m3_mat *up,
+                 const m3_mat *down, const m3_text_config *c, float *scratch, m3_mode mode);
 
 #endif

@@ -27,7 +27,14 @@
 #include "moe.h"
 #include "msa.h"
 #include "norm.h"
+#include "progress.h"
 #include "rope.h"
+
+/* Rows of one layer pass (prefill runs a layer on chunks of this many rows:
+ * bounded scratch, and every weight read once per chunk). */
+#define M3_CHUNK_ROWS 1024
+/* Rows of one MLP or expert batch inside a chunk. */
+#define M3_FFN_ROWS 256
 
 /* ------------------------------------------------------------------------ */
 /* open / close                                                             */
@@ -76,22 +83,26 @@ struct m3_state {
     int64_t *layer_len; /* [L] positions held by each layer's caches */
     float **kc, **vc;   /* [L] -> [cap, nkv, hd] (rounded in bf16 mode) */
     float **ikc;        /* [L] -> [cap, ihd] on sparse layers, else NULL */
-    /* scratch, sized once */
+    /* scratch, sized once; a layer runs on chunks of up to `chunk` rows */
+    int chunk;          /* rows of one layer pass: min(cap, M3_CHUNK_ROWS) */
+    int ffn_rows;       /* rows of one MLP / expert batch: min(chunk, M3_FFN_ROWS) */
     float *h;           /* [cap, H] residual stream of the rows of one call */
-    float *xn;          /* [max(H, ...)] normed row */
-    float *q;           /* [nh * hd] */
-    float *att;         /* [nh * hd] attention output */
-    float *tmp;         /* [H] o_proj / FFN output */
-    float *iq;          /* [ih * ihd] */
+    float *xn;          /* [chunk, H] normed rows */
+    float *q;           /* [chunk, nh * hd] */
+    float *att;         /* [chunk, nh * hd] attention outputs */
+    float *tmp;         /* [chunk, H] o_proj / FFN outputs */
+    float *iq;          /* [chunk, ih * ihd] */
     float *cos_t, *sin_t; /* [rotary_dim / 2] */
-    float *ascr;        /* [cap] attention scratch */
+    float *ascr;        /* [m3_attention_scratch(cap - 1, ...)] attention scratch */
     float *bs;          /* [G, max blocks] block scores */
     int32_t *blk;       /* [G, topk] selected blocks */
     int topk;           /* selection width: min(index_topk, blocks of cap); dumps pad to index_topk */
     float *ffn;         /* FFN scratch */
-    int32_t *ridx;      /* [k] */
-    float *rw;          /* [k] */
-    float *rscores;     /* [E] */
+    int32_t *ridx;      /* [chunk, k] */
+    float *rw;          /* [chunk, k] */
+    float *rscores;     /* [chunk, E] */
+    int32_t *rsel;      /* [chunk] rows routed to one expert */
+    m3_progress *progress; /* not owned; NULL: no progress reports */
 };
 
 /* calloc of a * b elements of size sz, NULL on overflow or failure. */
@@ -135,6 +146,7 @@ void m3_state_free(m3_state *s)
     free(s->ridx);
     free(s->rw);
     free(s->rscores);
+    free(s->rsel);
     free(s);
 }
 
@@ -213,11 +225,14 @@ m3_state *m3_state_new(const m3_model *m, int64_t max_tokens, m3_mode mode, m3_e
     }
 
     size_t nb_max = (size_t)(any_sparse ? m3_msa_num_blocks(max_tokens - 1, c->index_block_size) : 1);
+    s->chunk = max_tokens < M3_CHUNK_ROWS ? (int)max_tokens : M3_CHUNK_ROWS;
+    s->ffn_rows = s->chunk < M3_FFN_ROWS ? s->chunk : M3_FFN_ROWS;
+    const size_t CH = (size_t)s->chunk, FR = (size_t)s->ffn_rows;
     size_t ffn = 1;
     if (any_dense_mlp)
-        ffn = 2 * (size_t)c->dense_intermediate_size;
+        ffn = 2 * (size_t)c->dense_intermediate_size * FR;
     if (any_moe) {
-        size_t f = 2 * (size_t)c->intermediate_size + 2 * (size_t)c->shared_intermediate_size + 2 * H;
+        size_t f = m3_moe_rows_scratch(c, s->chunk, s->ffn_rows);
         if (f > ffn)
             ffn = f;
     }
@@ -225,25 +240,28 @@ m3_state *m3_state_new(const m3_model *m, int64_t max_tokens, m3_mode mode, m3_e
     size_t E = (size_t)imax(c->num_experts, 1);
 
     s->h = alloc3(cap, H, sizeof(float));
-    s->xn = alloc3(H, 1, sizeof(float));
-    s->q = alloc3(nh, hd, sizeof(float));
-    s->att = alloc3(nh, hd, sizeof(float));
-    s->tmp = alloc3(H, 1, sizeof(float));
-    s->iq = alloc3(G ? G : 1, ihd ? ihd : 1, sizeof(float));
+    s->xn = alloc3(CH, H, sizeof(float));
+    s->q = alloc3(CH, nh * hd, sizeof(float));
+    s->att = alloc3(CH, nh * hd, sizeof(float));
+    s->tmp = alloc3(CH, H, sizeof(float));
+    s->iq = alloc3(CH, (G ? G : 1) * (ihd ? ihd : 1), sizeof(float));
     s->cos_t = alloc3((size_t)imax(c->rotary_dim / 2, 1), 1, sizeof(float));
     s->sin_t = alloc3((size_t)imax(c->rotary_dim / 2, 1), 1, sizeof(float));
-    s->ascr = alloc3(cap, 1, sizeof(float));
+    s->ascr = alloc3(m3_attention_scratch(max_tokens - 1, c->num_heads, c->num_kv_heads, c->head_dim),
+                     1, sizeof(float));
     s->bs = alloc3(G ? G : 1, nb_max, sizeof(float));
     /* no row can select more blocks than the capacity has: a huge index_topk must not
      * size scratch or the per-row selection loop */
     s->topk = any_sparse && (size_t)c->index_topk > nb_max ? (int)nb_max : imax(c->index_topk, 1);
     s->blk = alloc3(G ? G : 1, (size_t)s->topk, sizeof(int32_t));
     s->ffn = alloc3(ffn, 1, sizeof(float));
-    s->ridx = alloc3(kmax, 1, sizeof(int32_t));
-    s->rw = alloc3(kmax, 1, sizeof(float));
-    s->rscores = alloc3(E, 1, sizeof(float));
+    s->ridx = alloc3(CH, kmax, sizeof(int32_t));
+    s->rw = alloc3(CH, kmax, sizeof(float));
+    s->rscores = alloc3(CH, E, sizeof(float));
+    s->rsel = alloc3(CH, 1, sizeof(int32_t));
     if (!s->h || !s->xn || !s->q || !s->att || !s->tmp || !s->iq || !s->cos_t || !s->sin_t ||
-        !s->ascr || !s->bs || !s->blk || !s->ffn || !s->ridx || !s->rw || !s->rscores) {
+        !s->ascr || !s->bs || !s->blk || !s->ffn || !s->ridx || !s->rw || !s->rscores ||
+        !s->rsel) {
         m3_fail(e, "state: cannot allocate scratch for %lld positions", (long long)max_tokens);
         m3_state_free(s);
         return NULL;
@@ -252,6 +270,8 @@ m3_state *m3_state_new(const m3_model *m, int64_t max_tokens, m3_mode mode, m3_e
 }
 
 int64_t m3_state_len(const m3_state *s) { return s->len; }
+
+void m3_state_set_progress(m3_state *s, m3_progress *p) { s->progress = p; }
 
 m3_mode m3_state_mode(const m3_state *s) { return s->mode; }
 
@@ -377,17 +397,28 @@ static void add_round(float *x, const float *y, int n, m3_mode mode)
         x[i] = m3_round1(x[i] + y[i], mode);
 }
 
-/* Linear output: y = W x, rounded per mode (M3-NUM-BF16-2 point 3). */
-static void linear(float *y, const m3_mat *W, const float *x, m3_mode mode)
+/* Linear outputs (M3-NUM-BF16-2 point 3) of n rows: Y [n, W->rows] = rows of
+ * W x for X [n, W->cols], rounded per mode. */
+static void linear_rows(float *Y, const m3_mat *W, const float *X, int n, m3_mode mode)
 {
-    m3_matvec(y, W, x);
-    m3_round_mode(y, (size_t)W->rows, mode);
+    m3_matmul(Y, W, X, n);
+    m3_round_mode(Y, (size_t)n * (size_t)W->rows, mode);
 }
 
-/* Run layer l on rows x [n, H] at positions pos0..pos0+n-1, in place.
- * d: staging for dumps, or NULL. */
-static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, int64_t pos0,
-                       dump_stage *d)
+/* Copy rows [n, w] of src into the staging rows t0.. of dst (when dumping). */
+static void stage_rows(float *dst, const float *src, int t0, int n, int w)
+{
+    if (dst)
+        memcpy(dst + (size_t)t0 * (size_t)w, src, sizeof(float) * (size_t)n * (size_t)w);
+}
+
+/* Run layer l on rows x [n, H] at positions pos0..pos0+n-1, in place, with
+ * n <= s->chunk. Each step runs over all n rows before the next one; the only
+ * step that mixes rows is attention (and the indexer), and row t reads cache
+ * rows <= pos0 + t only, all written by the steps before it.
+ * d: staging for dumps, or NULL; t0: the rows' first staging row. */
+static void layer_chunk(const m3_model *m, m3_state *s, int l, float *x, int n, int64_t pos0,
+                        dump_stage *d, int t0)
 {
     const m3_text_config *c = &m->cfg.text;
     const m3_layer_weights *lw = &m->w.layers[l];
@@ -398,86 +429,114 @@ static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, i
     const int sparse = c->layer_sparse[l] != 0;
     const int G = c->index_n_heads, ihd = c->index_head_dim, B = c->index_block_size;
     const int K = s->topk, Kd = c->index_topk; /* selection width; dump width (-1 padded) */
-    const size_t kvw = (size_t)nkv * (size_t)hd;
+    const size_t kvw = (size_t)nkv * (size_t)hd, qw = (size_t)nh * (size_t)hd;
+    const size_t iqw = (size_t)G * (size_t)ihd, Hs = (size_t)H;
+    float *kc = s->kc[l] + (size_t)pos0 * kvw, *vc = s->vc[l] + (size_t)pos0 * kvw;
+    float *ikc = sparse ? s->ikc[l] + (size_t)pos0 * (size_t)ihd : NULL;
 
+    if (d)
+        stage_rows(d->input, x, t0, n, H);
+    /* attention input norm */
+    for (int t = 0; t < n; t++)
+        m3_rmsnorm(s->xn + (size_t)t * Hs, x + (size_t)t * Hs, &lw->input_norm, H, eps, mode);
+    if (d)
+        stage_rows(d->attn_norm, s->xn, t0, n, H);
+
+    /* q, k, v projections; k and v go straight into the cache rows pos0.. */
+    linear_rows(s->q, &lw->q, s->xn, n, mode);
+    linear_rows(kc, &lw->k, s->xn, n, mode);
+    linear_rows(vc, &lw->v, s->xn, n, mode);
+    if (sparse) { /* lightning indexer: same normed input, own norms, same RoPE */
+        linear_rows(s->iq, &lw->index_q, s->xn, n, mode);
+        linear_rows(ikc, &lw->index_k, s->xn, n, mode);
+    }
     for (int t = 0; t < n; t++) {
-        const int64_t pos = pos0 + t;
-        float *xr = x + (size_t)t * (size_t)H;
-        const size_t rowoff = (size_t)t * (size_t)H;
-        if (d)
-            memcpy(d->input + rowoff, xr, sizeof(float) * (size_t)H);
-
-        /* attention input norm */
-        m3_rmsnorm(s->xn, xr, &lw->input_norm, H, eps, mode);
-        if (d)
-            memcpy(d->attn_norm + rowoff, s->xn, sizeof(float) * (size_t)H);
-
-        /* q, k, v projections; k and v go straight into the cache row of pos */
-        float *krow = s->kc[l] + (size_t)pos * kvw;
-        float *vrow = s->vc[l] + (size_t)pos * kvw;
-        linear(s->q, &lw->q, s->xn, mode);
-        linear(krow, &lw->k, s->xn, mode);
-        linear(vrow, &lw->v, s->xn, mode);
+        float *q = s->q + (size_t)t * qw, *krow = kc + (size_t)t * kvw;
         /* per-head q/k norm before RoPE (M3-ATTN-QKNORM-1) */
-        m3_rmsnorm_heads(s->q, nh, hd, &lw->q_norm, eps, mode);
+        m3_rmsnorm_heads(q, nh, hd, &lw->q_norm, eps, mode);
         m3_rmsnorm_heads(krow, nkv, hd, &lw->k_norm, eps, mode);
         /* partial rotate-half RoPE with this position's tables */
-        m3_rope_table(s->cos_t, s->sin_t, pos, rd, c->rope_theta, mode);
-        m3_rope_apply(s->q, nh, hd, rd, s->cos_t, s->sin_t, mode);
+        m3_rope_table(s->cos_t, s->sin_t, pos0 + t, rd, c->rope_theta, mode);
+        m3_rope_apply(q, nh, hd, rd, s->cos_t, s->sin_t, mode);
         m3_rope_apply(krow, nkv, hd, rd, s->cos_t, s->sin_t, mode);
+        if (sparse) {
+            float *iq = s->iq + (size_t)t * iqw, *ikrow = ikc + (size_t)t * (size_t)ihd;
+            m3_rmsnorm_heads(iq, G, ihd, &lw->index_q_norm, eps, mode);
+            m3_rmsnorm_heads(ikrow, 1, ihd, &lw->index_k_norm, eps, mode);
+            m3_rope_apply(iq, G, ihd, rd, s->cos_t, s->sin_t, mode);
+            m3_rope_apply(ikrow, 1, ihd, rd, s->cos_t, s->sin_t, mode);
+        }
+    }
 
+    /* block selection and attention, row by row */
+    for (int t = 0; t < n; t++) {
+        const int64_t pos = pos0 + t;
         const int32_t *blocks = NULL;
         if (sparse) {
-            /* lightning indexer: same normed input, own norms, same RoPE */
-            float *ikrow = s->ikc[l] + (size_t)pos * (size_t)ihd;
-            linear(s->iq, &lw->index_q, s->xn, mode);
-            linear(ikrow, &lw->index_k, s->xn, mode);
-            m3_rmsnorm_heads(s->iq, G, ihd, &lw->index_q_norm, eps, mode);
-            m3_rmsnorm_heads(ikrow, 1, ihd, &lw->index_k_norm, eps, mode);
-            m3_rope_apply(s->iq, G, ihd, rd, s->cos_t, s->sin_t, mode);
-            m3_rope_apply(ikrow, 1, ihd, rd, s->cos_t, s->sin_t, mode);
             int nb = m3_msa_num_blocks(pos, B);
-            m3_msa_block_scores(s->bs, s->iq, s->ikc[l], pos, G, ihd, B);
+            m3_msa_block_scores(s->bs, s->iq + (size_t)t * iqw, s->ikc[l], pos, G, ihd, B);
             m3_msa_select(s->blk, s->bs, G, nb, pos, B, K, c->index_local_blocks,
                           c->index_init_blocks);
             blocks = s->blk;
             if (d)
                 for (int g = 0; g < G; g++) {
-                    int32_t *dr = d->block_idx + ((size_t)g * (size_t)n + (size_t)t) * (size_t)Kd;
+                    int32_t *dr = d->block_idx + ((size_t)g * (size_t)d->n + (size_t)(t0 + t)) * (size_t)Kd;
                     memcpy(dr, s->blk + (size_t)g * (size_t)K, sizeof(int32_t) * (size_t)K);
                     for (int j = K; j < Kd; j++)
                         dr[j] = -1;
                 }
         }
-        m3_attention_row(s->att, s->q, s->kc[l], s->vc[l], pos, nh, nkv, hd, blocks,
-                         sparse ? K : 0, B, s->ascr, mode);
-        linear(s->tmp, &lw->o, s->att, mode);
-        if (d)
-            memcpy(d->attn_out + rowoff, s->tmp, sizeof(float) * (size_t)H);
-        add_round(xr, s->tmp, H, mode);
-        if (d)
-            memcpy(d->post_attn + rowoff, xr, sizeof(float) * (size_t)H);
+        m3_attention_row(s->att + (size_t)t * qw, s->q + (size_t)t * qw, s->kc[l], s->vc[l], pos,
+                         nh, nkv, hd, blocks, sparse ? K : 0, B, s->ascr, mode);
+    }
+    linear_rows(s->tmp, &lw->o, s->att, n, mode);
+    if (d)
+        stage_rows(d->attn_out, s->tmp, t0, n, H);
+    add_round(x, s->tmp, n * H, mode);
+    if (d)
+        stage_rows(d->post_attn, x, t0, n, H);
 
-        /* feed-forward */
-        m3_rmsnorm(s->xn, xr, &lw->post_norm, H, eps, mode);
-        if (d)
-            memcpy(d->ffn_norm + rowoff, s->xn, sizeof(float) * (size_t)H);
-        if (c->layer_moe[l]) {
-            const int k = c->num_experts_per_tok, E = c->num_experts;
-            m3_moe(s->tmp, s->xn, lw, c, s->ridx, s->rw, s->rscores, s->ffn, mode);
-            if (d) {
-                memcpy(d->topk_idx + (size_t)t * (size_t)k, s->ridx, sizeof(int32_t) * (size_t)k);
-                memcpy(d->topk_w + (size_t)t * (size_t)k, s->rw, sizeof(float) * (size_t)k);
-                memcpy(d->scores + (size_t)t * (size_t)E, s->rscores, sizeof(float) * (size_t)E);
-            }
-        } else {
-            m3_mlp(s->tmp, s->xn, &lw->mlp_gate, &lw->mlp_up, &lw->mlp_down, c, s->ffn, mode);
+    /* feed-forward */
+    for (int t = 0; t < n; t++)
+        m3_rmsnorm(s->xn + (size_t)t * Hs, x + (size_t)t * Hs, &lw->post_norm, H, eps, mode);
+    if (d)
+        stage_rows(d->ffn_norm, s->xn, t0, n, H);
+    if (c->layer_moe[l]) {
+        const int k = c->num_experts_per_tok, E = c->num_experts;
+        m3_moe_rows(s->tmp, s->xn, n, lw, c, s->ridx, s->rw, s->rscores, s->rsel, s->ffn,
+                    s->ffn_rows, mode);
+        if (d) {
+            memcpy(d->topk_idx + (size_t)t0 * (size_t)k, s->ridx, sizeof(int32_t) * (size_t)n * (size_t)k);
+            memcpy(d->topk_w + (size_t)t0 * (size_t)k, s->rw, sizeof(float) * (size_t)n * (size_t)k);
+            memcpy(d->scores + (size_t)t0 * (size_t)E, s->rscores, sizeof(float) * (size_t)n * (size_t)E);
         }
-        if (d)
-            memcpy(d->mlp_out + rowoff, s->tmp, sizeof(float) * (size_t)H);
-        add_round(xr, s->tmp, H, mode);
-        if (d)
-            memcpy(d->output + rowoff, xr, sizeof(float) * (size_t)H);
+    } else {
+        for (int b0 = 0; b0 < n; b0 += s->ffn_rows) {
+            int nb = n - b0 < s->ffn_rows ? n - b0 : s->ffn_rows;
+            m3_mlp_rows(s->tmp + (size_t)b0 * Hs, s->xn + (size_t)b0 * Hs, nb, &lw->mlp_gate,
+                        &lw->mlp_up, &lw->mlp_down, c, s->ffn, mode);
+        }
+    }
+    if (d)
+        stage_rows(d->mlp_out, s->tmp, t0, n, H);
+    add_round(x, s->tmp, n * H, mode);
+    if (d)
+        stage_rows(d->output, x, t0, n, H);
+}
+
+/* Layer l on rows x [n, H] at positions pos0.., in chunks of s->chunk rows
+ * (chunked prefill, bit-identical to one pass: M3-CACHE-2). */
+static void layer_rows(const m3_model *m, m3_state *s, int l, float *x, int n, int64_t pos0,
+                       dump_stage *d)
+{
+    if (s->progress)
+        m3_progress_stage(s->progress, "layer", l, m->cfg.text.num_layers);
+    for (int t0 = 0; t0 < n; t0 += s->chunk) {
+        int nc = n - t0 < s->chunk ? n - t0 : s->chunk;
+        layer_chunk(m, s, l, x + (size_t)t0 * (size_t)m->cfg.text.hidden_size, nc, pos0 + t0, d,
+                    t0);
+        if (s->progress)
+            m3_progress_add(s->progress, nc);
     }
 }
 
@@ -567,9 +626,9 @@ static int forward_hidden(const m3_model *m, m3_state *s, int n, float *logits,
     for (int t = 0; t < n; t++) {
         float *xr = s->h + (size_t)t * (size_t)H;
         m3_rmsnorm(xr, xr, &m->w.final_norm, H, c->rms_norm_eps, s->mode);
-        if (logits)
-            linear(logits + (size_t)t * (size_t)V, &m->w.lm_head, xr, s->mode);
     }
+    if (logits)
+        linear_rows(logits, &m->w.lm_head, s->h, n, s->mode);
     if (dump) {
         if (dump_add(dump, "final_norm", M3_F32, 2, n, H, 0, s->h, e) != 0 ||
             dump_add(dump, "logits", M3_F32, 2, n, V, 0, logits, e) != 0 ||

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "err.h"
 #include "numerics.h"
+#include "progress.h"
 #include "safetensors.h"
 #include "weights.h"
 
@@ -48,6 +49,9 @@ int64_t m3_state_len(const m3_state *s);
 void m3_state_truncate(m3_state *s, int64_t len);
 /* The numeric mode the state was created with. */
 m3_mode m3_state_mode(const m3_state *s);
+/* Report to p (ref/progress.h, not owned; NULL: none) from now on: every
+ * forward names the layer as the stage and adds one per row per layer. */
+void m3_state_set_progress(m3_state *s, m3_progress *p);
 
 /* Run n tokens at positions len..len+n-1, appending them to the caches.
  * logits: NULL, or [n, V] fp32 output. dump: NULL, or a writer receiving the

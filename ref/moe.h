@@ -9,6 +9,7 @@
 #ifndef M3_MOE_H
 #define M3_MOE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -24,5 +25,12 @@ void m3_router(int32_t *idx, float *w, float *scores, const float *x, const m3_m
  * idx/w/scores as m3_router (outputs); scratch >= 2*I + 2*Is + 2*H floats. */
 void m3_moe(float *y, const float *x, const m3_layer_weights *lw, const m3_text_config *c,
             int32_t *idx, float *w, float *scores, float *scratch, m3_mode mode);
+/* Floats of scratch m3_moe_rows needs for n rows and expert batches of R rows. */
+size_t m3_moe_rows_scratch(const m3_text_config *c, int n, int R);
+/* m3_moe on each of the n rows of x [n, H] into y [n, H] (y may alias x), bit for bit,
+ * idx/w [n, k], scores [n, E]; experts run on batches of up to R routed rows; sel [n]. */
+void m3_moe_rows(float *y, const float *x, int n, const m3_layer_weights *lw,
+                 const m3_text_config *c, int32_t *idx, float *w, float *scores, int32_t *sel,
+                 float *scratch, int R, m3_mode mode);
 
 #endif

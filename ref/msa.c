@@ -11,7 +11,9 @@
  * The index projections, norms and RoPE (M3-MSA-IDX-*) and the index-K cache
  * (M3-MSA-CACHE-1) are applied by the caller (model.c) with norm.c/rope.c.
  *
- * Order: each dot product is one fp32 accumulator over d ascending.
+ * Order: each dot product is one fp32 accumulator over d ascending (the index
+ * heads' products for one key run side by side, each its own chain); a block's
+ * max is taken over its keys ascending.
  */
 #include "msa.h"
 
@@ -23,27 +25,37 @@ int m3_msa_num_blocks(int64_t pos, int block_size)
     return (int)(pos / block_size) + 1;
 }
 
-/* bs [G, nb]; iq [G, d]; ikcache [>= pos+1, d]. */
+/* Index heads scored together (the lanes of the dot-product loop). */
+#define GB 8
+
+/* bs [G, nb]; iq [G, d]; ikcache [>= pos+1, d]. Each key row is read once for
+ * up to GB heads, whose dot products run side by side (each its own chain). */
 void m3_msa_block_scores(float *bs, const float *iq, const float *ikcache, int64_t pos,
                          int G, int d, int block_size)
 {
     const int nb = m3_msa_num_blocks(pos, block_size);
-    for (int g = 0; g < G; g++) {
-        const float *q = iq + (size_t)g * (size_t)d;
+    for (int g0 = 0; g0 < G; g0 += GB) {
+        const int ng = G - g0 < GB ? G - g0 : GB;
+        const float *q = iq + (size_t)g0 * (size_t)d;
         for (int b = 0; b < nb; b++) {
-            float best = -INFINITY;
+            float best[GB];
+            for (int g = 0; g < ng; g++)
+                best[g] = -INFINITY;
             int64_t k0 = (int64_t)b * block_size, k1 = k0 + block_size;
             if (k1 > pos + 1)
                 k1 = pos + 1;
             for (int64_t k = k0; k < k1; k++) {
                 const float *kk = ikcache + (size_t)k * (size_t)d;
-                float s = 0.0f;
+                float s[GB] = {0};
                 for (int i = 0; i < d; i++)
-                    s += q[i] * kk[i];
-                if (s > best)
-                    best = s;
+                    for (int g = 0; g < ng; g++)
+                        s[g] += q[(size_t)g * (size_t)d + (size_t)i] * kk[i];
+                for (int g = 0; g < ng; g++)
+                    if (s[g] > best[g])
+                        best[g] = s[g];
             }
-            bs[(size_t)g * (size_t)nb + (size_t)b] = best;
+            for (int g = 0; g < ng; g++)
+                bs[(size_t)(g0 + g) * (size_t)nb + (size_t)b] = best[g];
         }
     }
 }

@@ -288,6 +288,15 @@ static int parse_file(m3_store *s, const char *path, const void *map, uint64_t f
         return m3_fail(e, "%s: header length beyond end of file (8 + %llu vs %llu bytes)", path,
                        (unsigned long long)n, (unsigned long long)fsize);
     const char *hdr = (const char *)base + 8;
+    /* a \u0000 escape would end the C string of a name early (another tensor's name) */
+    for (uint64_t i = 0; i + 6 <= n; i++)
+        if (hdr[i] == '\\') {
+            if (memcmp(hdr + i + 1, "u0000", 5) == 0)
+                return m3_fail(e, "%s: header holds a \\u0000 escape (a NUL inside a name or "
+                                  "value), which is not allowed",
+                               path);
+            i++; /* skip the escaped character */
+        }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)n, &end, 0);
     if (!root) {

@@ -55,7 +55,20 @@ grep -q "forward" "$TMP/out" && grep -q "generate" "$TMP/out" || fail "help list
 for c in forward generate inspect; do
     expect_ok "$c --help" "$M3REF" $c --help
     grep -q "usage: m3-ref $c" "$TMP/out" || fail "$c --help has no usage line"
+    cp "$TMP/out" "$TMP/help_$c"
+    # every option the help names is accepted by the command (no "unknown option")
+    for opt in $(grep -o -- '--[a-z][a-z-]*' "$TMP/help_$c" | sort -u); do
+        [ "$opt" = --help ] && continue
+        run "$M3REF" $c --model "$TMP/nonexistent" "$opt" x
+        if grep -q -- "unknown option or argument '$opt'" "$TMP/err"; then fail "$c --help names $opt, which $c rejects"; else pass; fi
+    done
 done
+# every option the parser knows (ref/cli/m3-ref.c) is documented in some --help
+if [ -f ref/cli/m3-ref.c ]; then
+    for opt in $(grep -o 'strcmp(a, "--[a-z-]*")' ref/cli/m3-ref.c | grep -o -- '--[a-z-]*' | grep -v -- --help | sort -u); do
+        if cat "$TMP"/help_* | grep -q -- "$opt\b"; then pass; else fail "option $opt is in no --help text"; fi
+    done
+fi
 
 # ---- forward and dumps ---------------------------------------------------
 expect_ok "forward fp32" "$M3REF" forward --model "$FX" --tokens 5,17,300,2,9 --dump "$TMP/d32.safetensors"
@@ -269,6 +282,14 @@ if "$HELPER" vfixture "$VM" --vocab 200064 >/dev/null && "$HELPER" png "$TMP/a.p
     expect_fail "video without fps" "needs --fps" "$M3REF" forward --model "$VM" --tokens 1,200026 --video "$TMP/a.png,$TMP/a.png"
     expect_fail "pixels plus image" "one or the other" "$M3REF" forward --model "$VM" --tokens 1 --pixels "$TMP/px.safetensors" --image "$TMP/a.png"
     expect_fail "image on text-only model" "vision" "$M3REF" forward --model "$FX" --tokens 1,200025 --image "$TMP/a.png"
+    # the image ids come from the config (released values by default): a vocabulary of 256
+    VS=$TMP/vs
+    "$HELPER" vfixture "$VS" --vocab 256 >/dev/null
+    sed -i 's/"image_token_index": 200025/"image_token_index": 254, "image_start_token_id": 250, "image_end_token_id": 251/; s/"video_token_index": 200026/"video_token_index": 253/' "$VS/config.json"
+    expect_ok "--image with the config's start/end ids" "$M3REF" forward --model "$VS" --tokens 1,2,254,3 --image "$TMP/a.png"
+    grep -q "T=11 " "$TMP/out" || fail "image ids from the config: T=11 expected"
+    expect_ok "forward --help names the config's image ids" "$M3REF" forward --help
+    grep -q "image_start_token_id" "$TMP/out" || fail "forward --help does not say the ids come from the config"
 else
     fail "cannot build the multimodal fixture"
 fi

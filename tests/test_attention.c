@@ -21,7 +21,7 @@ static float frand(void)
 static void test_single_key_gqa(void **st)
 {
     (void)st;
-    float q[4 * 2], k[2 * 2], v[2 * 2] = {1.5f, -2, 3, 0.25f}, out[4 * 2], scratch[1];
+    float q[4 * 2], k[2 * 2], v[2 * 2] = {1.5f, -2, 3, 0.25f}, out[4 * 2], scratch[2 * (1 + 2)]; /* m3_attention_scratch(0, 4, 2, 2) */
     for (int i = 0; i < 8; i++)
         q[i] = frand();
     for (int i = 0; i < 4; i++)
@@ -46,7 +46,7 @@ static void test_scale_softmax(void **st)
     float q[4] = {1, 0, 0, 0};
     float k[2 * 4] = {0, 0, 0, 0, (float)(2.0 * log(3.0)), 0, 0, 0};
     float v[2 * 4] = {0, 0, 0, 4, 1, 0, 0, 0};
-    float out[4], scratch[2];
+    float out[4], scratch[1 * (2 + 4)]; /* m3_attention_scratch(1, 1, 1, 4) */
     m3_attention_row(out, q, k, v, 1, 1, 1, 4, NULL, 0, 0, scratch, M3_MODE_FP32);
     assert_true(fabs(out[0] - 0.75) < 1e-6);
     assert_true(fabs(out[3] - 1.0) < 1e-6); /* 0.25 * 4 */
@@ -57,7 +57,8 @@ static void test_causal(void **st)
 {
     (void)st;
     enum { NH = 2, NKV = 1, HD = 8, T = 4 };
-    float q[NH * HD], k[T * NKV * HD], v[T * NKV * HD], out1[NH * HD], out2[NH * HD], scratch[T];
+    float q[NH * HD], k[T * NKV * HD], v[T * NKV * HD], out1[NH * HD], out2[NH * HD];
+    float scratch[NH / NKV * (T + HD)];
     for (int i = 0; i < NH * HD; i++)
         q[i] = frand();
     for (int i = 0; i < T * HD; i++) {
@@ -79,7 +80,7 @@ static void test_sparse_mask(void **st)
     (void)st;
     enum { T = 6, B = 2 };
     float q[2] = {0, 0}; /* nh 2, nkv 2, hd 1 */
-    float k[T * 2], v[T * 2], out[2], scratch[T];
+    float k[T * 2], v[T * 2], out[2], scratch[1 * (T + 1)];
     for (int t = 0; t < T; t++) {
         k[2 * t] = k[2 * t + 1] = frand();
         v[2 * t] = v[2 * t + 1] = (float)t;
@@ -102,7 +103,8 @@ static void test_sparse_all_equals_dense(void **st)
 {
     (void)st;
     enum { NH = 4, NKV = 2, HD = 8, T = 11, B = 4 };
-    float q[NH * HD], k[T * NKV * HD], v[T * NKV * HD], od[NH * HD], os[NH * HD], scratch[T];
+    float q[NH * HD], k[T * NKV * HD], v[T * NKV * HD], od[NH * HD], os[NH * HD];
+    float scratch[NH / NKV * (T + HD)];
     for (int i = 0; i < NH * HD; i++)
         q[i] = frand();
     for (int i = 0; i < T * NKV * HD; i++) {

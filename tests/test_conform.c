@@ -379,7 +379,7 @@ static void test_localise_first_divergence(void **st)
         add_rows(&g, names[i], (float)i, 0);
         add_rows(&o, names[i], (float)i, i >= 3 ? 1.0f : 0.0f);
     }
-    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "", 0};
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     m3_err e = {{0}};
@@ -429,7 +429,7 @@ static void test_missing_and_capabilities(void **st)
     int32_t toks[3] = {5, 6, 7};
     int64_t n3[1] = {3};
     assert_int_equal(cf_tset_add_i(&g, "greedy_tokens", 1, n3, toks, &e), 0);
-    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "eagle3", 0};
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "eagle3", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);
@@ -472,7 +472,7 @@ static void test_warning_and_shape(void **st)
     /* near: d = 5e-5, nmse = 2.5e-9 / 4 = 6.25e-10 <= 9.3e-10 but > 9.3e-11: QualityWarning;
      * max-abs 5e-5 <= 1e-4 */
     assert_int_equal(cf_tset_add_f(&o, "y", 1, sh, near, &e), 0);
-    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "", 0};
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);
@@ -516,7 +516,7 @@ static void test_expert_ties_in_judge(void **st)
     assert_int_equal(cf_tset_add_f(&o, "topk_weight", 2, s1, w, &e), 0);
     assert_int_equal(cf_tset_add_f(&o, "scores", 2, s3, scores, &e), 0);
     /* biased: 0.6 vs 0.60001 -> gap 1e-5 <= 1e-4 * 0.60001: a tie */
-    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, &aux, "", 0};
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, &aux, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);

@@ -127,7 +127,7 @@ static cf_record judge_token(fixture *f, int k, int32_t tok, double tie_tol)
             gt = &port.t[i];
     assert_non_null(gt);
     gt->i[k] = tok;
-    cf_judge_ctx ctx = {&f->c, cf_tol_profile(&t, "fp32"), &f->m, NULL, "", 0};
+    cf_judge_ctx ctx = {&f->c, cf_tol_profile(&t, "fp32"), &f->m, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     assert_int_equal(cf_judge(&r, &ctx, &port, &f->golden, &e), 0);

@@ -157,7 +157,7 @@ static int teardown(void **state)
 
 static void judge(fixture *f, const cf_tset *port, int teacher_forced, cf_report *r)
 {
-    cf_judge_ctx ctx = {&f->c, cf_tol_profile(&f->tol, "fp32"), f->m, &f->aux, "", teacher_forced};
+    cf_judge_ctx ctx = {&f->c, cf_tol_profile(&f->tol, "fp32"), f->m, &f->aux, "", teacher_forced, NULL, 0, NULL, NULL, NULL, NULL, NULL};
     m3_err e = {{0}};
     memset(r, 0, sizeof *r);
     assert_int_equal(cf_judge(r, &ctx, port, &f->golden, &e), 0);
@@ -561,7 +561,7 @@ static void test_component_moe_tie(void **st)
     add_pattern(&g, "y", 2, H, 1.0f);
     add_pattern(&o, "y", 2, H, 1.0f);
     bump(&o, "y", 1, 1.0f);
-    cf_judge_ctx ctx = {&c, cf_tol_profile(&tol, "fp32"), NULL, &aux, "", 0};
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&tol, "fp32"), NULL, &aux, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);

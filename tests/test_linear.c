@@ -113,6 +113,57 @@ static void test_naive_close(void **st)
     }
 }
 
+/* The documented order written as plainly as possible: y[r] from eight
+ * partial sums p[c mod 8] in ascending c, then the fixed pairwise combine. */
+static float order_spec(const float *w, const float *x, int cols)
+{
+    float p[8] = {0};
+    for (int c = 0; c < cols; c++)
+        p[c % 8] += w[c] * x[c];
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+/* Every kernel path (one row, register blocks, edge blocks, tail columns,
+ * several column and row tiles, bf16 and f32) gives the documented order's
+ * bits exactly; values span many exponents so that any reordering shows. */
+static void test_order_all_paths(void **st)
+{
+    (void)st;
+    static const int shapes[][3] = { /* rows, cols, n */
+        {1, 1, 1}, {3, 7, 2}, {4, 8, 4}, {5, 9, 5}, {33, 257, 7}, {36, 512, 64},
+        {37, 520, 65}, {70, 263, 131}, {8, 1037, 3}, {65, 64, 9},
+    };
+    enum { MAXE = 70 * 1037 + 131 * 1037 };
+    static float wf[MAXE], X[MAXE], Y[MAXE], ws[MAXE];
+    static uint16_t wb[MAXE];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int R = shapes[s][0], C = shapes[s][1], N = shapes[s][2];
+        for (int i = 0; i < R * C; i++) {
+            float v = frand() * ldexpf(1.0f, (int)(frand() * 20.0f));
+            wb[i] = m3_f32_to_bf16(v);
+            wf[i] = v;
+        }
+        for (int i = 0; i < N * C; i++)
+            X[i] = frand() * ldexpf(1.0f, (int)(frand() * 20.0f));
+        for (int d = 0; d < 2; d++) {
+            m3_mat W = d ? (m3_mat){wb, M3_BF16, R, C} : (m3_mat){wf, M3_F32, R, C};
+            for (int i = 0; i < R * C; i++)
+                ws[i] = d ? m3_bf16_to_f32(wb[i]) : wf[i];
+            m3_matmul(Y, &W, X, N);
+            for (int i = 0; i < N; i++)
+                for (int r = 0; r < R; r++) {
+                    float e = order_spec(ws + (size_t)r * C, X + (size_t)i * C, C);
+                    assert_memory_equal(&e, &Y[(size_t)i * R + r], sizeof e);
+                }
+            m3_matvec(Y, &W, X);
+            for (int r = 0; r < R; r++) {
+                float e = order_spec(ws + (size_t)r * C, X, C);
+                assert_memory_equal(&e, &Y[r], sizeof e);
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -121,6 +172,7 @@ int main(void)
         cmocka_unit_test(test_dtypes_agree),
         cmocka_unit_test(test_matmul_equals_matvec),
         cmocka_unit_test(test_naive_close),
+        cmocka_unit_test(test_order_all_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,11 @@
 /* test_moe.c — router and MoE block.
- * Spec: M3-MOE-ROUTER-1..3, M3-MOE-EXPERT-1, M3-MOE-SHARED-1, M3-MOE-COMBINE-1, M3-NUM-BF16-2. */
+ * Spec: M3-MOE-ROUTER-1..3, M3-MOE-EXPERT-1, M3-MOE-SHARED-1, M3-MOE-COMBINE-1, M3-NUM-BF16-2;
+ * the batched forms (m3_moe_rows, m3_mlp_rows) against the one-row forms. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include <cmocka.h>
@@ -175,12 +177,67 @@ static void test_scale_routed_only(void **st)
         assert_true(fabs((y2[h] - y1[h]) - y0[h]) < 1e-5);
 }
 
+/* m3_moe_rows on n rows == m3_moe row by row, bit for bit, in both modes, with
+ * and without the shared expert, for expert batches smaller and larger than
+ * the rows an expert gets (R = 1, 3, n); the router outputs match too. */
+static void test_moe_rows_equal_rows(void **st)
+{
+    (void)st;
+    enum { N = 13 };
+    static fixture f;
+    make(&f);
+    static float x[N * H], y[N * H], yr[H], scores[N * E], w[N * K], w1[K], s1[E];
+    static int32_t idx[N * K], i1[K], sel[N];
+    float scratch1[2 * I + 2 * IS + 2 * H];
+    for (int i = 0; i < N * H; i++)
+        x[i] = 2 * frand();
+    const int Rs[3] = {1, 3, N};
+    for (int shared = 0; shared < 2; shared++)
+        for (int mode = 0; mode < 2; mode++)
+            for (int r = 0; r < 3; r++) {
+                f.c.n_shared_experts = shared;
+                size_t need = m3_moe_rows_scratch(&f.c, N, Rs[r]);
+                float *scr = malloc(need * sizeof *scr);
+                assert_non_null(scr);
+                m3_moe_rows(y, x, N, &f.lw, &f.c, idx, w, scores, sel, scr, Rs[r], (m3_mode)mode);
+                for (int t = 0; t < N; t++) {
+                    m3_moe(yr, x + t * H, &f.lw, &f.c, i1, w1, s1, scratch1, (m3_mode)mode);
+                    assert_memory_equal(yr, y + t * H, sizeof yr);
+                    assert_memory_equal(i1, idx + t * K, sizeof i1);
+                    assert_memory_equal(w1, w + t * K, sizeof w1);
+                    assert_memory_equal(s1, scores + t * E, sizeof s1);
+                }
+                free(scr);
+            }
+}
+
+/* m3_mlp_rows == m3_mlp row by row, bit for bit. */
+static void test_mlp_rows_equal_rows(void **st)
+{
+    (void)st;
+    enum { N = 9 };
+    static fixture f;
+    make(&f);
+    float x[N * H], y[N * H], yr[H], scr[2 * N * I], ms[2 * I];
+    for (int i = 0; i < N * H; i++)
+        x[i] = 2 * frand();
+    for (int mode = 0; mode < 2; mode++) {
+        m3_mlp_rows(y, x, N, &f.eg[1], &f.eu[1], &f.ed[1], &f.c, scr, (m3_mode)mode);
+        for (int t = 0; t < N; t++) {
+            m3_mlp(yr, x + t * H, &f.eg[1], &f.eu[1], &f.ed[1], &f.c, ms, (m3_mode)mode);
+            assert_memory_equal(yr, y + t * H, sizeof yr);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_router),
         cmocka_unit_test(test_moe_composition),
         cmocka_unit_test(test_scale_routed_only),
+        cmocka_unit_test(test_moe_rows_equal_rows),
+        cmocka_unit_test(test_mlp_rows_equal_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

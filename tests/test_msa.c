@@ -79,7 +79,7 @@ static void test_short_sequence_is_dense(void **st)
     (void)st;
     enum { NH = 4, NKV = 2, HD = 8, D = 8, T = 13, B = 4, K = 4 };
     float q[NH * HD], k[T * NKV * HD], v[T * NKV * HD], ik[T * D], iq[NKV * D];
-    float od[NH * HD], os[NH * HD], scratch[T], bs[NKV * K];
+    float od[NH * HD], os[NH * HD], scratch[NH / NKV * (T + HD)], bs[NKV * K];
     int32_t sel[NKV * K];
     for (int i = 0; i < T * NKV * HD; i++) {
         k[i] = frand();

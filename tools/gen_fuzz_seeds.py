@@ -263,6 +263,17 @@ def gen_port():
 def gen_text():
     for i, s in enumerate(["1,2,3", "1 2 3", " 0, 2147483647 ,5\n", "7", "1,,2", "-1", "2147483648", ""]):
         put("fuzz_tokens", "t%d.txt" % i, s)
+    synth_args = [
+        "--layers\n2\n--seed\n1\n--out\n/tmp/x",
+        "--layers\n2\n--dense-layers\n1\n--vocab\n16384\n--seed\n18446744073709551615\n--out\nd",
+        "--shape\ntiny\n--layers\n3\n--vision-layers\n2\n--prompt-len\n40\n--shard-size\n300K\n--seed\n7\n--out\nd",
+        "--layers\n60\n--seed\n18446744073709551616\n--out\nd",
+        "--layers\n2\n--dense-layers\n3\n--seed\n1\n--out\nd\n--dry-run",
+        "--shard-size\n4095\n--layers\n1\n--seed\n0\n--out\nd",
+        "--help",
+    ]
+    for i, s in enumerate(synth_args):
+        put("fuzz_synth_args", "a%d.txt" % i, s)
     pats = [
         r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""" + "\nHello world's 123456 ... \n\n  done",
         r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t)?|\p{N}{1,3}""" + "\nÉcole naïve 東京 12345 İstanbul",

@@ -1,24 +1,36 @@
 /* m3-ref — command-line front end of the m3 reference interpreter.
  *
- *   m3-ref forward  --model DIR --tokens 1,2,3 [--dtype fp32|bf16] [--dump OUT.safetensors]
- *   m3-ref generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]
+ *   m3-ref forward  --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]
+ *                   [vision inputs]
+ *   m3-ref generate --model DIR (--tokens IDS | --prompt TEXT [--chat ...]) [--max-new-tokens N]
  *                   [--greedy | --temperature T --top-p P --top-k K --seed S]
- *                   [--print-ids] [--dtype fp32|bf16]
+ *                   [--draft DIR --spec-tokens K] [--print-ids] [--dtype fp32|bf16]
+ *                   [vision inputs]
  *   m3-ref inspect  --model DIR
  *
- * Every subcommand takes --help and --lenient-config. Exit status: 0 ok,
+ * vision inputs: --image FILE... | --video F1,F2,... --fps R | --pixels FILE, and
+ * --vision-joint. The HELP_* texts below list every option parse_opts accepts.
+ * Every subcommand takes --help (-h), --quiet and --lenient-config. Exit status: 0 ok,
  * 1 the model or the run failed (message on stderr), 2 bad command line.
  * Only this file prints; the library reports through m3_err.
+ * Progress (ref/progress.h) goes to stderr: the layer and rows of the
+ * forward or prefill, tokens of the decode (when stdout is not the
+ * terminal the text streams to), then a summary with the wall time and the
+ * peak RSS. SIGPIPE is ignored: when the reader of stdout goes away (| head)
+ * generate stops, and the exit status stays 0; other stdout write errors
+ * exit 1.
  */
 #include <cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "err.h"
 #include "fileio.h"
@@ -26,6 +38,7 @@
 #include "inspect.h"
 #include "model.h"
 #include "multimodal.h"
+#include "progress.h"
 #include "prompt.h"
 #include "tokenizer.h"
 #include "tokens.h"
@@ -43,7 +56,8 @@
 static const char *HELP_MAIN =
     "usage: m3-ref <command> [options]\n"
     "\n"
-    "The m3 reference interpreter for MiniMax-M3 (model_type minimax_m3_vl) text models.\n"
+    "The m3 reference interpreter for MiniMax-M3 (model_type minimax_m3_vl): the text model,\n"
+    "the vision tower for image and video inputs, and Eagle3 speculative decoding.\n"
     "\n"
     "commands:\n"
     "  forward    run token ids through the model once; print a summary, optionally dump\n"
@@ -52,7 +66,11 @@ static const char *HELP_MAIN =
     "  generate   continue a token sequence (greedy or sampled), streaming the new tokens\n"
     "  inspect    print the architecture and a parameter table of a checkpoint\n"
     "\n"
-    "Run 'm3-ref <command> --help' for the options of a command.\n"
+    "Run 'm3-ref <command> --help' (or -h) for the options of a command; 'm3-ref --help'\n"
+    "(or -h, help) prints this text.\n"
+    "Long runs show progress on stderr (one line redrawn on a terminal, a line every 30 s\n"
+    "otherwise, or every M3_PROGRESS_INTERVAL seconds) and end with a summary line (wall\n"
+    "time, peak RSS); --quiet turns both off.\n"
     "DIR is a checkpoint directory: config.json plus model.safetensors or a sharded\n"
     "model.safetensors.index.json (public MiniMax-M3 layout or the transformers v5 layout).\n"
     "Exit status: 0 success, 1 model or run error, 2 bad command line.\n";
@@ -60,7 +78,8 @@ static const char *HELP_MAIN =
 static const char *HELP_FORWARD =
     "usage: m3-ref forward (--model DIR --tokens IDS | --case DIR) [--dtype fp32|bf16]\n"
     "                      [--dump OUT.safetensors] [--image FILE]... [--video F1,F2,... --fps R]\n"
-    "                      [--pixels FILE] [--strict] [--lenient-config]\n"
+    "                      [--pixels FILE] [--vision-joint] [--strict] [--quiet]\n"
+    "                      [--lenient-config]\n"
     "\n"
     "Run the T token ids through the model in one pass (positions 0..T-1) and print T and the\n"
     "top-5 entries of the last row of logits.\n"
@@ -101,6 +120,7 @@ static const char *HELP_FORWARD =
     "                         int32 [n,3] (safetensors) instead of image files\n"
     "  --vision-joint         one attention over all images (HF's behaviour, for comparisons;\n"
     "                         default: one segment per image / 4-group video segment)\n"
+    "  --quiet                no progress line and no summary on stderr\n"
     "  --lenient-config       warn about unknown config.json keys instead of failing\n"
     "\n"
     "example: m3-ref forward --model models/tiny --tokens 1,2,3 --dump /tmp/acts.safetensors\n";
@@ -108,9 +128,12 @@ static const char *HELP_FORWARD =
 static const char *HELP_GENERATE =
     "usage: m3-ref generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
+    "                       [--draft DIR [--spec-tokens K]]\n"
     "                       [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
+    "                       [--vision-joint]\n"
     "                       [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]\n"
-    "                       [--print-ids] [--dtype fp32|bf16] [--strict] [--lenient-config]\n"
+    "                       [--print-ids] [--dtype fp32|bf16] [--strict] [--quiet]\n"
+    "                       [--lenient-config]\n"
     "\n"
     "Continue the prompt one token at a time (KV cache), streaming each new token as it is\n"
     "produced; stops after N new tokens, at the end-of-sequence token, or when the context\n"
@@ -154,9 +177,9 @@ static const char *HELP_GENERATE =
     "                         int32 [n,3] (safetensors) instead of image files\n"
     "  --vision-joint         one attention over all images (HF's behaviour, for comparisons;\n"
     "                         default: one segment per image / 4-group video segment)\n"
-
     "  --dtype fp32|bf16      numeric mode (default fp32)\n"
     "  --strict               fail (exit 1) when logits hold NaN or Inf (default: warn once)\n"
+    "  --quiet                no progress line and no summary (timing) on stderr\n"
     "  --lenient-config       warn about unknown config.json keys instead of failing\n"
     "\n"
     "The end-of-sequence id is eos_token_id of generation_config.json (a number or a list),\n"
@@ -170,7 +193,10 @@ static const char *HELP_INSPECT =
     "Print the architecture read from DIR/config.json and a parameter table by group\n"
     "(embeddings, attention, indexer, routed experts, shared experts, dense MLP, router and\n"
     "norms, vision, projector, lm_head) with total and active-per-token counts. Weights are\n"
-    "memory-mapped and never read in full.\n";
+    "memory-mapped and never read in full.\n"
+    "\n"
+    "  --model DIR            checkpoint directory\n"
+    "  --lenient-config       warn about unknown config.json keys instead of failing\n";
 
 /* ------------------------------------------------------------------------ */
 /* argument parsing                                                         */
@@ -235,6 +261,7 @@ typedef struct cli_opts {
     long long top_k, seed;
     int print_ids;
     int lenient;
+    int quiet;            /* --quiet: no progress line, no summary */
     int strict;           /* --strict: non-finite logits fail the run */
     const char *case_dir; /* forward --case DIR */
     int help;
@@ -296,6 +323,8 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
             o->model = val;
         } else if (!strcmp(a, "--lenient-config")) {
             o->lenient = 1;
+        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+            o->quiet = 1;
         } else if (!strcmp(a, "--strict") && (allow & (ALLOW_DUMP | ALLOW_GEN))) {
             o->strict = 1;
         } else if (!strcmp(a, "--case") && (allow & ALLOW_CASE)) {
@@ -759,6 +788,8 @@ static int cmd_forward(int argc, char **argv)
     }
 
     int rc = EXIT_RUN;
+    m3_progress pg;
+    m3_progress_init_stderr(&pg, "m3-ref forward", o.quiet);
     m3_model m;
     m3_state *s = NULL;
     m3_st_writer *w = NULL;
@@ -803,6 +834,8 @@ static int cmd_forward(int argc, char **argv)
         m3_fail(&e, "cannot allocate logits [%d, %d]", T, V);
         goto fail;
     }
+    m3_state_set_progress(s, &pg); /* one row per layer: T x L */
+    m3_progress_task(&pg, "", M3_UNIT_ROWS, (int64_t)T * m.cfg.text.num_layers);
     if (x ? m3_forward_embeds(&m, s, x, T, logits, w, &e) : m3_forward(&m, s, ids, T, logits, w, &e))
         goto fail;
     size_t nonfinite = count_nonfinite(logits, (size_t)T * (size_t)V);
@@ -827,6 +860,7 @@ static int cmd_forward(int argc, char **argv)
         if (grc != 0)
             goto fail;
     }
+    m3_progress_end(&pg);
     double dt = now_s() - t0;
     if (nonfinite > 0) {
         fprintf(stderr, "%s: the logits hold %zu NaN or Inf values (NaN weights or inputs?); "
@@ -859,9 +893,13 @@ static int cmd_forward(int argc, char **argv)
     printf("\n");
     if (o.dump)
         printf("dump: %s\n", o.dump);
+    snprintf(why, sizeof why, "%d tokens, %d layers, %.1f tokens/s", T, m.cfg.text.num_layers,
+             dt > 0 ? T / dt : 0.0);
+    m3_progress_summary(&pg, why);
     rc = 0;
     goto out;
 fail:
+    m3_progress_end(&pg);
     fprintf(stderr, "m3-ref forward: %s\n", e.msg);
 out:
     free(x);
@@ -921,6 +959,8 @@ static int cmd_generate(int argc, char **argv)
     m3_decode_stream_init(&ds, 0);
 
     int rc = EXIT_RUN;
+    m3_progress pg;
+    m3_progress_init_stderr(&pg, "m3-ref generate", o.quiet);
     m3_model m;
     m3_state *s = NULL;
     float *logits = NULL;
@@ -981,6 +1021,11 @@ static int cmd_generate(int argc, char **argv)
     m3_spec_stats spec_st;
     memset(&spec_st, 0, sizeof spec_st);
     double t0 = now_s();
+    m3_state_set_progress(s, &pg); /* prefill: one row per layer, T x L */
+    if (o.draft) /* prefill and verification forwards: their count is not known ahead */
+        m3_progress_task(&pg, "speculative decoding", M3_UNIT_ROWS, 0);
+    else
+        m3_progress_task(&pg, "prefill", M3_UNIT_ROWS, (int64_t)T * m.cfg.text.num_layers);
     if (o.draft) {
         if (x) {
             m3_fail(&e, "--draft works on token prompts only (no --image, --video or --pixels)");
@@ -1025,14 +1070,20 @@ static int cmd_generate(int argc, char **argv)
         }
     }
     double t_prefill = now_s() - t0;
+    m3_state_set_progress(s, NULL);
+    m3_progress_end(&pg);
 
     if (!o.print_ids && !tokzr)
         fprintf(stderr, "m3-ref: %s has no usable tokenizer; printing token ids\n", o.model);
     if (tokzr && !o.print_ids && o.prompt) /* echo the prompt: the continuation reads in context */
         fwrite(o.prompt, 1, strlen(o.prompt), stdout);
     long long produced = 0;
-    int stop_eos = 0, warned_nan = 0;
+    int stop_eos = 0, reader_gone = 0, warned_nan = 0;
     double t1 = now_s();
+    /* decode progress only where it cannot mix with the streamed text */
+    if (!spec_out && !isatty(fileno(stdout)))
+        m3_progress_task(&pg, "decode", M3_UNIT_TOKENS,
+                         capped && o.max_new > cap - T + 1 ? cap - T + 1 : o.max_new);
     while (produced < (spec_out ? spec_n : o.max_new)) {
         if (!spec_out && !warned_nan && count_nonfinite(logits, (size_t)V) > 0) {
             warned_nan = 1;
@@ -1059,8 +1110,14 @@ static int cmd_generate(int argc, char **argv)
         } else {
             printf("%s%d", produced ? " " : "", (int)tok);
         }
-        fflush(stdout);
+        const int werr = fflush(stdout) != 0 || ferror(stdout);
         produced++;
+        m3_progress_add(&pg, 1);
+        if (werr) { /* EPIPE: the reader went away (| head), nobody wants the rest; other
+                     * errors are reported by finish_stdout */
+            reader_gone = errno == EPIPE;
+            break;
+        }
         for (int j = 0; j < g.n_eos; j++)
             stop_eos |= tok == g.eos[j];
         if (stop_eos || produced == o.max_new)
@@ -1075,6 +1132,7 @@ static int cmd_generate(int argc, char **argv)
         }
     }
     double t_decode = now_s() - t1;
+    m3_progress_end(&pg);
     if (spec_out) {
         free(spec_out);
         fprintf(stderr,
@@ -1094,22 +1152,28 @@ static int cmd_generate(int argc, char **argv)
     }
     printf("\n");
     fflush(stdout);
-    if (stop_eos)
+    if (reader_gone)
+        fprintf(stderr, "m3-ref: stdout closed; stopped after %lld tokens\n", produced);
+    else if (stop_eos)
         fprintf(stderr, "m3-ref: stopped at end-of-sequence token\n");
     else if (produced < o.max_new && capped)
         fprintf(stderr, "m3-ref: stopped at the context limit (max_position_embeddings %lld)\n",
                 (long long)maxpos);
     /* produced tokens came from produced - 1 decode steps plus the prefill */
     long long steps = produced > 0 ? produced - 1 : 0;
-    if (!o.draft) /* --draft printed its own line */
-        fprintf(stderr,
-                "m3-ref: %s; prefill %d tokens in %.3f s (%.1f tokens/s); decode %lld tokens in "
-                "%.3f s (%.2f tokens/s)\n",
-                greedy ? "greedy" : "sampled", T, t_prefill, t_prefill > 0 ? T / t_prefill : 0.0,
-                steps, t_decode, t_decode > 0 ? (double)steps / t_decode : 0.0);
+    if (o.draft) /* --draft printed its own line */
+        snprintf(why, sizeof why, "%lld tokens", produced);
+    else
+        snprintf(why, sizeof why,
+                 "%s; prefill %d tokens in %.3f s (%.1f tokens/s); decode %lld tokens in %.3f s "
+                 "(%.2f tokens/s)",
+                 greedy ? "greedy" : "sampled", T, t_prefill, t_prefill > 0 ? T / t_prefill : 0.0,
+                 steps, t_decode, t_decode > 0 ? (double)steps / t_decode : 0.0);
+    m3_progress_summary(&pg, why);
     rc = 0;
     goto out;
 fail:
+    m3_progress_end(&pg);
     fprintf(stderr, "m3-ref generate: %s\n", e.msg);
 out:
     if (have_sampler)
@@ -1152,8 +1216,19 @@ static int cmd_inspect(int argc, char **argv)
 
 /* ------------------------------------------------------------------------ */
 
+/* A command's status after its stdout is flushed: a closed pipe (EPIPE) is
+ * the reader's choice and keeps it; any other write error is a run error. */
+static int finish_stdout(int rc)
+{
+    if ((fflush(stdout) == 0 && !ferror(stdout)) || errno == EPIPE)
+        return rc;
+    fprintf(stderr, "m3-ref: writing stdout: %s\n", strerror(errno));
+    return rc ? rc : EXIT_RUN;
+}
+
 int main(int argc, char **argv)
 {
+    signal(SIGPIPE, SIG_IGN); /* write errors are handled: see finish_stdout */
     if (argc < 2) {
         fputs(HELP_MAIN, stderr);
         return EXIT_USAGE;
@@ -1164,11 +1239,11 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(cmd, "forward"))
-        return cmd_forward(argc - 2, argv + 2);
+        return finish_stdout(cmd_forward(argc - 2, argv + 2));
     if (!strcmp(cmd, "generate"))
-        return cmd_generate(argc - 2, argv + 2);
+        return finish_stdout(cmd_generate(argc - 2, argv + 2));
     if (!strcmp(cmd, "inspect"))
-        return cmd_inspect(argc - 2, argv + 2);
+        return finish_stdout(cmd_inspect(argc - 2, argv + 2));
     fprintf(stderr, "m3-ref: unknown command '%s'\n\n", cmd);
     fputs(HELP_MAIN, stderr);
     return EXIT_USAGE;
