@@ -2,14 +2,20 @@
 #
 #   make            build bin/m3-ref and bin/m3-conform
 #   make run        generate text with the embedded default model (no download)
-#   make test       every test: unit (cmocka), vectors, CLI, bad input
+#   make check      the quick tier (well under a minute once built): build,
+#                   unit tests (cmocka), CLI tests, the committed vectors
+#   make test       every test: the above, vector regeneration, big vectors,
+#                   upstream agreement, demo, Eagle3, fuzz smoke, sanitizers,
+#                   valgrind, GPU compile check and emulation
+#   make deps       check the Debian packages the build and tests need
 #   make bench      benchmarks (numbers printed, ratios against an in-run baseline)
 #   make vectors    regenerate the published vectors with tools/ (numpy)
 #   make gpu        build bin/m3-gpu with hipcc or nvcc, whichever is present
 #   make install    install under PREFIX (/usr/local), staged under DESTDIR
 #
 # Missing Debian packages are installed with apt-get when run as root;
-# otherwise the exact apt-get line is printed.
+# otherwise the exact apt-get line is printed and make stops (nothing is
+# installed for a non-root user).
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -23,7 +29,6 @@ KERNEL_SRC    := linear attention msa
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 
-DEB_PKGS := gcc make libcjson-dev libcmocka-dev libpng-dev libjpeg62-turbo-dev python3-numpy python3-pil tmux pkgconf
 
 REF_SRC   := $(sort $(wildcard ref/*.c))
 REF_OBJ   := $(patsubst ref/%.c,$(BUILD)/ref/%.o,$(REF_SRC))
@@ -33,7 +38,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 LIB       := $(BUILD)/libm3.a
 
-.PHONY: all deps run test unit-test cli-test bench vectors vectors-big vectors-check vectors-real synth-test synth-sums conform-real coverage coverage-check gpu clean
+.PHONY: all deps run check test unit-test cli-test bench vectors vectors-big vectors-check vectors-real synth-test synth-sums conform-real port-bugs-check coverage coverage-check gpu clean
 .DEFAULT_GOAL := all
 
 all: deps bin/m3-ref $(if $(CONF_SRC),bin/m3-conform)
@@ -49,6 +54,8 @@ $(BUILD)/.deps-ok:
 	$(PYTHON) -c 'import PIL' 2>/dev/null || missing="$$missing python3-pil"; \
 	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	command -v pkg-config >/dev/null || missing="$$missing pkgconf"; \
+	$(PYTHON) -c 'import jinja2' 2>/dev/null || missing="$$missing python3-jinja2"; \
+	command -v valgrind >/dev/null || missing="$$missing valgrind"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "m3: installing Debian packages:$$missing"; \
@@ -98,7 +105,13 @@ unit-test: $(TEST_BIN)
 cli-test: bin/m3-ref $(BUILD)/tests/cli_helper
 	sh tests/cli_test.sh bin/m3-ref $(BUILD)/tests/cli_helper
 
-test: all unit-test cli-test synth-test progress-test install-test coverage-check vectors-check conform-test hf-check demo-check eagle-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
+# quick tier: the committed vectors (layer by layer too), not regenerated; no
+# big vectors, upstream agreement, fuzzing, sanitizers or GPU checks
+check: all unit-test cli-test coverage-check
+	bin/m3-conform run vectors/manifest.json --teacher-forced --quiet
+	@echo "m3: quick checks passed (make test runs everything)"
+
+test: all unit-test cli-test synth-test progress-test install-test coverage-check vectors-check conform-test port-bugs-check hf-check demo-check eagle-check tour-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
 	@echo "m3: all tests passed"
 
 # progress and summary lines in a real terminal (a tmux pane), in a log, under
@@ -183,6 +196,25 @@ uninstall:
 install-test: all man
 	sh tests/install_test.sh "$(MAKE)" $(CC)
 
+# ---- docs/tour.md pictures ------------------------------------------------------
+# tour-plots: one forward of the demo model over docs/img/tour-prompt.txt,
+# dumped, then m3-conform plot draws docs/img/msa_selection.png and
+# moe_routing.png; tour-check redraws them in a temp dir and compares bytes.
+TOUR_TITLE := models/demo, Genesis 1:1-10
+.PHONY: tour-plots tour-check
+tour-plots: bin/m3-ref bin/m3-conform
+	@mkdir -p $(BUILD)/tour
+	bin/m3-ref forward --model models/demo --prompt "$$(cat docs/img/tour-prompt.txt)" --dump $(BUILD)/tour/demo.safetensors
+	bin/m3-conform plot --dump $(BUILD)/tour/demo.safetensors --out docs/img --title "$(TOUR_TITLE)"
+
+tour-check: bin/m3-ref bin/m3-conform
+	@set -e; tmp=$$(mktemp -d /tmp/m3_tour.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
+	bin/m3-ref forward --model models/demo --prompt "$$(cat docs/img/tour-prompt.txt)" --dump "$$tmp/demo.safetensors" >/dev/null; \
+	bin/m3-conform plot --dump "$$tmp/demo.safetensors" --out "$$tmp" --title "$(TOUR_TITLE)" >/dev/null; \
+	for f in msa_selection.png moe_routing.png; do cmp "$$tmp/$$f" docs/img/$$f || \
+	  { echo "tour-check: docs/img/$$f is not what make tour-plots draws now"; exit 1; }; done; \
+	echo "tour-check: docs/img/ pictures up to date"
+
 # ---- run, bench, vectors ---------------------------------------------------
 run: all
 	bin/m3-ref generate --model models/demo --prompt "And God said" --max-new-tokens 48 --greedy
@@ -233,9 +265,13 @@ conform-real: vectors-real
 synth-sums: bin/m3-conform
 	$(PYTHON) tools/real_suite.py --out $(BUILD)/vectors-real --no-golden
 
-# regenerate every non-big vector (and models/tiny) in a temp dir, compare bytes
+# regenerate every non-big vector (and models/tiny) in a temp dir, compare bytes;
+# the chat vectors too, re-rendered with jinja2 when CHAT_TEMPLATE names the
+# published M3 template (docs/tokenizer.md: it is not committed)
+CHAT_TEMPLATE ?=
 vectors-check: deps
 	$(PYTHON) tools/gen_vectors.py --check vectors
+	$(PYTHON) tools/chat_vectors.py --check vectors/chat $(if $(CHAT_TEMPLATE),--template $(CHAT_TEMPLATE))
 
 # spec clause coverage: docs/coverage.md; coverage-check fails on ids spec/ does not define
 coverage:
@@ -326,7 +362,7 @@ valgrind-test: bin/m3-ref
 .PHONY: conform-test
 
 # test_conform links the kit's objects (all but main.o) as well as libm3.a
-$(BUILD)/tests/test_conform $(BUILD)/tests/test_conform_tie $(BUILD)/tests/test_conform_greedy: $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h conformance/*.h ref/*.h) $(CONF_LIBOBJ) $(LIB)
+$(BUILD)/tests/test_conform $(BUILD)/tests/test_conform_tie $(BUILD)/tests/test_conform_greedy $(BUILD)/tests/test_chat_check: $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h conformance/*.h ref/*.h) $(CONF_LIBOBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -Iconformance -o $@ $< $(CONF_LIBOBJ) $(LIB) $(LDLIBS) -lcmocka
 
@@ -339,10 +375,16 @@ conform-test: bin/m3-conform bin/m3-ref vectors-big $(BUILD)/tests/cli_helper
 	bin/m3-conform run vectors/manifest.json --teacher-forced --quiet
 	bin/m3-conform run $(BUILD)/vectors-big/manifest.json --teacher-forced --quiet
 	sh tests/conform_settle.sh bin/m3-conform $(BUILD)/tests/cli_helper $(PYTHON)
-	sh tests/conform_port.sh bin/m3-conform bin/m3-ref $(BUILD)/tests/cli_helper $(PYTHON) $(BUILD)/vectors-long
 	sh tests/conform_cli.sh bin/m3-conform bin/m3-ref $(PYTHON)
+	sh tests/chat_check.sh bin/m3-conform
+	sh tests/conform_port.sh bin/m3-conform bin/m3-ref $(BUILD)/tests/cli_helper $(PYTHON) $(BUILD)/vectors-long
 
-# ---- GPU path (gpu/, issue 8) ----------------------------------------------
+# docs/port-bugs.md: its "flagged first" column is the kit's verdict on each
+# published port-bug mutant (tools/port_bugs.py runs m3-conform check on each)
+port-bugs-check: bin/m3-conform
+	$(PYTHON) tools/port_bugs.py --check docs/port-bugs.md
+
+# ---- GPU path (gpu/) --------------------------------------------------------
 # make gpu        bin/m3-gpu with nvcc (CUDA, cuBLAS; gpu/hip_compat.h maps HIP)
 #                 when nvcc is found, else hipcc (ROCm, hand-written GEMM)
 # make gpu-check  compile every gpu/ source, no GPU needed: sm_90 with nvcc and
@@ -354,61 +396,46 @@ HIPCC ?= $(shell command -v hipcc 2>/dev/null)
 GPU_BUILD   := gpu/build
 GPU_KSRC    := $(sort $(wildcard gpu/kernels/*.cu))
 GPU_HDR     := gpu/hip_compat.h $(wildcard gpu/kernels/*.h gpu/kernels/*.cuh)
-GPU_ALLSRC  := $(GPU_KSRC) gpu/m3-gpu.cu gpu/vision.cu gpu/drafter.cu gpu/bench.cu
+GPU_HOST    := m3-gpu vision_host drafter
+GPU_ALLSRC  := $(GPU_KSRC) $(patsubst %,gpu/%.cu,$(GPU_HOST)) gpu/bench.cu
 HIP_ARCHS   ?= gfx90a gfx940
 # --fmad=false / -ffp-contract=off: no fused multiply-add, as the reference (-ffp-contract=off)
 NVCC_FLAGS  := -std=c++17 -O2 -arch=sm_90 --fmad=false -DM3_HAVE_BLAS \
                -Xcompiler -Wall,-Wextra,-Werror -Igpu -Iref -I/usr/include/cjson
 HIPCC_FLAGS := -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -x hip \
                $(addprefix --offload-arch=,$(HIP_ARCHS)) -Igpu -Iref -I/usr/include/cjson
-GPU_NV_OBJ  := $(patsubst gpu/kernels/%.cu,$(GPU_BUILD)/nv/%.o,$(GPU_KSRC))
-GPU_HIP_OBJ := $(patsubst gpu/kernels/%.cu,$(GPU_BUILD)/hip/%.o,$(GPU_KSRC))
+
+# One toolchain per build: nv (nvcc) when present, else hip (hipcc). Objects
+# go to $(GPU_BUILD)/<toolchain>/, kernels and host files by one pattern each
+# (gpu/ and gpu/kernels/ hold no two .cu files of one name).
+ifneq ($(NVCC),)
+GPU_TC   := nv
+GPU_CXX  := $(NVCC) $(NVCC_FLAGS)
+GPU_LINK := $(NVCC) -arch=sm_90
+GPU_LIBS := -lcublas -lcublasLt
+else ifneq ($(HIPCC),)
+GPU_TC   := hip
+GPU_CXX  := $(HIPCC) $(HIPCC_FLAGS)
+GPU_LINK := $(HIPCC) $(addprefix --offload-arch=,$(HIP_ARCHS))
+GPU_LIBS :=
+endif
+GPU_KOBJ    := $(patsubst gpu/kernels/%.cu,$(GPU_BUILD)/$(GPU_TC)/%.o,$(GPU_KSRC))
+GPU_HOSTOBJ := $(patsubst %,$(GPU_BUILD)/$(GPU_TC)/%.o,$(GPU_HOST))
 
 .PHONY: gpu gpu-check bench-gpu
 
-$(GPU_BUILD)/nv/%.o: gpu/kernels/%.cu $(GPU_HDR)
+ifneq ($(GPU_TC),)
+$(GPU_BUILD)/$(GPU_TC)/%.o: gpu/kernels/%.cu $(GPU_HDR)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
-$(GPU_BUILD)/nv/m3-gpu.o: gpu/m3-gpu.cu gpu/vision.h gpu/drafter.h $(GPU_HDR) $(wildcard ref/*.h)
+	$(GPU_CXX) -c -o $@ $<
+$(GPU_BUILD)/$(GPU_TC)/%.o: gpu/%.cu $(wildcard gpu/*.h) $(GPU_HDR) $(wildcard ref/*.h)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
-$(GPU_BUILD)/nv/drafter.o: gpu/drafter.cu gpu/drafter.h $(GPU_HDR) $(wildcard ref/*.h)
-	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
-$(GPU_BUILD)/nv/host_vision.o: gpu/vision.cu gpu/vision.h $(GPU_HDR) $(wildcard ref/*.h)
-	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
-$(GPU_BUILD)/nv/bench.o: gpu/bench.cu $(GPU_HDR)
-	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
-$(GPU_BUILD)/hip/%.o: gpu/kernels/%.cu $(GPU_HDR)
-	@mkdir -p $(@D)
-	$(HIPCC) $(HIPCC_FLAGS) -c -o $@ $<
-$(GPU_BUILD)/hip/m3-gpu.o: gpu/m3-gpu.cu gpu/vision.h gpu/drafter.h $(GPU_HDR) $(wildcard ref/*.h)
-	@mkdir -p $(@D)
-	$(HIPCC) $(HIPCC_FLAGS) -c -o $@ $<
-$(GPU_BUILD)/hip/drafter.o: gpu/drafter.cu gpu/drafter.h $(GPU_HDR) $(wildcard ref/*.h)
-	@mkdir -p $(@D)
-	$(HIPCC) $(HIPCC_FLAGS) -c -o $@ $<
-$(GPU_BUILD)/hip/host_vision.o: gpu/vision.cu gpu/vision.h $(GPU_HDR) $(wildcard ref/*.h)
-	@mkdir -p $(@D)
-	$(HIPCC) $(HIPCC_FLAGS) -c -o $@ $<
-$(GPU_BUILD)/hip/bench.o: gpu/bench.cu $(GPU_HDR)
-	@mkdir -p $(@D)
-	$(HIPCC) $(HIPCC_FLAGS) -c -o $@ $<
-
-ifneq ($(NVCC),)
-gpu: $(GPU_NV_OBJ) $(GPU_BUILD)/nv/m3-gpu.o $(GPU_BUILD)/nv/host_vision.o $(GPU_BUILD)/nv/drafter.o $(LIB)
+	$(GPU_CXX) -c -o $@ $<
+gpu: $(GPU_KOBJ) $(GPU_HOSTOBJ) $(LIB)
 	@mkdir -p bin
-	$(NVCC) -arch=sm_90 -o bin/m3-gpu $(GPU_BUILD)/nv/m3-gpu.o $(GPU_BUILD)/nv/host_vision.o $(GPU_BUILD)/nv/drafter.o $(GPU_NV_OBJ) $(LIB) -lcublas -lcublasLt $(LDLIBS)
-$(GPU_BUILD)/bench-gpu: $(GPU_NV_OBJ) $(GPU_BUILD)/nv/bench.o
-	$(NVCC) -arch=sm_90 -o $@ $^ -lcublas -lcublasLt -lm
-else ifneq ($(HIPCC),)
-gpu: $(GPU_HIP_OBJ) $(GPU_BUILD)/hip/m3-gpu.o $(GPU_BUILD)/hip/host_vision.o $(GPU_BUILD)/hip/drafter.o $(LIB)
-	@mkdir -p bin
-	$(HIPCC) $(addprefix --offload-arch=,$(HIP_ARCHS)) -o bin/m3-gpu $(GPU_BUILD)/hip/m3-gpu.o $(GPU_BUILD)/hip/host_vision.o $(GPU_BUILD)/hip/drafter.o $(GPU_HIP_OBJ) $(LIB) $(LDLIBS)
-$(GPU_BUILD)/bench-gpu: $(GPU_HIP_OBJ) $(GPU_BUILD)/hip/bench.o
-	$(HIPCC) $(addprefix --offload-arch=,$(HIP_ARCHS)) -o $@ $^ -lm
+	$(GPU_LINK) -o bin/m3-gpu $(GPU_HOSTOBJ) $(GPU_KOBJ) $(LIB) $(GPU_LIBS) $(LDLIBS)
+$(GPU_BUILD)/bench-gpu: $(GPU_KOBJ) $(GPU_BUILD)/$(GPU_TC)/bench.o
+	$(GPU_LINK) -o $@ $^ $(GPU_LIBS) -lm
 else
 gpu $(GPU_BUILD)/bench-gpu:
 	@echo "make gpu: neither nvcc nor hipcc found; install the CUDA toolkit or 'apt-get install hipcc'"; exit 1
@@ -440,10 +467,11 @@ GPU_EMU_CASES ?= vectors/model/tiny_fp32 vectors/model/layer_sparse_moe_bf16 vec
                  vectors/model/vision_tiny_fp32 vectors/vision/layer_fp32 vectors/vision/tower_video_fp32 \
                  vectors/vision/tower_2img_bf16 vectors/vision/projector_bf16
 CXX ?= g++
-$(GPU_BUILD)/emu/m3-gpu-emu: $(GPU_KSRC) gpu/m3-gpu.cu gpu/vision.cu gpu/vision.h gpu/drafter.cu gpu/drafter.h gpu/emu/hip_emu.h $(GPU_HDR) $(LIB)
+GPU_HOSTSRC := $(patsubst %,gpu/%.cu,$(GPU_HOST))
+$(GPU_BUILD)/emu/m3-gpu-emu: $(GPU_KSRC) $(GPU_HOSTSRC) $(wildcard gpu/*.h) gpu/emu/hip_emu.h $(GPU_HDR) $(LIB)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++20 -O2 -ffp-contract=off -DM3_EMU -Wall -Wextra -Werror -Igpu -Iref -I/usr/include/cjson \
-	  -x c++ $(GPU_KSRC) gpu/m3-gpu.cu gpu/vision.cu gpu/drafter.cu -x none $(LIB) $(LDLIBS) -pthread -o $@
+	  -x c++ $(GPU_KSRC) $(GPU_HOSTSRC) -x none $(LIB) $(LDLIBS) -pthread -o $@
 
 .PHONY: gpu-emu-test
 gpu-emu-test: $(GPU_BUILD)/emu/m3-gpu-emu bin/m3-conform bin/m3-ref

@@ -70,9 +70,6 @@ typedef struct cf_tset {
 /* Load every tensor of a safetensors file (floats widened to fp32, integers
  * to int32; int64 values outside int32 are an error). */
 int cf_tset_load(cf_tset *s, const char *path, m3_err *e);
-/* As cf_tset_load for the tensors whose name keep(name, arg) accepts. */
-int cf_tset_load_select(cf_tset *s, const char *path, int (*keep)(const char *name, void *arg), void *arg,
-                        m3_err *e);
 /* Load a port's dump for judging against golden: one regular .safetensors
  * file (a directory or an index.json is refused), dtypes of the contract only
  * (F32, BF16, F16, I32, I64). Only tensors golden names, with golden's shape,
@@ -86,6 +83,9 @@ int cf_tset_load_dump(cf_tset *s, cf_tset *misshaped, const char *path, const cf
 /* The judging part of cf_tset_load_dump for an open store st (named path). */
 int cf_tset_from_dump_store(cf_tset *s, cf_tset *misshaped, const m3_store *st, const char *path,
                             const cf_tset *golden, char *unrec, size_t cap, m3_err *e);
+/* As cf_tset_load for the tensors whose name keep(name, arg) accepts. */
+int cf_tset_load_select(cf_tset *s, const char *path, int (*keep)(const char *name, void *arg), void *arg,
+                        m3_err *e);
 /* Copy every tensor of an open store into s. */
 int cf_tset_from_store(cf_tset *s, const m3_store *st, m3_err *e);
 /* Save a writer to a private temporary file, load it into s, remove the file. */

@@ -13,7 +13,8 @@
 
 #include "conform.h"
 
-int cf_golden_write(const char *case_dir, const char *out_path, int verify, m3_err *e)
+int cf_golden_write(const char *case_dir, const char *out_path, int verify, m3_progress *pg,
+                    m3_err *e)
 {
     cf_case cs;
     if (cf_case_load(&cs, case_dir, verify, e))
@@ -36,7 +37,7 @@ int cf_golden_write(const char *case_dir, const char *out_path, int verify, m3_e
     }
     have_model = 1;
     snprintf(p, sizeof p, "%s/inputs.safetensors", cs.dir);
-    if (cf_tset_load(&in, p, e) || cf_ref_model(&cs, &model, &in, 0, &out, NULL, e))
+    if (cf_tset_load(&in, p, e) || cf_ref_model(&cs, &model, &in, 0, &out, pg, e))
         goto done;
     if (!(w = m3_st_writer_new())) {
         m3_fail(e, "golden: out of memory");

@@ -10,10 +10,12 @@
 #define M3_GOLDEN_H
 
 #include "err.h"
+#include "progress.h"
 
 /* Run the reference on the model case in case_dir (its files{} hashes verified when
  * verify != 0) and write its golden outputs to out_path through a temporary file
  * renamed into place. Returns 0, or -1 with e naming the case or file. */
-int cf_golden_write(const char *case_dir, const char *out_path, int verify, m3_err *e);
+int cf_golden_write(const char *case_dir, const char *out_path, int verify, m3_progress *pg,
+                    m3_err *e);
 
 #endif

@@ -5,6 +5,12 @@
  *                    [--tie-dump FILE | --no-settle]
  *   m3-conform run [DIR|MANIFEST...] [--profile P] [--target ref] [--json OUT]
  *                  [--junit OUT] [--plot OUT.png] [--teacher-forced]
+ *   m3-conform chat-check --model DIR --conversation FILE --ids FILE|LIST
+ *                  [--thinking MODE] [--print-expected]
+ *   m3-conform plot --dump FILE --out DIR [--title TEXT]
+ *
+ * plot draws a dump's MSA block selections and MoE routing (dump_plot.h) to
+ * DIR/msa_selection.png and DIR/moe_routing.png; exit 0, or 2 on bad input.
  *
  * check exits 0 when the dump conforms, 1 when it does not, 2 for usage
  * errors and bad input (unreadable case, dump, tolerances) or an internal
@@ -14,10 +20,15 @@
  * judging it teacher-forced (or --tie-dump FILE, the implementation's own
  * teacher-forced dump of the case) and exits 0 or 1 on that. run exits 0 when every
  * case conforms and every mutant behaves as its mutant.json says, else 1
- * (2 for usage errors). Spec: M3-VEC-*, M3-DUMP-*, M3-TOL-*; the pass rule
- * is written in docs/validating-a-port.md.
+ * (2 for usage errors). chat-check exits 0 when the port's prompt ids equal
+ * the spec's rendering of the conversation tokenized with DIR's tokenizer
+ * (M3-CHAT-*, chat_check.h), 1 when they differ (the first difference is
+ * printed), 2 for usage errors and bad input. Spec: M3-VEC-*, M3-DUMP-*,
+ * M3-TOL-*; the pass rule is written in docs/validating-a-port.md.
  */
+#include "chat_check.h"
 #include "conform.h"
+#include "dump_plot.h"
 #include "fileio.h"
 #include "golden.h"
 #include "synth.h"
@@ -34,7 +45,7 @@
 typedef struct opts {
     const char *cmd;
     const char *case_dir, *dump, *tie_dump, *profile, *json, *junit, *plot, *tolerances, *target,
-        *caps_file, *model_dir, *layers, *jobs_s, *result, *mode;
+        *caps_file, *out, *title, *model_dir, *layers, *jobs_s, *result, *mode;
     char unsupported[1024];
     int teacher_forced, verbose, quiet, no_hash, no_mutants, no_settle, help, logits, timing;
     const char *paths[256];
@@ -64,12 +75,18 @@ static void usage(FILE *f)
             "  m3-conform synth --layers N --seed S --out DIR [options]   (synth --help)\n"
             "  m3-conform golden --case DIR [--out FILE]   (write a model case's golden with the\n"
             "                    reference; default FILE: DIR/expected.safetensors)\n"
+            "  m3-conform chat-check --model DIR --conversation FILE --ids FILE|LIST\n"
+            "                 [--thinking adaptive|enabled|disabled] [--print-expected]\n"
+            "  m3-conform plot --dump FILE --out DIR [--title TEXT]\n"
+            "                 (writes DIR/msa_selection.png and DIR/moe_routing.png)\n"
             "  m3-conform version\n"
             "check: exit 0 = the dump conforms, 1 = it does not, 2 = usage / bad input,\n"
             "       3 = inconclusive (TieDiverged, only with --no-settle: only rows an\n"
             "           accepted tie reaches differ). Without --no-settle check settles such a\n"
             "           dump itself: it judges it (or --tie-dump FILE, the port's own\n"
             "           teacher-forced dump) teacher-forced, and exits 0 or 1 on that.\n"
+            "chat-check: exit 0 = the ids are the spec's prompt for FILE, 1 = they differ\n"
+            "       (first difference printed), 2 = usage / bad input.\n"
             "Capabilities a port may declare absent: block_indices router eagle3 greedy vision\n"
             "internals (every per-layer tensor but layers.{i}.input/output: a residual-only dump).\n"
             "Run 'm3-conform check --help' or 'm3-conform run --help' for the options.\n"
@@ -325,6 +342,8 @@ static int parse_args(opts *o, int argc, char **argv)
         VAL("--tolerances", tolerances)
         VAL("--target", target)
         VAL("--capabilities", caps_file)
+        VAL("--out", out)
+        VAL("--title", title)
         VAL("--model", model_dir)
         VAL("--layers", layers)
         VAL("--jobs", jobs_s)
@@ -601,8 +620,8 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
     }
     const char *bad_feed = tf ? nonfinite_feed(&dump, model) : NULL;
     const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf, want, T,
-                             cJSON_IsString(sel) ? sel->valuestring : NULL, &misshaped, bad_feed, want_logits,
-                             cJSON_IsString(lsel) ? lsel->valuestring : NULL};
+                             cJSON_IsString(sel) ? sel->valuestring : NULL, &misshaped, bad_feed,
+                             want_logits, cJSON_IsString(lsel) ? lsel->valuestring : NULL};
     if (tf && model) {
         /* teacher forcing runs each layer from the dump's own input: every position of it */
         for (int i = 0; i < model->cfg.text.num_layers; i++) {
@@ -1307,9 +1326,11 @@ static int cmd_run(ctx *c)
 static int cmd_golden(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL;
-    int verify = 1;
+    int verify = 1, quiet = 0;
     for (int i = 0; i < argc; i++) {
-        if ((strcmp(argv[i], "--case") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
+        if (strcmp(argv[i], "--quiet") == 0) {
+            quiet = 1;
+        } else if ((strcmp(argv[i], "--case") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
             if (argv[i][2] == 'c')
                 dir = argv[++i];
             else
@@ -1318,7 +1339,7 @@ static int cmd_golden(int argc, char **argv)
             verify = 0;
         } else {
             fprintf(stderr, "m3-conform golden: unexpected argument \"%s\"; usage: m3-conform golden "
-                            "--case DIR [--out FILE] [--no-hash]\n", argv[i]);
+                            "--case DIR [--out FILE] [--no-hash] [--quiet]\n", argv[i]);
             return 2;
         }
     }
@@ -1332,10 +1353,16 @@ static int cmd_golden(int argc, char **argv)
         out = def;
     }
     m3_err e = {{0}};
-    if (cf_golden_write(dir, out, verify, &e)) {
+    m3_progress pg;
+    m3_progress_init_stderr(&pg, "m3-conform golden", quiet);
+    m3_progress_task(&pg, "golden", M3_UNIT_ROWS, 0);
+    int rc = cf_golden_write(dir, out, verify, &pg, &e);
+    m3_progress_end(&pg);
+    if (rc) {
         fprintf(stderr, "m3-conform: %s\n", e.msg);
         return 2;
     }
+    m3_progress_summary(&pg, out);
     printf("golden: %s\n", out);
     return 0;
 }
@@ -1362,6 +1389,152 @@ static int cmd_synth(int argc, char **argv)
     return 0;
 }
 
+/* Print s with newlines, tabs, quotes and backslashes escaped. */
+static void put_escaped(const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\n')
+            fputs("\\n", stdout);
+        else if (*s == '\t')
+            fputs("\\t", stdout);
+        else if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else
+            putchar(*s);
+    }
+}
+
+/* m3-conform chat-check (see the head comment). */
+static int cmd_chat_check(int argc, char **argv)
+{
+    const char *model = NULL, *conv = NULL, *ids_arg = NULL, *thinking = NULL;
+    int print_expected = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = !strcmp(a, "--model") ? &model : !strcmp(a, "--conversation") ? &conv
+                           : !strcmp(a, "--ids") ? &ids_arg : !strcmp(a, "--thinking") ? &thinking
+                           : NULL;
+        if (dst && i + 1 < argc) {
+            *dst = argv[++i];
+        } else if (!strcmp(a, "--print-expected")) {
+            print_expected = 1;
+        } else {
+            fprintf(stderr, "m3-conform chat-check: %s '%s'\n",
+                    dst ? "missing value for" : "unknown option", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model || !conv || (!ids_arg && !print_expected)) {
+        fprintf(stderr, "m3-conform chat-check: needs --model DIR, --conversation FILE and "
+                        "--ids FILE|LIST (or --print-expected)\n");
+        return 2;
+    }
+    m3_err e = {{0}};
+    m3_tokenizer *tok;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (m3_tokenizer_open(&tok, model, &e) != 0) {
+        fprintf(stderr, "m3-conform chat-check: %s\n", e.msg);
+        return 2;
+    }
+    if (ids_arg && cf_chat_read_ids(ids_arg, &ids, &n, &e) != 0) {
+        fprintf(stderr, "m3-conform chat-check: %s\n", e.msg);
+        m3_tokenizer_free(tok);
+        return 2;
+    }
+    cf_chat_diff d;
+    if (cf_chat_check(tok, conv, thinking, ids, n, &d, &e) != 0) {
+        fprintf(stderr, "m3-conform chat-check: %s\n", e.msg);
+        free(ids);
+        m3_tokenizer_free(tok);
+        return 2;
+    }
+    int rc = 0;
+    if (print_expected) {
+        for (size_t i = 0; i < d.n_expected; i++)
+            printf("%s%d", i ? "," : "", (int)d.expected[i]);
+        printf("\n");
+    }
+    if (ids_arg) {
+        printf("chat-check: %s: %zu expected ids, %zu given\n", conv, d.n_expected, d.n_got);
+        if (d.equal) {
+            printf("verdict: PASS (the ids are the spec's rendering, tokenized)\n");
+        } else {
+            printf("first difference at position %zu: expected %d \"", d.pos, (int)d.want);
+            put_escaped(d.want >= 0 ? d.want_str : "(end of the prompt)");
+            printf("\", got %d \"", (int)d.got);
+            put_escaped(d.got >= 0 ? d.got_str : "(end of the ids)");
+            printf("\"\n  before:   \"");
+            put_escaped(d.ctx_before);
+            printf("\"\n  expected: \"");
+            put_escaped(d.ctx_expected);
+            printf("\"\n  got:      \"");
+            put_escaped(d.ctx_got);
+            printf("\"\nverdict: FAIL\n");
+            rc = 1;
+        }
+    }
+    cf_chat_diff_free(&d);
+    free(ids);
+    m3_tokenizer_free(tok);
+    return rc;
+}
+
+/* plot: the pictures of one dump (dump_plot.h); either picture is skipped,
+ * with a note, when the dump has no layer of its kind. */
+static int cmd_plot(const opts *o)
+{
+    if (!o->dump || !o->out || o->npaths) {
+        fprintf(stderr, "m3-conform plot: needs --dump FILE and --out DIR (and nothing else)\n");
+        return 2;
+    }
+    struct stat sb;
+    if (stat(o->out, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "m3-conform plot: %s: not a directory\n", o->out);
+        return 2;
+    }
+    cf_tset d = {0};
+    m3_err e = {{0}};
+    if (cf_tset_load(&d, o->dump, &e) != 0) {
+        fprintf(stderr, "m3-conform plot: %s\n", e.msg);
+        return 2;
+    }
+    const char *base = o->title ? o->title
+                       : strrchr(o->dump, '/') ? strrchr(o->dump, '/') + 1 : o->dump;
+    static const char *const files[2] = {"msa_selection.png", "moe_routing.png"};
+    static const char *const need[2] = {"attn.block_indices", "moe.topk_index"};
+    int rc = 0, drawn = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        int have = 0;
+        for (int i = 0; i < d.n && !have; i++) {
+            const char *dot = strrchr(d.t[i].name, '.');
+            have = strncmp(d.t[i].name, "layers.", 7) == 0 && dot &&
+                   strlen(d.t[i].name) > strlen(need[k]) &&
+                   strcmp(d.t[i].name + strlen(d.t[i].name) - strlen(need[k]), need[k]) == 0;
+        }
+        if (!have) {
+            printf("%s: no layers.{i}.%s; %s not drawn\n", o->dump, need[k], files[k]);
+            continue;
+        }
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", o->out, files[k]);
+        if ((k == 0 ? cf_plot_selection(&d, base, path, &e) : cf_plot_routing(&d, base, path, &e)) != 0) {
+            fprintf(stderr, "m3-conform plot: %s\n", e.msg);
+            rc = 2;
+        } else {
+            printf("%s\n", path);
+            drawn++;
+        }
+    }
+    if (rc == 0 && drawn == 0) {
+        fprintf(stderr, "m3-conform plot: %s has neither block selections nor routing\n", o->dump);
+        rc = 2;
+    }
+    cf_tset_free(&d);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -1378,10 +1551,14 @@ int main(int argc, char **argv)
         return cmd_golden(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "synth") == 0)
         return cmd_synth(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "chat-check") == 0)
+        return cmd_chat_check(argc, argv);
     if (parse_args(&o, argc, argv)) {
         usage(stderr);
         return 2;
     }
+    if (strcmp(o.cmd, "plot") == 0)
+        return cmd_plot(&o);
     if (strcmp(o.cmd, "check") && strcmp(o.cmd, "run") && strcmp(o.cmd, "rows") && strcmp(o.cmd, "merge")) {
         fprintf(stderr, "m3-conform: unknown command \"%s\"\n", o.cmd);
         usage(stderr);

@@ -6,12 +6,11 @@
  * TieDiverged, the first tie and the rows excluded as its consequences). The files
  * written here carry CF_PROTOCOL_VERSION so consumers can tell formats apart.
  */
+#include "canvas.h"
 #include "conform.h"
 #include "fileio.h"
 
 #include <math.h>
-#include <png.h>
-#include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -494,104 +493,10 @@ int cf_write_junit(const char *path, const char *suite, const cf_report *reps, i
 }
 
 /* ---- PNG heat-map --------------------------------------------------------------------- */
-/* 5x7 glyphs, one byte per row, bit 4 = leftmost column. Lower case is drawn
- * as upper case. */
-static const struct {
-    char c;
-    unsigned char rows[7];
-} k_font[] = {
-    {'0', {0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E}}, {'1', {0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E}},
-    {'2', {0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F}}, {'3', {0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E}},
-    {'4', {0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02}}, {'5', {0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E}},
-    {'6', {0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E}}, {'7', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08}},
-    {'8', {0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E}}, {'9', {0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C}},
-    {'A', {0x0E, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11}}, {'B', {0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E}},
-    {'C', {0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E}}, {'D', {0x1C, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1C}},
-    {'E', {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F}}, {'F', {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10}},
-    {'G', {0x0E, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0F}}, {'H', {0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11}},
-    {'I', {0x0E, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E}}, {'J', {0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C}},
-    {'K', {0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11}}, {'L', {0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1F}},
-    {'M', {0x11, 0x1B, 0x15, 0x15, 0x11, 0x11, 0x11}}, {'N', {0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11}},
-    {'O', {0x0E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E}}, {'P', {0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10, 0x10}},
-    {'Q', {0x0E, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0D}}, {'R', {0x1E, 0x11, 0x11, 0x1E, 0x14, 0x12, 0x11}},
-    {'S', {0x0F, 0x10, 0x10, 0x0E, 0x01, 0x01, 0x1E}}, {'T', {0x1F, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04}},
-    {'U', {0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E}}, {'V', {0x11, 0x11, 0x11, 0x11, 0x11, 0x0A, 0x04}},
-    {'W', {0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A}}, {'X', {0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11}},
-    {'Y', {0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04}}, {'Z', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F}},
-    {'.', {0x00, 0x00, 0x00, 0x00, 0x00, 0x0C, 0x0C}}, {'-', {0x00, 0x00, 0x00, 0x1F, 0x00, 0x00, 0x00}},
-    {'_', {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1F}}, {'/', {0x00, 0x01, 0x02, 0x04, 0x08, 0x10, 0x00}},
-    {':', {0x00, 0x0C, 0x0C, 0x00, 0x0C, 0x0C, 0x00}}, {'(', {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02}},
-    {')', {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08}}, {'=', {0x00, 0x00, 0x1F, 0x00, 0x1F, 0x00, 0x00}},
-    {'+', {0x00, 0x04, 0x04, 0x1F, 0x04, 0x04, 0x00}}, {',', {0x00, 0x00, 0x00, 0x00, 0x0C, 0x04, 0x08}},
-    {'[', {0x0E, 0x08, 0x08, 0x08, 0x08, 0x08, 0x0E}}, {']', {0x0E, 0x02, 0x02, 0x02, 0x02, 0x02, 0x0E}},
-    {'<', {0x02, 0x04, 0x08, 0x10, 0x08, 0x04, 0x02}}, {'>', {0x08, 0x04, 0x02, 0x01, 0x02, 0x04, 0x08}},
-    {'*', {0x00, 0x04, 0x15, 0x0E, 0x15, 0x04, 0x00}}, {'#', {0x0A, 0x0A, 0x1F, 0x0A, 0x1F, 0x0A, 0x0A}},
-    {'?', {0x0E, 0x11, 0x01, 0x02, 0x04, 0x00, 0x04}}, {'!', {0x04, 0x04, 0x04, 0x04, 0x04, 0x00, 0x04}},
-    {'%', {0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03}},
-};
-
-typedef struct canvas {
-    int w, h;
-    unsigned char *px; /* RGB */
-} canvas;
-
-static void put(canvas *c, int x, int y, const unsigned char rgb[3])
-{
-    if (x < 0 || y < 0 || x >= c->w || y >= c->h)
-        return;
-    memcpy(c->px + ((size_t)y * c->w + x) * 3, rgb, 3);
-}
-
-static void fill(canvas *c, int x0, int y0, int w, int h, const unsigned char rgb[3])
-{
-    for (int y = y0; y < y0 + h; y++)
-        for (int x = x0; x < x0 + w; x++)
-            put(c, x, y, rgb);
-}
-
-static void frame(canvas *c, int x0, int y0, int w, int h, int t, const unsigned char rgb[3])
-{
-    fill(c, x0, y0, w, t, rgb);
-    fill(c, x0, y0 + h - t, w, t, rgb);
-    fill(c, x0, y0, t, h, rgb);
-    fill(c, x0 + w - t, y0, t, h, rgb);
-}
-
-/* Draw text at (x, y) (top-left), each font pixel scale x scale; returns the end x. */
-static int text(canvas *c, int x, int y, const char *s, int scale, const unsigned char rgb[3])
-{
-    for (; *s; s++) {
-        char ch = *s >= 'a' && *s <= 'z' ? (char)(*s - 32) : *s;
-        for (size_t g = 0; g < sizeof k_font / sizeof k_font[0]; g++) {
-            if (k_font[g].c != ch)
-                continue;
-            for (int r = 0; r < 7; r++)
-                for (int b = 0; b < 5; b++)
-                    if (k_font[g].rows[r] & (0x10 >> b))
-                        fill(c, x + b * scale, y + r * scale, scale, scale, rgb);
-            break;
-        }
-        x += 6 * scale;
-    }
-    return x;
-}
-
 /* log10 error in [-16, 0] to a dark-blue..green..yellow ramp. */
 static void ramp(double v, unsigned char out[3])
 {
-    static const double stops[5][3] = {{68, 1, 84}, {59, 82, 139}, {33, 145, 140}, {94, 201, 98}, {253, 231, 37}};
-    double t = (v + 16.0) / 16.0;
-    if (!(t >= 0))
-        t = 0;
-    if (t > 1)
-        t = 1;
-    double p = t * 4;
-    int i = (int)p;
-    if (i > 3)
-        i = 3;
-    double f = p - i;
-    for (int k = 0; k < 3; k++)
-        out[k] = (unsigned char)lrint(stops[i][k] * (1 - f) + stops[i + 1][k] * f);
+    cf_viridis((v + 16.0) / 16.0, out);
 }
 
 /* Row names of a model panel, in forward order. */
@@ -629,41 +534,41 @@ static const cf_record *find_cell(const cf_report *r, int row, int layer)
     return NULL;
 }
 
-static void draw_cell(canvas *c, int x, int y, const cf_record *rec, int first)
+static void draw_cell(cf_canvas *c, int x, int y, const cf_record *rec, int first)
 {
     static const unsigned char grey[3] = {200, 200, 200}, red[3] = {230, 20, 20},
                                green[3] = {30, 140, 60}, yellow[3] = {255, 190, 0}, white[3] = {255, 255, 255},
                                magenta[3] = {200, 0, 200}, cyan[3] = {80, 170, 200};
     unsigned char col[3];
     if (!rec) {
-        fill(c, x, y, CELL_W - 2, CELL_H - 2, (const unsigned char[3]){245, 245, 245});
+        cf_fill(c, x, y, CELL_W - 2, CELL_H - 2, (const unsigned char[3]){245, 245, 245});
         return;
     }
     if (rec->have_metrics && rec->m.n_nan == 0 && rec->m.n_inf_bad == 0 && rec->m.n_ref_nan == 0) {
         double v = rec->m.nmse > 0 ? log10(rec->m.nmse) : -16;
         ramp(v, col);
-        fill(c, x, y, CELL_W - 2, CELL_H - 2, col);
+        cf_fill(c, x, y, CELL_W - 2, CELL_H - 2, col);
     } else if (rec->result == CF_NOT_SUPPORTED) {
-        fill(c, x, y, CELL_W - 2, CELL_H - 2, cyan);
+        cf_fill(c, x, y, CELL_W - 2, CELL_H - 2, cyan);
     } else if (rec->result == CF_INTERNAL_ERROR) {
-        fill(c, x, y, CELL_W - 2, CELL_H - 2, magenta);
+        cf_fill(c, x, y, CELL_W - 2, CELL_H - 2, magenta);
     } else if (rec->msg[0] && strncmp(rec->msg, "missing", 7) == 0) {
-        fill(c, x, y, CELL_W - 2, CELL_H - 2, grey);
-        text(c, x + 8, y + 3, "-", 1, (const unsigned char[3]){90, 90, 90});
+        cf_fill(c, x, y, CELL_W - 2, CELL_H - 2, grey);
+        cf_text(c, x + 8, y + 3, "-", 1, (const unsigned char[3]){90, 90, 90});
     } else if (rec->have_metrics) { /* NaN / Inf */
-        fill(c, x, y, CELL_W - 2, CELL_H - 2, red);
-        text(c, x + 2, y + 3, "NAN", 1, white);
+        cf_fill(c, x, y, CELL_W - 2, CELL_H - 2, red);
+        cf_text(c, x + 2, y + 3, "NAN", 1, white);
     } else {
-        fill(c, x, y, CELL_W - 2, CELL_H - 2, rec->result == CF_PASS ? green : red);
+        cf_fill(c, x, y, CELL_W - 2, CELL_H - 2, rec->result == CF_PASS ? green : red);
         if (rec->result != CF_PASS)
-            text(c, x + 8, y + 3, "X", 1, white);
+            cf_text(c, x + 8, y + 3, "X", 1, white);
     }
     if (rec->result == CF_FAIL || rec->result == CF_INTERNAL_ERROR)
-        frame(c, x - 1, y - 1, CELL_W, CELL_H, first ? 3 : 1, first ? red : (const unsigned char[3]){255, 120, 120});
+        cf_frame(c, x - 1, y - 1, CELL_W, CELL_H, first ? 3 : 1, first ? red : (const unsigned char[3]){255, 120, 120});
     else if (rec->result == CF_WARNING)
-        frame(c, x - 1, y - 1, CELL_W, CELL_H, 1, yellow);
+        cf_frame(c, x - 1, y - 1, CELL_W, CELL_H, 1, yellow);
     else if (rec->result == CF_TIE_DIVERGED)
-        frame(c, x - 1, y - 1, CELL_W, CELL_H, 2, (const unsigned char[3]){255, 140, 0});
+        cf_frame(c, x - 1, y - 1, CELL_W, CELL_H, 2, (const unsigned char[3]){255, 140, 0});
 }
 
 static void panel_layout(panel *p)
@@ -703,7 +608,7 @@ static void panel_layout(panel *p)
     p->h = MARGIN + 2 * 14 + 4 + LINE + p->nrows * CELL_H + MARGIN;
 }
 
-static void panel_draw(canvas *c, const panel *p, int y0)
+static void panel_draw(cf_canvas *c, const panel *p, int y0)
 {
     static const unsigned char black[3] = {0, 0, 0}, dark[3] = {60, 60, 60}, red[3] = {200, 0, 0};
     int x0 = MARGIN, y = y0 + MARGIN;
@@ -711,7 +616,7 @@ static void panel_draw(canvas *c, const panel *p, int y0)
     if (p->model) {
         const cf_report *r = p->reps[0];
         snprintf(buf, sizeof buf, "%s  %s", r->id, r->teacher_forced ? "(teacher-forced)" : "");
-        text(c, x0, y, buf, 2, black);
+        cf_text(c, x0, y, buf, 2, black);
         y += 16;
         if (r->first_fail >= 0) {
             const cf_record *x = &r->rec[r->first_fail];
@@ -720,23 +625,23 @@ static void panel_draw(canvas *c, const panel *p, int y0)
             if (x->layer < 0)
                 snprintf(buf, sizeof buf, "%s - first divergence: %s (%s)", cf_result_name(r->result),
                          x->component, x->tensor);
-            text(c, x0, y, buf, 1, red);
+            cf_text(c, x0, y, buf, 1, red);
         } else {
             snprintf(buf, sizeof buf, "%s - profile %s", cf_result_name(r->result), r->profile);
-            text(c, x0, y, buf, 1, dark);
+            cf_text(c, x0, y, buf, 1, dark);
         }
         y += 16;
         int gx = x0 + p->label_w;
-        text(c, gx + 2, y, "--", 1, dark);
+        cf_text(c, gx + 2, y, "--", 1, dark);
         for (int l = 0; l + 1 < p->ncols; l++) {
             snprintf(buf, sizeof buf, "%d", l);
-            text(c, gx + (l + 1) * CELL_W + 2, y, buf, 1, dark);
+            cf_text(c, gx + (l + 1) * CELL_W + 2, y, buf, 1, dark);
         }
         y += LINE;
         for (int k = 0; k < N_ROWS; k++) {
             if (!p->rows_used[k])
                 continue;
-            text(c, x0, y + 3, k_rows[k], 1, black);
+            cf_text(c, x0, y + 3, k_rows[k], 1, black);
             for (int col = 0; col < p->ncols; col++) {
                 const cf_record *rec = find_cell(r, k, col - 1);
                 int first = rec && r->first_fail >= 0 && rec == &r->rec[r->first_fail];
@@ -747,13 +652,13 @@ static void panel_draw(canvas *c, const panel *p, int y0)
             y += CELL_H;
         }
     } else {
-        text(c, x0, y, "component cases", 2, black);
+        cf_text(c, x0, y, "component cases", 2, black);
         y += 16;
         int fails = 0;
         for (int i = 0; i < p->nreps; i++)
             fails += !cf_result_conforms(p->reps[i]->result);
         snprintf(buf, sizeof buf, "%d cases, %d not conforming", p->nreps, fails);
-        text(c, x0, y, buf, 1, fails ? red : dark);
+        cf_text(c, x0, y, buf, 1, fails ? red : dark);
         y += 16 + LINE;
         int gx = x0 + p->label_w;
         for (int i = 0; i < p->nreps; i++) {
@@ -761,12 +666,12 @@ static void panel_draw(canvas *c, const panel *p, int y0)
             for (int k = 0; k < r->nrec; k++) {
                 snprintf(buf, sizeof buf, "%.200s/%.160s", r->id, r->rec[k].tensor);
                 buf[60] = 0;
-                text(c, x0, y + 3, buf, 1, black);
+                cf_text(c, x0, y + 3, buf, 1, black);
                 draw_cell(c, gx + 1, y + 1, &r->rec[k], k == r->first_fail);
                 if (r->rec[k].result != CF_PASS) {
                     snprintf(buf, sizeof buf, "%.20s %.100s", cf_result_name(r->rec[k].result), r->rec[k].msg);
                     buf[64] = 0;
-                    text(c, gx + CELL_W + 6, y + 3, buf, 1, red);
+                    cf_text(c, gx + CELL_W + 6, y + 3, buf, 1, red);
                 }
                 y += CELL_H;
             }
@@ -775,98 +680,51 @@ static void panel_draw(canvas *c, const panel *p, int y0)
 }
 
 /* bound: the NMSE bound of the reports' rules (the loosest), marked on the scale; 0 none */
-static void legend(canvas *c, int y, double bound)
+static void legend(cf_canvas *c, int y, double bound)
 {
     static const unsigned char black[3] = {0, 0, 0};
     int x = MARGIN;
-    text(c, x, y, "log10 NMSE:", 1, black);
+    cf_text(c, x, y, "log10 NMSE:", 1, black);
     x += 12 * 6;
     for (int i = 0; i < 160; i++) {
         unsigned char col[3];
         ramp(-16.0 + 16.0 * i / 159.0, col);
-        fill(c, x + i, y, 1, 10, col);
+        cf_fill(c, x + i, y, 1, 10, col);
     }
     for (int v = -16; v <= 0; v += 4) {
         char b[16];
         snprintf(b, sizeof b, "%d", v);
-        text(c, x + (v + 16) * 159 / 16 - 3, y + 13, b, 1, black);
+        cf_text(c, x + (v + 16) * 159 / 16 - 3, y + 13, b, 1, black);
     }
     if (bound > 0 && isfinite(bound)) { /* the tolerance bound on the scale: a black tick */
         double lb = log10(bound);
         int bx = x + (int)((lb + 16.0) * 159.0 / 16.0);
         if (bx >= x && bx < x + 160) {
-            fill(c, bx - 1, y - 3, 3, 16, black);
-            text(c, bx - 15, y - 12, "BOUND", 1, black);
+            cf_fill(c, bx - 1, y - 3, 3, 16, black);
+            cf_text(c, bx - 15, y - 12, "BOUND", 1, black);
         }
     }
     x += 180;
-    fill(c, x, y, 10, 10, (const unsigned char[3]){30, 140, 60});
-    text(c, x + 14, y + 2, "set/exact equal", 1, black);
+    cf_fill(c, x, y, 10, 10, (const unsigned char[3]){30, 140, 60});
+    cf_text(c, x + 14, y + 2, "set/exact equal", 1, black);
     x += 14 + 16 * 6;
-    fill(c, x, y, 10, 10, (const unsigned char[3]){230, 20, 20});
-    text(c, x + 14, y + 2, "differs", 1, black);
+    cf_fill(c, x, y, 10, 10, (const unsigned char[3]){230, 20, 20});
+    cf_text(c, x + 14, y + 2, "differs", 1, black);
     x += 14 + 8 * 6;
-    frame(c, x, y, 10, 10, 2, (const unsigned char[3]){230, 20, 20});
-    text(c, x + 14, y + 2, "fail (thick: first)", 1, black);
+    cf_frame(c, x, y, 10, 10, 2, (const unsigned char[3]){230, 20, 20});
+    cf_text(c, x + 14, y + 2, "fail (thick: first)", 1, black);
     x += 14 + 20 * 6;
-    fill(c, x, y, 10, 10, (const unsigned char[3]){200, 200, 200});
-    text(c, x + 14, y + 2, "missing", 1, black);
+    cf_fill(c, x, y, 10, 10, (const unsigned char[3]){200, 200, 200});
+    cf_text(c, x + 14, y + 2, "missing", 1, black);
     x += 14 + 8 * 6;
-    frame(c, x, y, 10, 10, 2, (const unsigned char[3]){255, 140, 0});
-    text(c, x + 14, y + 2, "tie-diverged", 1, black);
+    cf_frame(c, x, y, 10, 10, 2, (const unsigned char[3]){255, 140, 0});
+    cf_text(c, x + 14, y + 2, "tie-diverged", 1, black);
     x += 14 + 13 * 6;
-    fill(c, x, y, 10, 10, (const unsigned char[3]){80, 170, 200});
-    text(c, x + 14, y + 2, "not supported", 1, black);
+    cf_fill(c, x, y, 10, 10, (const unsigned char[3]){80, 170, 200});
+    cf_text(c, x + 14, y + 2, "not supported", 1, black);
     x += 14 + 14 * 6;
-    fill(c, x, y, 10, 10, (const unsigned char[3]){200, 0, 200});
-    text(c, x + 14, y + 2, "internal error", 1, black);
-}
-
-typedef struct png_ctx {
-    jmp_buf jb;
-} png_ctx;
-
-static void png_err(png_structp png, png_const_charp msg)
-{
-    (void)msg;
-    png_ctx *pc = png_get_error_ptr(png);
-    longjmp(pc->jb, 1);
-}
-
-static void png_warn(png_structp png, png_const_charp msg)
-{
-    (void)png;
-    (void)msg;
-}
-
-static int save_png(const char *path, const canvas *c, m3_err *e)
-{
-    m3_outfile out;
-    if (m3_out_open(&out, path, e) != 0)
-        return m3_fail_prefix(e, "plot");
-    FILE *f = out.f;
-    png_ctx pc;
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &pc, png_err, png_warn);
-    png_infop info = png ? png_create_info_struct(png) : NULL;
-    if (!png || !info) {
-        png_destroy_write_struct(&png, &info);
-        m3_out_abort(&out);
-        return m3_fail(e, "%s: libpng could not start", path);
-    }
-    if (setjmp(pc.jb)) {
-        png_destroy_write_struct(&png, &info);
-        m3_out_abort(&out);
-        return m3_fail(e, "%s: libpng failed while writing", path);
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)c->w, (png_uint_32)c->h, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    for (int y = 0; y < c->h; y++)
-        png_write_row(png, c->px + (size_t)y * c->w * 3);
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    return m3_out_commit(&out, e);
+    cf_fill(c, x, y, 10, 10, (const unsigned char[3]){200, 0, 200});
+    cf_text(c, x + 14, y + 2, "internal error", 1, black);
 }
 
 int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e)
@@ -911,7 +769,7 @@ int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e)
         ps[k].nreps = ncomp;
         ps[k].model = 0;
     }
-    canvas c = {0, 0, NULL};
+    cf_canvas c = {0, 0, NULL};
     c.w = 1000; /* room for the legend */
     for (int i = 0; i < np; i++) {
         panel_layout(&ps[i]);
@@ -937,7 +795,7 @@ int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e)
     for (int i = 0; i < np; i++) {
         panel_draw(&c, &ps[i], y);
         y += ps[i].h;
-        fill(&c, 0, y - 2, c.w, 1, (const unsigned char[3]){220, 220, 220});
+        cf_fill(&c, 0, y - 2, c.w, 1, (const unsigned char[3]){220, 220, 220});
     }
     double bound = 0;
     for (int i = 0; i < n; i++)
@@ -945,7 +803,7 @@ int cf_write_plot(const char *path, const cf_report *reps, int n, m3_err *e)
             if (reps[i].rec[j].rule && reps[i].rec[j].rule->nmse > bound)
                 bound = reps[i].rec[j].rule->nmse;
     legend(&c, y + 22, bound);
-    rc = save_png(path, &c, e);
+    rc = cf_save_png(path, &c, e);
 done:
     free(c.px);
     free(ps);

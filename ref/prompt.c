@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "chat.h"
+#include "conversation.h"
 
 int m3_prompt_check(const m3_prompt_opts *o, m3_err *e)
 {
@@ -21,9 +22,13 @@ int m3_prompt_check(const m3_prompt_opts *o, m3_err *e)
         return m3_fail(e, "--video needs --fps R (frames per second of the frames)");
     if (o->joint && !media)
         return m3_fail(e, "--vision-joint needs --image, --video or --pixels");
-    if ((o->chat || o->thinking || o->system) && !o->have_text)
-        return m3_fail(e, "--chat, --thinking and --system need --prompt TEXT");
-    if ((o->thinking || o->system) && !o->chat)
+    if (o->conversation && (o->have_text || o->chat || o->system))
+        return m3_fail(e, "--conversation FILE replaces --prompt, --chat and --system; give one "
+                          "or the other");
+    if ((o->chat || (o->thinking && !o->conversation) || o->system) && !o->have_text)
+        return m3_fail(e, "--chat, --thinking and --system need --prompt TEXT (--thinking also "
+                          "goes with --conversation FILE)");
+    if ((o->thinking || o->system) && !o->chat && !o->conversation)
         return m3_fail(e, "--thinking and --system need --chat");
     return 0;
 }
@@ -32,22 +37,35 @@ int m3_prompt_encode(const m3_tokenizer *tok, const char *text, const m3_prompt_
                      int32_t **ids, size_t *n, m3_err *e)
 {
     char *rendered = NULL;
-    size_t len = strlen(text);
+    size_t len = 0;
     *ids = NULL;
     *n = 0;
-    if (o && o->chat) {
-        m3_thinking mode = M3_THINK_ADAPTIVE;
-        m3_chat_msg msgs[2];
-        size_t nm = 0;
-        if (o->thinking && m3_thinking_parse(o->thinking, &mode, e) != 0)
+    if (o && o->conversation) {
+        m3_conversation *cv;
+        if (m3_conversation_load(o->conversation, &cv, e) != 0)
             return -1;
-        if (o->system)
-            msgs[nm++] = (m3_chat_msg){"system", o->system, NULL};
-        msgs[nm++] = (m3_chat_msg){"user", text, NULL};
-        if (m3_chat_render(msgs, nm, mode, 1, &rendered, &len, e) != 0)
+        m3_chat_conv c = *m3_conversation_chat(cv);
+        if (o->thinking && m3_thinking_parse(o->thinking, &c.mode, e) != 0) {
+            m3_conversation_free(cv);
+            return -1;
+        }
+        int rc = m3_chat_render(&c, &rendered, &len, e);
+        m3_conversation_free(cv);
+        if (rc != 0)
             return -1;
         text = rendered;
-    } else if (len == 0) {
+    } else if (o && o->chat) {
+        m3_chat_msg msgs[2];
+        m3_chat_conv c = {.msgs = msgs, .add_generation_prompt = 1};
+        if (o->thinking && m3_thinking_parse(o->thinking, &c.mode, e) != 0)
+            return -1;
+        if (o->system)
+            msgs[c.n_msgs++] = (m3_chat_msg){.role = M3_ROLE_SYSTEM, .content = o->system};
+        msgs[c.n_msgs++] = (m3_chat_msg){.role = M3_ROLE_USER, .content = text};
+        if (m3_chat_render(&c, &rendered, &len, e) != 0)
+            return -1;
+        text = rendered;
+    } else if ((len = strlen(text)) == 0) {
         return m3_fail(e, "empty prompt");
     }
     int rc = m3_tokenizer_encode(tok, text, len, 1, ids, n, e);

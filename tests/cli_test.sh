@@ -164,6 +164,15 @@ expect_fail "option without value" "needs a value" "$M3REF" forward --model "$FX
 expect_fail "unknown command" "unknown command" "$M3REF" frobnicate
 expect_fail "tokens and prompt" "exactly one" "$M3REF" generate --model "$FX" --tokens 1 --prompt hi
 expect_fail "prompt without tokenizer" "tokenizer" "$M3REF" generate --model "$FX" --prompt hello
+expect_fail "forward tokens and prompt" "exactly one" "$M3REF" forward --model "$FX" --tokens 1 --prompt hi
+expect_fail "forward prompt without tokenizer" "tokenizer" "$M3REF" forward --model "$FX" --prompt hello
+# forward --prompt prints the ids it encoded; --tokens with those ids gives the same logits
+if [ -f models/demo/tokenizer.json ]; then
+    expect_ok "forward --prompt" "$M3REF" forward --model models/demo --prompt "And God said"
+    ids=$(sed -n 's/^ids: //p' "$TMP/out"); grep '^top-5' "$TMP/out" >"$TMP/top_prompt"
+    expect_ok "forward --tokens (prompt ids)" "$M3REF" forward --model models/demo --tokens "$ids"
+    grep '^top-5' "$TMP/out" | cmp -s - "$TMP/top_prompt" && pass || fail "forward --prompt and --tokens of its ids differ"
+fi
 expect_fail "greedy plus temperature" "cannot be combined" "$M3REF" generate --model "$FX" --tokens 1 --greedy --temperature 0.5
 # temperature 0 is greedy (M3-SAMPLE-1); a tiny one would overflow logit / T
 expect_ok "zero temperature" "$M3REF" generate --model "$FX" --tokens 5,17,300,2,9 --max-new-tokens 12 --temperature 0 --print-ids
@@ -190,6 +199,13 @@ if [ -f "$TOKJSON" ]; then
     expect_fail "thinking without chat" "need --chat" "$M3REF" generate --model "$TMP/tokm" --prompt hi --thinking enabled
     expect_fail "bad thinking mode" "adaptive, enabled or disabled" "$M3REF" generate --model "$TMP/tokm" --prompt hi --chat --thinking maybe
     expect_fail "chat without prompt" "need --prompt" "$M3REF" generate --model "$TMP/tokm" --tokens 1 --chat
+    CV=$(dirname "$0")/../vectors/chat/cases
+    expect_ok "conversation prompt" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/tools_two_calls_merged.json" --max-new-tokens 2 --greedy --print-ids
+    expect_ok "conversation and thinking" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/single_user_default.json" --thinking disabled --max-new-tokens 2 --greedy --print-ids
+    expect_fail "conversation and prompt" "replaces --prompt" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/single_user_default.json" --prompt hi
+    expect_fail "conversation and tokens" "exactly one" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/single_user_default.json" --tokens 1
+    expect_fail "bad conversation" "unknown_role.json: messages\[1\].role" "$M3REF" generate --model "$TMP/tokm" --conversation "$CV/unknown_role.json"
+    expect_fail "missing conversation" "no-such.json" "$M3REF" generate --model "$TMP/tokm" --conversation "$TMP/no-such.json"
     printf '{"model": {"type": "WordPiece"}}' >"$TMP/tokm/tokenizer.json"
     expect_fail "bad tokenizer.json" "tokenizer.json" "$M3REF" generate --model "$TMP/tokm" --prompt hi
 else

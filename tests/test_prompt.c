@@ -1,22 +1,26 @@
 /* test_prompt.c — the prompt option rules and --prompt encoding shared by
  * bin/m3-ref and bin/m3-gpu (ref/prompt.h).
- * Spec: M3-CHAT-TURN-1, M3-CHAT-SYS-1, M3-CHAT-THINK-1, M3-TOK-SPECIAL-1.
- * The chat cases compare with the encoding of the conversation written out by
- * hand from the turn format (notes E.2), not with m3_chat_render's output. */
+ * Spec: M3-CHAT-TURN-1, M3-CHAT-ROLE-1, M3-CHAT-THINK-1, M3-CHAT-FILE-1,
+ * M3-TOK-SPECIAL-1.
+ * The chat cases compare with the encoding of the published template's own
+ * rendering of the same conversation (vectors/chat/expected, written by
+ * jinja2 through tools/chat_vectors.py), not with m3_chat_render's output. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "fileio.h"
 #include "prompt.h"
 #include "tokenizer.h"
 
 #define TOKDIR "vectors/tokenizer/minimax_1000"
-#define DEFSYS "You are a helpful assistant. Your name is MiniMax-M3 and is built by MiniMax."
+#define CHATDIR "vectors/chat"
 
 /* check(o) fails with a message containing want (NULL: succeeds) */
 static void check_is(const m3_prompt_opts *o, const char *want)
@@ -60,6 +64,23 @@ static void test_check_chat_rules(void **st)
     m3_prompt_opts c = {0};
     c.chat = 1;
     check_is(&c, "need --prompt");
+    /* --conversation FILE: with --thinking; not with --prompt, --chat, --system */
+    m3_prompt_opts v = {0};
+    v.conversation = "c.json";
+    check_is(&v, NULL);
+    v.thinking = "disabled";
+    check_is(&v, NULL);
+    v.thinking = "never";
+    check_is(&v, "adaptive, enabled or disabled");
+    v.thinking = NULL;
+    v.have_text = 1;
+    check_is(&v, "--conversation FILE replaces");
+    v.have_text = 0;
+    v.chat = 1;
+    check_is(&v, "--conversation FILE replaces");
+    v.chat = 0;
+    v.system = "s";
+    check_is(&v, "--conversation FILE replaces");
 }
 
 static void test_check_media_rules(void **st)
@@ -101,6 +122,26 @@ static void expect_same(const int32_t *a, size_t na, const int32_t *b, size_t nb
         assert_int_equal(a[i], b[i]);
 }
 
+/* m3_prompt_encode(text, o) equals the encoding of vectors/chat/expected/NAME.txt */
+static void expect_template(const m3_tokenizer *t, const char *text, const m3_prompt_opts *o,
+                            const char *name)
+{
+    char path[256], *want_text;
+    size_t wl, ng, nw;
+    int32_t *got, *want;
+    m3_err e = {{0}};
+    snprintf(path, sizeof path, CHATDIR "/expected/%s.txt", name);
+    if (m3_read_file(path, 1 << 20, &want_text, &wl, &e) != 0)
+        fail_msg("%s", e.msg);
+    if (m3_prompt_encode(t, text, o, &got, &ng, &e) != 0)
+        fail_msg("%s: %s", name, e.msg);
+    encode_plain(t, want_text, &want, &nw);
+    expect_same(got, ng, want, nw);
+    free(want_text);
+    free(got);
+    free(want);
+}
+
 static void test_encode(void **st)
 {
     (void)st;
@@ -120,29 +161,51 @@ static void test_encode(void **st)
     free(got);
     free(want);
 
-    /* chat, default system prompt, adaptive */
+    /* --chat: the user turn of a conversation, each as the template renders it
+     * (vectors/chat cases single_user_default, mode_enabled, mode_disabled,
+     * mode_adaptive, system_first) */
     m3_prompt_opts o = {0};
     o.have_text = 1;
     o.chat = 1;
-    assert_int_equal(m3_prompt_encode(t, "Hi", &o, &got, &ng, &e), 0);
-    encode_plain(t, "]~!b[]~b]system\n" DEFSYS "[e~[\n]~b]user\nHi[e~[\n]~b]ai\n", &want, &nw);
-    expect_same(got, ng, want, nw);
-    free(got);
-    free(want);
-
-    /* chat with a system turn, thinking disabled / enabled */
-    o.system = "Be brief.";
-    o.thinking = "disabled";
-    assert_int_equal(m3_prompt_encode(t, "Hi", &o, &got, &ng, &e), 0);
-    encode_plain(t, "]~!b[]~b]system\nBe brief.[e~[\n]~b]user\nHi[e~[\n]~b]ai\n</mm:think>", &want,
-                 &nw);
-    expect_same(got, ng, want, nw);
-    free(got);
-    free(want);
+    expect_template(t, "Hello!", &o, "single_user_default");
     o.thinking = "enabled";
+    expect_template(t, "Prove it.", &o, "mode_enabled");
+    o.thinking = "disabled";
+    expect_template(t, "Quick answer.", &o, "mode_disabled");
+    o.thinking = "adaptive";
+    expect_template(t, "Maybe think.", &o, "mode_adaptive");
+    o.thinking = NULL;
+    o.system = "You are a pirate."; /* --system fills the developer turn */
+    expect_template(t, "Ahoy", &o, "system_first");
     assert_int_equal(m3_prompt_encode(t, "Hi", &o, &got, &ng, &e), 0);
-    assert_int_equal(got[ng - 1], m3_tokenizer_token_id(t, "<mm:think>"));
     free(got);
+
+    /* --conversation FILE: the file's rendering; --thinking replaces its mode */
+    m3_prompt_opts f = {0};
+    f.conversation = CHATDIR "/cases/tools_weather_call.json";
+    expect_template(t, NULL, &f, "tools_weather_call");
+    f.conversation = CHATDIR "/cases/single_user_default.json";
+    f.thinking = "disabled";
+    m3_prompt_opts chat = {.have_text = 1, .chat = 1, .thinking = "disabled"};
+    int32_t *viachat;
+    size_t nv;
+    assert_int_equal(m3_prompt_encode(t, NULL, &f, &got, &ng, &e), 0);
+    assert_int_equal(m3_prompt_encode(t, "Hello!", &chat, &viachat, &nv, &e), 0);
+    expect_same(got, ng, viachat, nv);
+    assert_int_equal(got[ng - 1], m3_tokenizer_token_id(t, "</mm:think>"));
+    free(got);
+    free(viachat);
+    f.thinking = "sometimes";
+    assert_int_equal(m3_prompt_encode(t, NULL, &f, &got, &ng, &e), -1);
+    assert_non_null(strstr(e.msg, "sometimes"));
+    f.thinking = NULL;
+    f.conversation = CHATDIR "/cases/unknown_role.json"; /* a bad file: named */
+    assert_int_equal(m3_prompt_encode(t, NULL, &f, &got, &ng, &e), -1);
+    assert_non_null(strstr(e.msg, "unknown_role.json"));
+    assert_null(got);
+    f.conversation = CHATDIR "/no-such-file.json";
+    assert_int_equal(m3_prompt_encode(t, NULL, &f, &got, &ng, &e), -1);
+    assert_non_null(strstr(e.msg, "no-such-file.json"));
 
     /* errors: empty plain text (a chat turn may be empty), bad thinking mode */
     assert_int_equal(m3_prompt_encode(t, "", NULL, &got, &ng, &e), -1);

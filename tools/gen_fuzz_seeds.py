@@ -6,8 +6,8 @@ safetensors files and shard indexes, both config.json dialects (copied from
 tests/data and models/tiny), PNGs of every colour type / bit depth (plus one
 Adam7-interlaced) written here with zlib, JPEGs (grey, RGB 4:4:4 / 4:2:0,
 progressive, CMYK) made by fuzz/gen_jpeg_seeds.c (libjpeg),
-case.json / manifest.json / tolerances.json texts, token lists and regex
-patterns. Stdlib only. Usage: /usr/bin/python3 tools/gen_fuzz_seeds.py [ROOT]
+case.json / manifest.json / tolerances.json texts, token lists, regex
+patterns and conversation files (the vectors/chat cases and two more). Stdlib only. Usage: /usr/bin/python3 tools/gen_fuzz_seeds.py [ROOT]
 """
 import json
 import os
@@ -86,6 +86,21 @@ def gen_safetensors():
     for k, v in dumps.items():
         put("fuzz_dump", k + ".safetensors", v)
     put("fuzz_dump", "f32_2x3.safetensors", seeds["f32_2x3"])
+    # m3-conform plot: block selections and routing of two layers, and bad ids
+    T, G, K, E, k = 5, 2, 2, 4, 2
+    sel = [b if b <= t // 2 else -1 for g in range(G) for t in range(T) for b in (t // 2, g)]
+    plots = {
+        "two_layers": st_file([("layers.1.attn.block_indices", "I32", [G, T, K], sel),
+                               ("layers.3.attn.block_indices", "I64", [G, T, K], sel),
+                               ("layers.1.moe.topk_index", "I32", [T, k], [0, 1, 2, 3, 0, 2, 1, 3, 0, 3]),
+                               ("layers.1.moe.scores", "F32", [T, E], [0.5] * (T * E)),
+                               ("layers.3.moe.topk_index", "I64", [T, k], [3, 2, 1, 0, 3, 1, 2, 0, 3, 3])]),
+        "bad_ids": st_file([("layers.0.attn.block_indices", "I32", [1, 2, 2], [0, 7, -2, 1]),
+                            ("layers.0.moe.topk_index", "I32", [2, 1], [-1, 5])]),
+    }
+    for k2, v in plots.items():
+        put("fuzz_plot", k2 + ".safetensors", v)
+    put("fuzz_plot", "acts.safetensors", dumps["acts"])
 
 
 def gen_index():
@@ -311,6 +326,16 @@ def gen_tokenizer():
     put("fuzz_prompt", "special.txt", "<|im_start|>user\nhi<|im_end|>")
 
 
+def gen_conversation():
+    cases = os.path.join(ROOT, "vectors", "chat", "cases")
+    if os.path.isdir(cases):
+        for n in sorted(os.listdir(cases)):
+            with open(os.path.join(cases, n), "rb") as f:
+                put("fuzz_conversation", n, f.read())
+    put("fuzz_conversation", "min.json", '{"messages":[{"role":"user","content":"hi"}]}')
+    put("fuzz_conversation", "numbers.json", '[1, -0, 1.5e-7, 1e400, "\\ud83d\\ude00", {"a": null}]')
+
+
 if __name__ == "__main__":
     gen_safetensors()
     gen_index()
@@ -321,4 +346,5 @@ if __name__ == "__main__":
     gen_port()
     gen_text()
     gen_tokenizer()
+    gen_conversation()
     print("gen_fuzz_seeds: wrote", CORPUS)

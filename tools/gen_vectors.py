@@ -570,11 +570,177 @@ def mutant_case(name):
                    "clauses": sorted([MUTANT_CLAUSE[name], CL["num_bf16"]]),
                    "description": "mutant: " + m3np.MUTANTS[name] + " (otherwise the faithful bf16 mode)"})
     return {"meta": mj, "json_name": "mutant.json",
-            "files": {"dump.safetensors": st.dumps(d, meta)}}
+            "files": {"dump.safetensors": st.dumps(bf16_store(d), meta)}}
+
+
+def bf16_store(d):
+    """Dump tensors for storage: floats as BF16 where exactly representable
+    (M3-DUMP-1; the kit widens them exactly), the rest as they are."""
+    return {n: (st.BF16(v) if v.dtype == F32 and np.array_equal(bf16_round(v), v) else v) for n, v in d.items()}
 
 
 for _n in ["faithful_bf16"] + sorted(m3np.MUTANTS):
     case("mutants/" + _n)(lambda n=_n: mutant_case(n))
+
+
+# ------------------------------------------------------------------ port-bug mutants
+# Bugs that third-party M3 ports shipped (docs/port-bugs.md, tools/port_bugs.py).
+# Each dump is what a port with that bug writes for its base case (M3-DUMP-5:
+# the case's chunks in order, then its greedy continuation), in bf16 mode,
+# floats stored as BF16 where exact (M3-DUMP-1) to keep the suite small.
+
+def _negbias_model():
+    """One MSA+MoE layer whose correction biases all sit 1.7 lower: the same
+    choices for a faithful router (a constant shift), but biased scores below
+    -1, as a load balancer leaves them on over-used experts."""
+    cfg = mtm.tiny_config(L=1, dense_layers=0, V=64, H=32)
+    if "negbias" not in _MODEL_CACHE:
+        wd = mtm.make_weights(cfg, 1103)
+        b = P_NEGBIAS
+        wd[b] = ((wd[b][0] - F32(1.7)).astype(F32), wd[b][1])
+        tensors = {k: (st.BF16(v) if dt == "BF16" else v) for k, (v, dt) in wd.items()}
+        _MODEL_CACHE["negbias"] = (m3np.Config(cfg), mtm.weights_f32(wd),
+                                   (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode(),
+                                   st.dumps(tensors, {"format": "pt"}))
+    return _MODEL_CACHE["negbias"]
+
+
+P_NEGBIAS = m3np.P + "layers.0.block_sparse_moe.e_score_correction_bias"
+NEGBIAS_CHUNKS = [9, 1, 13]
+for _m in ("fp32", "bf16"):
+    case("model/layer_moe_negbias_" + _m)(lambda m=_m: model_case(
+        "one decoder layer: MSA (B 4, top 3, local 1) + MoE 8x top2 + shared (L=1), correction biases "
+        "shifted by -1.7 so that some tokens have fewer than 2 biased router scores above -1", m, 1113, _negbias_model(),
+        rng(1113).integers(3, 64, 23).astype(np.int32), 0, NEGBIAS_CHUNKS))
+
+# name: (base case, tensor of the first divergence, clause, real-shape condition)
+PORT_BUG = {
+    "experts_plain_silu": ("model/tiny_fp32", "layers.3.mlp.output", "M3-MOE-EXPERT-1",
+                           "any MoE layer, any length (layers 3..59 of the release; the 3 dense layers stay right)"),
+    "shared_lost": ("model/tiny_fp32", "layers.3.mlp.output", "M3-MOE-SHARED-1",
+                    "any MoE layer, any length"),
+    "scale_dropped": ("model/tiny_fp32", "layers.3.mlp.output", "M3-MOE-COMBINE-1",
+                      "any MoE layer, any length (routed_scaling_factor 2.0 in the release and here)"),
+    "bias_dropped": ("model/tiny_fp32", "layers.3.moe.topk_index", "M3-MOE-ROUTER-2",
+                     "any token whose top-k changes with the bias: any MoE layer, any length"),
+    "topk_init_minus1": ("model/layer_moe_negbias_fp32", "layers.0.moe.topk_index", "M3-MOE-ROUTER-2",
+                         "a token with fewer than k biased scores above -1 (correction biases below -1)"),
+    "qk_norm_all_heads": ("model/tiny_fp32", "layers.0.attn.output", "M3-ATTN-QKNORM-1",
+                          "every layer, any length (64 q heads / 4 kv heads normed as one 8192 / 512 vector)"),
+    "block_causal_only": ("model/tiny_fp32", "layers.3.attn.output", "M3-MSA-ATTN-1",
+                          "prefill (or a chunk) of 2+ tokens on a sparse layer: every query but a block's last "
+                          "sees later tokens of its own 128-token block; decode (one token) hides it"),
+    "topk_layout": ("model/tiny_fp32", "layers.3.attn.output", "M3-MSA-IDX-4",
+                    "a prefill chunk of 2+ tokens with T != G (4 index heads in the release); "
+                    "decode (T = 1) reads the same memory either way"),
+    "block_is_page": ("model/tiny_fp32", "layers.3.attn.block_indices", "M3-MSA-BLOCK-1",
+                      "any sparse layer: the selected ids are token ids from 2 tokens on; the attention output "
+                      "changes once the context passes top-k tokens (17 with --page-size 1 and top 16)"),
+    "index_cache_lost": ("model/tiny_fp32", "layers.3.attn.block_indices", "M3-MSA-CACHE-1",
+                         "a continued cache (reused prefix, partial cache hit, disaggregated decode) and a context "
+                         "past top-k blocks (16 x 128 = 2048 tokens): below that every block is selected anyway"),
+    "topk_reuse": ("model/tiny_fp32", "layers.4.attn.block_indices", "M3-MSA-SELECT-9",
+                   "a context past top-k blocks (2048 tokens): below that every layer selects every block"),
+    "sentinel_read": ("model/tiny_fp32", "layers.3.attn.output", "M3-MSA-SELECT-4",
+                      "a query with fewer visible blocks than top-k, i.e. in the first 15 blocks (1920 tokens) "
+                      "of every sequence, past its first block"),
+}
+PORT_BUG_MODELS = {"model/tiny_fp32": lambda: (_tiny(), tiny_ids()[0], [7, 1, 1, 4, 1, 6], TINY_NEW),
+                   "model/layer_moe_negbias_fp32": lambda: (
+                       _negbias_model(), rng(1113).integers(3, 64, 23).astype(np.int32), NEGBIAS_CHUNKS, 0)}
+
+
+_FAITHFUL_RUNS = {}
+
+
+def _port_run(model, ids, chunks, n_new, mode, flags):
+    """Dump of a port run: chunks in order on one state, then greedy decode
+    (faithful runs cached: every port bug compares with the same ones)."""
+    if not flags:
+        key = (id(model), np.asarray(ids).tobytes(), tuple(chunks), n_new, mode)
+        if key not in _FAITHFUL_RUNS:
+            _FAITHFUL_RUNS[key] = _port_run_(model, ids, chunks, n_new, mode, flags)
+        return _FAITHFUL_RUNS[key]
+    return _port_run_(model, ids, chunks, n_new, mode, flags)
+
+
+def _port_run_(model, ids, chunks, n_new, mode, flags):
+    cfg, W = model[0], model[1]
+    num = Num(mode, flags)
+    st_ = m3np.State(cfg)
+    parts = []
+    o = 0
+    for c in chunks:
+        dd = {}
+        lg = m3np.forward(cfg, W, ids[o:o + c], num, st_, dd)
+        parts.append(dd)
+        o += c
+    d = {k: (np.concatenate([p[k] for p in parts], axis=1) if k.endswith("block_indices")
+             else np.concatenate([p[k] for p in parts], axis=0)) for k in parts[0]}
+    if n_new:
+        toks = []
+        for step in range(n_new):
+            toks.append(int(np.argmax(lg[-1])))
+            if step + 1 < n_new:
+                lg = m3np.forward(cfg, W, np.array([toks[-1]]), num, st_)
+        d["greedy_tokens"] = np.array(toks, np.int32)
+    return d
+
+
+def _decisive(k, d, g, f):
+    if d[k].dtype == F32:
+        return min(_nmse(d[k], g[k]), _nmse(d[k], f[k])) >= MIN_NMSE
+    return _sets_differ(d[k], g[k])
+
+
+def _prefix_chunks(chunks, T):
+    out, o = [], 0
+    for c in chunks:
+        if o >= T:
+            break
+        out.append(min(c, T - o))
+        o += out[-1]
+    return out
+
+
+def port_bug_case(name):
+    base, first, clause, cond = PORT_BUG[name]
+    model, ids, chunks, n_new = PORT_BUG_MODELS[base]()
+    cfg = model[0]
+    order = m3np.dump_order(cfg)
+    d = _port_run(model, ids, chunks, n_new, "bf16", [name])
+    f = _port_run(model, ids, chunks, 0, "bf16", [])
+    g = _port_run(model, ids, chunks, 0, "fp32", [])
+    k = first_diff(order, d, f)
+    assert k == first, "port bug %s: first divergence %s, declared %s" % (name, k, first)
+    assert _decisive(k, d, g, f), "port bug %s: not decisive at %s" % (name, k)
+    # the shortest prefix of the case's input (its chunks cut there) at which
+    # the bug shows decisively at the same tensor
+    vis = None
+    for T in range(1, len(ids) + 1):
+        ch = _prefix_chunks(chunks, T)
+        dT = _port_run(model, ids[:T], ch, 0, "bf16", [name])
+        fT = _port_run(model, ids[:T], ch, 0, "bf16", [])
+        kT = first_diff(order, dT, fT)
+        if kT == first and _decisive(kT, dT, _port_run(model, ids[:T], ch, 0, "fp32", []), fT):
+            vis = T
+            break
+    assert vis is not None
+    layer = int(first.split(".")[1])
+    sub = first.split(".", 2)[2]
+    comp = MUTANT_COMPONENT.get(sub, "moe" if (sub == "mlp.output" and cfg.moe[layer]) else sub.split(".")[0])
+    meta = {"m3.dump_version": "1", "m3.mode": "bf16", "m3.producer": "tools/m3np.py bf16 mode + port bug " + name}
+    mj = {"id": "mutant.port_" + name, "case": base, "dump": "dump.safetensors", "profile": "bf16",
+          "mode": "bf16", "expect": "fail", "first_divergence": {"layer": layer, "tensor": first, "component": comp},
+          "clauses": sorted([clause, CL["num_bf16"]]),
+          "port_bug": {"condition": cond, "visible_from_tokens": vis, "chunks": list(chunks)},
+          "description": "port bug: " + m3np.PORT_BUGS[name] + " (otherwise the faithful bf16 mode). Real shape: "
+                         + cond}
+    return {"meta": mj, "json_name": "mutant.json", "files": {"dump.safetensors": st.dumps(bf16_store(d), meta)}}
+
+
+for _n in sorted(PORT_BUG):
+    case("mutants/port_" + _n)(lambda n=_n: port_bug_case(n))
 
 
 # vision cases and mutants (tools/gen_vectors_vision.py)

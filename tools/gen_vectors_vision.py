@@ -50,16 +50,18 @@ CL = {
               "M3-CKPT-NAMES-1", "M3-CFG-1"],
 }
 MUTANT_CLAUSE = {"merge_before_project": "M3-VIS-PROJ-1", "tanh_gelu": "M3-VIS-MLP-1",
-                 "rope_2d": "M3-VIS-ROPE-1", "joint_attention": "M3-VIS-SEG-1"}
+                 "rope_2d": "M3-VIS-ROPE-1", "joint_attention": "M3-VIS-SEG-1",
+                 "pixel_order": "M3-VIS-PATCH-1"}
 # first divergent tensor and its localisation component (conformance/judge.c cf_classify)
 MUTANT_FIRST = {"merge_before_project": ("vision.projected", "vision-projector"),
                 "tanh_gelu": ("vision.layers.0.output", "vision-layer"),
                 "rope_2d": ("vision.layers.0.output", "vision-layer"),
-                "joint_attention": ("vision.layers.0.output", "vision-layer")}
+                "joint_attention": ("vision.layers.0.output", "vision-layer"),
+                "pixel_order": ("vision.patch_embed", "vision-patch")}
 # mode each mutant dump is produced (and judged) in; tanh GELU differs from erf by
 # < 1e-3 absolute, far below bf16 rounding noise, so it is a fp32-mode mutant
 MUTANT_MODE = {"merge_before_project": "bf16", "tanh_gelu": "fp32", "rope_2d": "bf16",
-               "joint_attention": "bf16"}
+               "joint_attention": "bf16", "pixel_order": "bf16"}
 
 
 def rng(seed):

@@ -38,6 +38,30 @@ MUTANTS = {
     "no_clamp": "SwiGLU-OAI without the clamps on gate and up",
 }
 
+# Bugs that third-party ports shipped (docs/port-bugs.md), one mechanism each.
+# Kept apart from MUTANTS: the tiny case's input is chosen so that every
+# MUTANTS entry is discriminated on it; these are checked where they are used.
+PORT_BUGS = {
+    "experts_plain_silu": "routed experts run SwiGLU with alpha 1 and beta 0 (the SwiGLU-OAI parameters are not "
+                          "passed to the expert kernels; the limit is); dense MLPs and the shared expert stay right",
+    "shared_lost": "the shared expert's output is lost (fused into the routed experts, its ids dropped as invalid)",
+    "scale_dropped": "routed_scaling_factor not applied (a fused routing op hard-codes 1.0)",
+    "bias_dropped": "experts chosen by the sigmoid scores without the correction bias (a fused routing path drops it)",
+    "topk_init_minus1": "router top-k starts each pick at (expert 0, value -1): where fewer than k biased scores "
+                        "exceed -1, expert 0 is taken (again) with its unbiased score",
+    "qk_norm_all_heads": "QK norm over all heads of the projection at once (M2 style) instead of per head",
+    "block_causal_only": "MSA attention causal only per block: a query sees the later tokens of its own block",
+    "topk_layout": "the MSA top-k buffer written token-major [T, G, K] and read head-major [G, T, K] by the "
+                   "attention: a (group, row) takes another one's selection (the dumped selection is right)",
+    "block_is_page": "MSA block size taken from a KV page size of 1: the top-k picks tokens, not blocks",
+    "index_cache_lost": "the index-K cache of the tokens before a cache boundary (reused prefix, partial cache hit, "
+                        "disaggregated prefill) is not carried: it reads as zeros; the KV cache is carried",
+    "topk_reuse": "cross-layer top-k reuse (index_topk_freq 4) left on: only every 4th sparse layer selects, the "
+                  "others reuse the last selection",
+    "sentinel_read": "-1 top-k slots not guarded: each is read as block 0 and counted in the softmax (a block named "
+                     "twice counts twice)",
+}
+
 
 # ---------------------------------------------------------------- numerics
 
@@ -61,7 +85,7 @@ class Num:
         self.mode = mode
         self.flags = frozenset(flags)
         for f in self.flags:
-            assert f in MUTANTS, f
+            assert f in MUTANTS or f in PORT_BUGS, f
 
     def r(self, x):
         """Round per mode (M3-NUM-BF16-2)."""
@@ -182,11 +206,14 @@ def head_groups(nh, nkv, num):
     return np.arange(nh) // (nh // nkv)
 
 
-def attention(q, k, v, positions, num, key_mask_fn=None):
+def attention(q, k, v, positions, num, key_mask_fn=None, token_causal=True):
     """Softmax attention. q [T, nh, hd]; k, v [Tk, nkv, hd] (key slot = absolute
     position); key k visible to query t iff k <= positions[t] (and, if given,
     key_mask_fn(t0, t1) -> bool [G, t1-t0, Tk] for query group g). Output
-    [T, nh, hd], rounded in bf16 mode. [M3-ATTN-GQA, M3-ATTN-SCORE, M3-MSA-ATTN]"""
+    [T, nh, hd], rounded in bf16 mode. [M3-ATTN-GQA, M3-ATTN-SCORE, M3-MSA-ATTN]
+    Port-bug mechanisms only: token_causal=False drops the per-token causal
+    mask (every cached key the block mask allows is visible); an integer
+    key_mask_fn gives key multiplicities (a key counted n times in the softmax)."""
     q = np.asarray(q, F32)
     k = np.asarray(k, F32)
     v = np.asarray(v, F32)
@@ -202,17 +229,27 @@ def attention(q, k, v, positions, num, key_mask_fn=None):
     for t0 in range(0, T, step):
         t1 = min(T, t0 + step)
         pos = np.asarray(positions[t0:t1])
-        kmax = int(pos.max()) + 1                 # keys beyond are invisible to all rows
+        kmax = int(pos.max()) + 1 if token_causal else Tk   # keys beyond are invisible to all rows
         s = dot8(q[t0:t1, :, None, :], kh[None, :, :kmax, :]) * scale   # [Tc, nh, kmax]
-        vis = kidx[None, :kmax] <= pos[:, None]                        # [Tc, kmax]
+        if token_causal:
+            vis = kidx[None, :kmax] <= pos[:, None]                    # [Tc, kmax]
+        else:
+            vis = np.ones((t1 - t0, kmax), bool)
         vis = np.broadcast_to(vis[:, None, :], s.shape)
+        cnt = None
         if key_mask_fn is not None:
             gm = key_mask_fn(t0, t1)[:, :, :kmax]                      # [G, Tc, kmax]
+            if gm.dtype != bool:
+                cnt = gm[grp].transpose(1, 0, 2).astype(F32)
+                gm = gm > 0
             vis = vis & gm[grp].transpose(1, 0, 2)
         s = np.where(vis, s, F32(-np.inf))
         m = s.max(axis=-1, keepdims=True)
-        e = np.where(vis, exp32(s - m), F32(0))
-        p = e / sum8(e)[..., None]
+        with np.errstate(invalid="ignore"):    # a fully masked row (port bugs only) gives NaN
+            e = np.where(vis, exp32(s - m), F32(0))
+            if cnt is not None:
+                e = e * cnt
+            p = e / sum8(e)[..., None]
         p = num.r(p)
         out[t0:t1] = dot8(p[:, :, None, :], vT[None, :, :, :kmax])
     return num.r(out)
@@ -273,14 +310,20 @@ def msa_select(iq, ik, positions, block_size, topk, local_blocks, init_blocks, n
     return msa_select_from_scores(bs, positions, block_size, topk, local_blocks, init_blocks, num), bs
 
 
-def block_mask_fn(sel, block_size, Tk):
-    """key_mask_fn for attention() from block_indices [G, T, K]."""
+def block_mask_fn(sel, block_size, Tk, sentinel_read=False):
+    """key_mask_fn for attention() from block_indices [G, T, K]. sentinel_read
+    (port bug): -1 entries read as block 0, keys counted once per entry."""
     G, T, K = sel.shape
     NB = -(-Tk // block_size)
     blk = np.arange(Tk) // block_size
 
     def fn(t0, t1):
         s = sel[:, t0:t1, :]
+        if sentinel_read:
+            c = np.zeros((G, t1 - t0, NB), np.int32)
+            gi, ti, _ = np.indices(s.shape)
+            np.add.at(c, (gi, ti, np.where(s >= 0, s, 0)), 1)
+            return c[:, :, blk]
         m = np.zeros((G, t1 - t0, NB + 1), bool)
         gi, ti, _ = np.indices(s.shape)
         m[gi, ti, np.where(s >= 0, s, NB)] = True
@@ -289,7 +332,9 @@ def block_mask_fn(sel, block_size, Tk):
 
 
 def msa_attention(q, k, v, sel, positions, block_size, num):
-    return attention(q, k, v, positions, num, block_mask_fn(sel, block_size, k.shape[0]))
+    return attention(q, k, v, positions, num,
+                     block_mask_fn(sel, block_size, k.shape[0], num.has("sentinel_read")),
+                     token_causal=not num.has("block_causal_only"))
 
 
 def swiglu(gate, up, alpha, limit, beta, num):
@@ -324,11 +369,14 @@ def router(x, w, bias, topk, num):
         s = e / sum8(e)[..., None]
     else:
         s = sigmoid32(logits)
-    c = s + np.asarray(bias, F32)[None, :]
+    c = s if num.has("bias_dropped") else s + np.asarray(bias, F32)[None, :]
     E = s.shape[1]
-    ids = np.broadcast_to(np.arange(E), s.shape)
-    order = np.lexsort((ids, -c.astype(np.float64)), axis=-1)[:, :topk]
-    idx = np.sort(order, axis=-1).astype(np.int32)
+    if num.has("topk_init_minus1"):
+        idx = _topk_from_minus1(c, topk)
+    else:
+        ids = np.broadcast_to(np.arange(E), s.shape)
+        order = np.lexsort((ids, -c.astype(np.float64)), axis=-1)[:, :topk]
+        idx = np.sort(order, axis=-1).astype(np.int32)
     src = c if num.has("bias_in_weights") else s
     chosen = np.take_along_axis(src, idx, axis=-1)
     tot = chosen[:, 0].copy()
@@ -338,23 +386,50 @@ def router(x, w, bias, topk, num):
     return idx, w_.astype(F32), s.astype(F32)
 
 
+def _topk_from_minus1(c, topk):
+    """Port bug topk_init_minus1: k argmax passes, each starting from (expert 0,
+    value -1) and taking an expert only when its biased score is above the
+    current best; the chosen score is then cleared to -inf."""
+    c = np.array(c, np.float64)
+    T, E = c.shape
+    idx = np.zeros((T, topk), np.int32)
+    for t in range(T):
+        for j in range(topk):
+            best, val = 0, -1.0
+            for e in range(E):
+                if c[t, e] > val:
+                    best, val = e, c[t, e]
+            idx[t, j] = best
+            c[t, best] = -np.inf
+    return np.sort(idx, axis=-1)
+
+
 def moe(x, rw, rb, w1, w3, w2, sg, su, sd, topk, scale, alpha, limit, beta, num):
     """MoE block: scale * sum_k w_k E_k(x) (ascending expert id) + shared(x). [M3-MOE-*]"""
     x = np.asarray(x, F32)
     idx, wts, scores = router(x, rw, rb, topk, num)
     T, H = x.shape
     acc = np.zeros((T, H), F32)
+    ea, eb = (1.0, 0.0) if num.has("experts_plain_silu") else (alpha, beta)
     for e in range(w1.shape[0]):
         rows, slot = np.nonzero(idx == e)
         if rows.size == 0:
             continue
-        y = mlp(x[rows], w1[e], w3[e], w2[e], alpha, limit, beta, num)
+        y = mlp(x[rows], w1[e], w3[e], w2[e], ea, limit, eb, num)
+        if num.has("topk_init_minus1"):     # an expert may be chosen twice: one add per slot
+            for j in np.unique(slot):
+                r = slot == j
+                acc[rows[r]] = acc[rows[r]] + num.r(wts[rows[r], j][:, None] * y[r])
+            continue
         acc[rows] = acc[rows] + num.r(wts[rows, slot][:, None] * y)
     routed = num.r(acc)
-    routed = num.r(F32(scale) * routed)
+    if not num.has("scale_dropped"):
+        routed = num.r(F32(scale) * routed)
     sh = mlp(x, sg, su, sd, alpha, limit, beta, num)
     if num.has("shared_x2"):
         sh = sh * F32(2)
+    if num.has("shared_lost"):
+        sh = np.zeros_like(sh)
     return num.r(routed + sh), idx, wts, scores
 
 
@@ -414,6 +489,7 @@ class State:
         self.k = [None] * cfg.L
         self.v = [None] * cfg.L
         self.ik = [None] * cfg.L
+        self.ik_lost = [False] * cfg.L     # port bug index_cache_lost: prefix index-K dropped once
 
 
 def _cat(a, b):
@@ -437,6 +513,7 @@ def forward(cfg, W, ids, num, state=None, dump=None, want_scores=False, embeds=N
     h = num.r(W[P + "embed_tokens.weight"][ids] if embeds is None else embeds)
     d["embeddings"] = h
     taps = cfg.taps()
+    n_sparse, last_sel = 0, None
     for i in range(cfg.L):
         lp = P + "layers.%d." % i
         d["layers.%d.input" % i] = h
@@ -445,8 +522,14 @@ def forward(cfg, W, ids, num, state=None, dump=None, want_scores=False, embeds=N
         q = num.r(linear(a, W[lp + "self_attn.q_proj.weight"])).reshape(T, cfg.nh, cfg.hd)
         k = num.r(linear(a, W[lp + "self_attn.k_proj.weight"])).reshape(T, cfg.nkv, cfg.hd)
         v = num.r(linear(a, W[lp + "self_attn.v_proj.weight"])).reshape(T, cfg.nkv, cfg.hd)
-        q = rmsnorm(q, W[lp + "self_attn.q_norm.weight"], cfg.eps, num)
-        k = rmsnorm(k, W[lp + "self_attn.k_norm.weight"], cfg.eps, num)
+        if num.has("qk_norm_all_heads"):
+            q = rmsnorm(q.reshape(T, -1), np.tile(W[lp + "self_attn.q_norm.weight"], cfg.nh),
+                        cfg.eps, num).reshape(q.shape)
+            k = rmsnorm(k.reshape(T, -1), np.tile(W[lp + "self_attn.k_norm.weight"], cfg.nkv),
+                        cfg.eps, num).reshape(k.shape)
+        else:
+            q = rmsnorm(q, W[lp + "self_attn.q_norm.weight"], cfg.eps, num)
+            k = rmsnorm(k, W[lp + "self_attn.k_norm.weight"], cfg.eps, num)
         q = rope_apply(q, cos, sin, rd, num)
         k = rope_apply(k, cos, sin, rd, num)
         state.k[i] = _cat(state.k[i], k)
@@ -459,12 +542,23 @@ def forward(cfg, W, ids, num, state=None, dump=None, want_scores=False, embeds=N
             iq = rope_apply(iq, icos, isin, ird, num)
             ik = rope_apply(ik, icos, isin, ird, num)[:, 0, :]
             state.ik[i] = _cat(state.ik[i], ik)
-            sel, bsc = msa_select(iq, state.ik[i], pos, cfg.idx_block, cfg.idx_topk,
-                                  cfg.idx_local, cfg.idx_init, num)
-            if want_scores:
-                d["layers.%d.attn.block_scores" % i] = bsc
+            if num.has("index_cache_lost") and state.n > 0 and not state.ik_lost[i]:
+                state.ik[i][:state.n] = 0
+                state.ik_lost[i] = True
+            blk = 1 if num.has("block_is_page") else cfg.idx_block
+            if num.has("topk_reuse") and n_sparse % 4 != 0:
+                sel = last_sel
+            else:
+                sel, bsc = msa_select(iq, state.ik[i], pos, blk, cfg.idx_topk,
+                                      cfg.idx_local, cfg.idx_init, num)
+                if want_scores:
+                    d["layers.%d.attn.block_scores" % i] = bsc
+            last_sel = sel
+            n_sparse += 1
             d["layers.%d.attn.block_indices" % i] = sel
-            o = msa_attention(q, state.k[i], state.v[i], sel, pos, cfg.idx_block, num)
+            if num.has("topk_layout"):      # written [T, G, K], read as [G, T, K]
+                sel = np.ascontiguousarray(sel.transpose(1, 0, 2)).reshape(sel.shape)
+            o = msa_attention(q, state.k[i], state.v[i], sel, pos, blk, num)
         else:
             o = attention(q, state.k[i], state.v[i], pos, num)
         o = num.r(linear(o.reshape(T, cfg.nh * cfg.hd), W[lp + "self_attn.o_proj.weight"]))

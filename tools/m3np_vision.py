@@ -32,6 +32,8 @@ VISION_MUTANTS = {
     "rope_2d": "transformers 5.17.0 axial-2D vision RoPE: 20 frequencies over 40 dims on (t, h), "
                "width dropped, all 80 dims rotated (notes B.7)",
     "joint_attention": "HF joint attention over all images of the prompt (Decision 2 violated)",
+    "pixel_order": "pixel_values rows, which come (c, t, py, px), read channels-last as (t, py, px, c) "
+                   "before the Conv3d (the reshape a channels-last port needs is missing)",
 }
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -281,6 +283,10 @@ def tower(cfg, W, pixels, grid, num=Num("fp32"), joint=False, rope=True, dump=No
     hd = Hv // nh
     eps = cfg.get("layer_norm_eps", 1e-5)
     pw = np.asarray(W["embeddings.patch_embedding.weight"], F32).reshape(Hv, -1)
+    if "pixel_order" in flags:
+        n = len(pixels)
+        p = int(round(math.sqrt(pixels.shape[1] // 6)))
+        pixels = np.asarray(pixels, F32).reshape(n, 2, p, p, 3).transpose(0, 4, 1, 2, 3).reshape(n, -1)
     x = num.r(m3np.linear(pixels, pw))
     if dump is not None:
         dump["vision.patch_embed"] = x

@@ -429,7 +429,7 @@ void m3g_blas_free(m3g_blas *b);
  * Returns whether Lt is now in use (0 where it is not available). */
 int m3g_blas_use_lt(m3g_blas *b, int on);
 
-/* ---- vision.cu (the vision tower; orchestration in gpu/vision.cu) ------- */
+/* ---- vision.cu (the vision tower; orchestration in gpu/vision_host.cu) ------- */
 /* y [T, n] = LayerNorm(x) * w + b (ref m3_layernorm: serial double mean and
  * variance, fp32 affine step; M3-VIS-LN-1), rounded per mode; y may be x. */
 hipError_t m3g_layernorm(float *y, const float *x, const void *w, int w_dtype, const void *b,

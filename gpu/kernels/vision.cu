@@ -2,7 +2,7 @@
  * with exact-erf GELU and residual, the 3D-RoPE apply, full (non-causal)
  * attention over one segment of patches, and the scatter of feature rows
  * into the placeholder rows of the text embeddings. The GEMMs are
- * m3g_linear (linear.cu); host orchestration is gpu/vision.cu.
+ * m3g_linear (linear.cu); host orchestration is gpu/vision_host.cu.
  *
  * Must match: ref/layernorm.c m3_layernorm; ref/vision.c linear_bias (the
  * bias added to the unrounded matvec, then one rounding), m3_gelu,
@@ -31,7 +31,7 @@
  * staged from fp32 without overlap, stays as the path without a work area;
  * all three forms give the same bits). LayerNorm
  * statistics still run on one thread per row (serial double sums as ref).
- * m3g_vision_layer is one encoder layer's launch sequence (gpu/vision.cu and
+ * m3g_vision_layer is one encoder layer's launch sequence (gpu/vision_host.cu and
  * bench-gpu both run it).
  */
 #include <math.h>

@@ -1,6 +1,7 @@
 /* m3-ref — command-line front end of the m3 reference interpreter.
  *
- *   m3-ref forward  --model DIR --tokens IDS [--dtype fp32|bf16] [--dump OUT.safetensors]
+ *   m3-ref forward  --model DIR (--tokens IDS | --prompt TEXT [--chat ...]) [--dtype fp32|bf16]
+ *                   [--dump OUT.safetensors]
  *                   [vision inputs]
  *   m3-ref generate --model DIR (--tokens IDS | --prompt TEXT [--chat ...]) [--max-new-tokens N]
  *                   [--greedy | --temperature T --top-p P --top-k K --seed S]
@@ -76,10 +77,11 @@ static const char *HELP_MAIN =
     "Exit status: 0 success, 1 model or run error, 2 bad command line.\n";
 
 static const char *HELP_FORWARD =
-    "usage: m3-ref forward (--model DIR --tokens IDS | --case DIR) [--dtype fp32|bf16]\n"
-    "                      [--dump OUT.safetensors] [--image FILE]... [--video F1,F2,... --fps R]\n"
-    "                      [--pixels FILE] [--vision-joint] [--strict] [--quiet]\n"
-    "                      [--lenient-config]\n"
+    "usage: m3-ref forward (--model DIR (--tokens IDS | --prompt TEXT) | --case DIR)\n"
+    "                      [--dtype fp32|bf16] [--dump OUT.safetensors]\n"
+    "                      [--chat [--system TEXT] [--thinking MODE]]\n"
+    "                      [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
+    "                      [--vision-joint] [--strict] [--quiet] [--lenient-config]\n"
     "\n"
     "Run the T token ids through the model in one pass (positions 0..T-1) and print T and the\n"
     "top-5 entries of the last row of logits.\n"
@@ -87,6 +89,8 @@ static const char *HELP_FORWARD =
     "  --model DIR            checkpoint directory (config.json + safetensors)\n"
     "  --tokens IDS           token ids separated by commas and/or spaces, e.g. 1,2,3\n"
     "                         (each id must be in [0, vocab_size); exit 2 otherwise)\n"
+    "  --prompt TEXT          text instead of ids, encoded with DIR/tokenizer.json (the ids\n"
+    "                         are printed first); --chat, --system, --thinking as for generate\n"
     "  --case DIR             a text model case of the conformance vectors: input_ids from\n"
     "                         DIR/inputs.safetensors, the model from DIR (unless --model),\n"
     "                         params.chunks / params.T checked against input_ids; with\n"
@@ -126,7 +130,8 @@ static const char *HELP_FORWARD =
     "example: m3-ref forward --model models/tiny --tokens 1,2,3 --dump /tmp/acts.safetensors\n";
 
 static const char *HELP_GENERATE =
-    "usage: m3-ref generate --model DIR (--tokens IDS | --prompt TEXT) [--max-new-tokens N]\n"
+    "usage: m3-ref generate --model DIR (--tokens IDS | --prompt TEXT | --conversation FILE)\n"
+    "                       [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
     "                       [--draft DIR [--spec-tokens K]]\n"
     "                       [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
@@ -144,9 +149,12 @@ static const char *HELP_GENERATE =
     "  --prompt TEXT          prompt text, encoded with DIR/tokenizer.json (special-token\n"
     "                         strings in it are matched as special tokens)\n"
     "  --chat                 render --prompt as the user turn of a MiniMax-M3 conversation\n"
-    "                         (bos, default system prompt, ]~b]user ... [e~[, ]~b]ai opener)\n"
-    "  --system TEXT          with --chat: the system turn instead of the default\n"
-    "  --thinking MODE        with --chat: adaptive (default; the model decides), enabled\n"
+    "                         (system turn, developer turn, ]~b]user ... [e~[, ]~b]ai opener)\n"
+    "  --system TEXT          with --chat: the developer turn instead of the default\n"
+    "  --conversation FILE    render the conversation in FILE (JSON: messages, tools,\n"
+    "                         thinking_mode, ...; docs/tokenizer.md) as the prompt\n"
+    "  --thinking MODE        with --chat or --conversation: adaptive (default; the model\n"
+    "                         decides), enabled\n"
     "                         (prompt ends with <mm:think>) or disabled (ends with </mm:think>)\n"
     "  --max-new-tokens N     at most N new tokens (default 32)\n"
     "  --greedy               always take the most likely token (lowest id on ties)\n"
@@ -268,6 +276,7 @@ typedef struct cli_opts {
     int chat;             /* --chat: render --prompt as a user turn (M3-CHAT-*) */
     const char *thinking; /* --thinking adaptive|enabled|disabled */
     const char *system;   /* --system TEXT (with --chat) */
+    const char *conversation; /* --conversation FILE (M3-CHAT-FILE-1) */
     /* multimodal (M3-VIS-*) */
     const char *images[CLI_MAX_IMAGES]; /* --image FILE, repeatable, prompt order */
     int n_images;
@@ -417,6 +426,9 @@ static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opt
         } else if (!strcmp(a, "--system") && (allow & ALLOW_PROMPT)) {
             TAKES_VALUE();
             o->system = val;
+        } else if (!strcmp(a, "--conversation") && (allow & ALLOW_PROMPT)) {
+            TAKES_VALUE();
+            o->conversation = val;
         } else {
             return usage_error(cmd, "unknown option or argument '%s'", a);
         }
@@ -656,6 +668,7 @@ static int prompt_check(const char *cmd, const cli_opts *o)
         .chat = o->chat,
         .system = o->system,
         .thinking = o->thinking,
+        .conversation = o->conversation,
         .n_images = o->n_images,
         .video = o->video,
         .have_fps = o->have_fps,
@@ -740,8 +753,8 @@ static int prompt_to_ids(const m3_tokenizer *tok, const cli_opts *o, int32_t **i
                          char *why, size_t whylen)
 {
     m3_err e = {{0}};
-    const m3_prompt_opts po = {.have_text = 1, .chat = o->chat, .system = o->system,
-                               .thinking = o->thinking};
+    const m3_prompt_opts po = {.have_text = o->prompt != NULL, .chat = o->chat, .system = o->system,
+                               .thinking = o->thinking, .conversation = o->conversation};
     size_t count = 0;
     *n = 0;
     if (m3_prompt_encode(tok, o->prompt, &po, ids, &count, &e) != 0) {
@@ -765,26 +778,43 @@ static int cmd_forward(int argc, char **argv)
 {
     cli_opts o;
     if (parse_opts("forward", argc, argv,
-                   ALLOW_TOKENS | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION | ALLOW_CASE, &o) != 0 ||
+                   ALLOW_TOKENS | ALLOW_PROMPT | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION | ALLOW_CASE, &o) != 0 ||
         prompt_check("forward", &o) != 0)
         return EXIT_USAGE;
     if (o.help) {
         fputs(HELP_FORWARD, stdout);
         return 0;
     }
-    if (!o.tokens == !o.case_dir) {
-        usage_error("forward", "%s", "give exactly one of --tokens IDS and --case DIR");
+    if (!!o.tokens + !!o.prompt + !!o.case_dir != 1) {
+        usage_error("forward", "%s", "give exactly one of --tokens IDS, --prompt TEXT and --case DIR");
         return EXIT_USAGE;
     }
     int32_t *ids = NULL;
     int T = 0;
     long long max_new = 0; /* --case: params.max_new_tokens */
-    char why[256];
+    char why[8800]; /* room for paths of up to 4 KiB */
     if (o.case_dir && load_case_inputs(o.case_dir, &ids, &T, &max_new) != 0)
         return EXIT_USAGE;
     if (o.tokens && parse_tokens(o.tokens, &ids, &T, why, sizeof why) != 0) {
         fprintf(stderr, "m3-ref forward: --tokens: %s\n", why);
         return EXIT_USAGE;
+    }
+    if (o.prompt) { /* --prompt: encoded with DIR's tokenizer, the ids printed */
+        m3_tokenizer *tokzr = open_tokenizer(o.model, why, sizeof why);
+        if (!tokzr) {
+            fprintf(stderr, "m3-ref forward: --prompt needs a tokenizer: %s\n", why);
+            return EXIT_RUN;
+        }
+        int prc = prompt_to_ids(tokzr, &o, &ids, &T, why, sizeof why);
+        m3_tokenizer_free(tokzr);
+        if (prc != 0) {
+            fprintf(stderr, "m3-ref forward: %s\n", why);
+            return EXIT_RUN;
+        }
+        printf("ids:");
+        for (int i = 0; i < T; i++)
+            printf("%s%d", i ? "," : " ", ids[i]);
+        printf("\n");
     }
 
     int rc = EXIT_RUN;
@@ -925,8 +955,10 @@ static int cmd_generate(int argc, char **argv)
         fputs(HELP_GENERATE, stdout);
         return 0;
     }
-    if (!!o.tokens == !!o.prompt) {
-        usage_error("generate", "%s", "give exactly one of --tokens IDS and --prompt TEXT");
+    const int text_in = o.prompt || o.conversation;
+    if (!!o.tokens == text_in) {
+        usage_error("generate", "%s", "give exactly one of --tokens IDS, --prompt TEXT and "
+                                      "--conversation FILE");
         return EXIT_USAGE;
     }
     if (o.greedy && (o.have_temp || o.have_top_p || o.have_top_k || o.have_seed)) {
@@ -943,14 +975,15 @@ static int cmd_generate(int argc, char **argv)
     }
     /* The tokenizer: required for --prompt; used for text output when present. */
     m3_tokenizer *tokzr = NULL;
-    if (o.prompt || !o.print_ids) {
+    if (text_in || !o.print_ids) {
         tokzr = open_tokenizer(o.model, why, sizeof why);
-        if (!tokzr && o.prompt) {
-            fprintf(stderr, "m3-ref generate: --prompt needs a tokenizer: %s\n", why);
+        if (!tokzr && text_in) {
+            fprintf(stderr, "m3-ref generate: %s needs a tokenizer: %s\n",
+                    o.prompt ? "--prompt" : "--conversation", why);
             return EXIT_RUN;
         }
     }
-    if (o.prompt && prompt_to_ids(tokzr, &o, &ids, &T, why, sizeof why) != 0) {
+    if (text_in && prompt_to_ids(tokzr, &o, &ids, &T, why, sizeof why) != 0) {
         fprintf(stderr, "m3-ref generate: %s\n", why);
         m3_tokenizer_free(tokzr);
         return EXIT_RUN;
@@ -994,7 +1027,7 @@ static int cmd_generate(int argc, char **argv)
         goto fail;
     }
     have_sampler = 1;
-    if (mm_requested(&o) && mm_prepare(&m, &o, mode_of(&o), o.prompt ? tokzr : NULL, &ids, &T, &x, NULL, &e) != 0)
+    if (mm_requested(&o) && mm_prepare(&m, &o, mode_of(&o), text_in ? tokzr : NULL, &ids, &T, &x, NULL, &e) != 0)
         goto fail;
 
     /* capacity: prompt + new tokens, capped by the context length (generation stops there) */

@@ -1,4 +1,4 @@
-/* vision.cu — host orchestration of the vision tower on the GPU and the
+/* vision_host.cu — host orchestration of the vision tower on the GPU and the
  * multimodal front end of bin/m3-gpu forward. Contracts: gpu/vision.h.
  *
  * Must match: ref/vision.c m3_vision_forward (every step, rounding point and
