@@ -146,6 +146,20 @@ static int judge_items(const cf_tf_opts *o, const cf_case *cs, const cf_tset *du
             int sub = lg && cf_tensor_subset(lg, lr, T);
             rc = cf_ref_head_rows(m, o->mode, x->f, (int)T, sub ? lr->i : NULL, sub ? (int)lr->n : 0, &g, e);
         }
+        int routed = -1; /* distinct experts the golden routes to: the experts whose weights were read */
+        if (!rc && i < L && m->cfg.text.layer_moe[i]) {
+            snprintf(nm, sizeof nm, "layers.%d.moe.topk_index", i);
+            const cf_tensor *ti = cf_tset_get(&g, nm);
+            int E = m->cfg.text.num_experts;
+            unsigned char *seen = ti && ti->is_int ? calloc((size_t)E, 1) : NULL;
+            if (seen) {
+                routed = 0;
+                for (size_t q = 0; q < ti->n; q++)
+                    if (ti->i[q] >= 0 && ti->i[q] < E && !seen[ti->i[q]]++)
+                        routed++;
+                free(seen);
+            }
+        }
         if (!rc)
             rc = cf_judge(&part, &jc, dump, &g, e);
         cf_tset_free(&g);
@@ -166,10 +180,13 @@ static int judge_items(const cf_tf_opts *o, const cf_case *cs, const cf_tset *du
             if (pg)
                 m3_progress_clear(pg);
             double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            char moe[64] = "";
+            if (routed >= 0)
+                snprintf(moe, sizeof moe, "; %d of %d experts routed to", routed, m->cfg.text.num_experts);
             if (i < L)
-                fprintf(stderr, "m3-conform: worker %d: layer %d (%s, %s) judged in %.2f s\n", w, i,
+                fprintf(stderr, "m3-conform: worker %d: layer %d (%s, %s) judged in %.2f s%s\n", w, i,
                         m->cfg.text.layer_sparse[i] ? "MSA" : "dense attention",
-                        m->cfg.text.layer_moe[i] ? "MoE" : "dense MLP", dt);
+                        m->cfg.text.layer_moe[i] ? "MoE" : "dense MLP", dt, moe);
             else
                 fprintf(stderr, "m3-conform: worker %d: head judged in %.2f s\n", w, dt);
         }

@@ -65,9 +65,11 @@ int cf_parse_jobs(const char *text, int *n, m3_err *e)
 /* ---- JSON of one record ------------------------------------------------------------- */
 static void put_num(cJSON *o, const char *k, double v)
 {
-    if (isfinite(v))
-        cJSON_AddNumberToObject(o, k, v);
-    else
+    if (isfinite(v)) { /* 17 digits: cJSON's own printer may round to 15 when they are close */
+        char buf[40];
+        snprintf(buf, sizeof buf, "%.17g", v);
+        cJSON_AddRawToObject(o, k, buf);
+    } else
         cJSON_AddStringToObject(o, k, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
 }
 
@@ -327,7 +329,7 @@ int cf_slice_write(const char *path, const cf_slice *sl, const cf_report *r, m3_
     cJSON_AddBoolToObject(o, "head", sl->head);
     cJSON_AddNumberToObject(o, "rows_total", (double)r->rows_total);
     cJSON_AddNumberToObject(o, "rows_judged", (double)r->rows_judged);
-    cJSON_AddNumberToObject(o, "seconds", r->seconds);
+    put_num(o, "seconds", r->seconds);
     cJSON *recs = cJSON_AddArrayToObject(o, "records");
     for (int i = 0; recs && i < r->nrec; i++) {
         cJSON *x = record_json(&r->rec[i]);

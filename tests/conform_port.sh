@@ -155,6 +155,9 @@ run 1 "16K: a dump lacking rows the case wants" "$conform" check --case "$long" 
 has "the case wants 61 positions this dump's rows lack (first: 2050" "16K missing rows"
 
 # ---- a checkpoint teacher-forced: no case, slices, jobs, merge (M3-DUMP-12) ------------------
+run 0 "the reference reads only routed experts (the others NaN: same dump)" \
+  "$py" tests/unrouted_experts.py "$ref" $tiny "$tmp/unrouted" 5,17
+has "the dumps are identical; with a routed expert NaN too they differ" "unrouted experts"
 mut=vectors/mutants/shared_x2/dump.safetensors
 run 0 "checkpoint dir, the golden dump" "$conform" check --teacher-forced --model $tiny \
   --dump $tiny/expected.safetensors --jobs 2

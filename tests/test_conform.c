@@ -536,6 +536,150 @@ static void test_expert_ties_in_judge(void **st)
     cf_case_free(&c);
 }
 
+/* ---- row subsets, selectors, slices (M3-DUMP-10..12) ------------------------------ */
+static void test_rows_select(void **st)
+{
+    (void)st;
+    unsigned char w[40];
+    m3_err e = {{0}};
+    /* block boundaries +-1 (block 8), 20..24, the last 3 */
+    assert_int_equal(cf_rows_select("*blocks~1, 20:24,-3:", 40, 8, "c/case.json", w, &e), 0);
+    const int want[] = {7, 8, 9, 15, 16, 17, 20, 21, 22, 23, 24, 25, 31, 32, 33, 37, 38, 39};
+    int n = 0;
+    for (int p = 0; p < 40; p++)
+        if (w[p]) {
+            assert_true(n < 18);
+            assert_int_equal(p, want[n++]);
+        }
+    assert_int_equal(n, 18);
+    assert_int_equal(cf_rows_select("5,-1,:2", 10, 0, "c", w, &e), 0);
+    assert_true(w[0] && w[1] && w[5] && w[9] && !w[2]);
+    const char *bad[] = {"", "x", "1,,2", "*blocks~1", "10", "-11", "*0", "1:2:3", "*3~", NULL};
+    for (int k = 0; bad[k]; k++)
+        assert_int_equal(cf_rows_select(bad[k], 10, 0, "c/case.json", w, &e), -1);
+    assert_non_null(strstr(e.msg, "c/case.json"));
+}
+
+static void test_layer_range_and_jobs(void **st)
+{
+    (void)st;
+    int a, b, j;
+    m3_err e = {{0}};
+    assert_int_equal(cf_parse_layers("3-7", 60, &a, &b, &e), 0);
+    assert_true(a == 3 && b == 7);
+    assert_int_equal(cf_parse_layers("59", 60, &a, &b, &e), 0);
+    assert_true(a == 59 && b == 59);
+    const char *bad[] = {"3-60", "60", "7-3", "-1", "a-b", "3-", "3-4x", "", NULL};
+    for (int k = 0; bad[k]; k++)
+        assert_int_equal(cf_parse_layers(bad[k], 60, &a, &b, &e), -1);
+    assert_int_equal(cf_parse_layers("3-60", 60, &a, &b, &e), -1);
+    assert_non_null(strstr(e.msg, "60 layers"));
+    assert_int_equal(cf_parse_jobs("2", &j, &e), 0);
+    assert_int_equal(j, 2);
+    assert_int_equal(cf_parse_jobs("0", &j, &e), -1);
+    assert_int_equal(cf_parse_jobs("1025", &j, &e), -1);
+    assert_int_equal(cf_parse_jobs("2x", &j, &e), -1);
+}
+
+static void test_rows_validate_and_take(void **st)
+{
+    (void)st;
+    cf_tset s = {0}, out = {0};
+    m3_err e = {{0}};
+    float x[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}; /* [6, 2] golden rows = positions 0..5 */
+    int64_t sh[2] = {6, 2}, rs[1] = {3};
+    assert_int_equal(cf_tset_add_f(&s, "layers.0.output", 2, sh, x, &e), 0);
+    int32_t pos[3] = {1, 4, 5};
+    assert_int_equal(cf_tset_add_i(&s, "rows", 1, rs, pos, &e), 0);
+    /* a full tensor with a row set present is fine; take rows 1, 4, 5 of it */
+    assert_int_equal(cf_rows_validate(&s, "d.st", 6, &e), 0);
+    assert_int_equal(cf_tensor_take_rows(&out, cf_tset_get(&s, "layers.0.output"), NULL, pos, 3, &e), 0);
+    const cf_tensor *t = &out.t[0];
+    assert_true(t->shape[0] == 3 && t->f[0] == 2 && t->f[2] == 8 && t->f[5] == 11);
+    /* through a golden-side row set: position 4 is row 1 of the subset */
+    int32_t p4 = 4;
+    cf_tset o2 = {0};
+    assert_int_equal(cf_tensor_take_rows(&o2, t, cf_tset_get(&s, "rows"), &p4, 1, &e), 0);
+    assert_true(o2.t[0].f[0] == 8 && o2.t[0].f[1] == 9);
+    int32_t p2 = 2;
+    assert_int_equal(cf_tensor_take_rows(&o2, t, cf_tset_get(&s, "rows"), &p2, 1, &e), -1);
+    /* out of range, duplicate, a row count that is neither */
+    assert_int_equal(cf_rows_validate(&s, "d.st", 5, &e), -1);
+    assert_non_null(strstr(e.msg, "d.st: tensor \"rows\" entry 2: position 5 is outside [0, 5)"));
+    int32_t dup[3] = {1, 1, 5};
+    assert_int_equal(cf_tset_add_i(&s, "rows", 1, rs, dup, &e), 0);
+    assert_int_equal(cf_rows_validate(&s, "d.st", 6, &e), -1);
+    assert_non_null(strstr(e.msg, "appears twice"));
+    int64_t sh4[2] = {4, 2};
+    assert_int_equal(cf_tset_add_i(&s, "rows", 1, rs, pos, &e), 0);
+    assert_int_equal(cf_tset_add_f(&s, "layers.0.output", 2, sh4, x, &e), 0);
+    assert_int_equal(cf_rows_validate(&s, "d.st", 6, &e), -1);
+    assert_non_null(strstr(e.msg, "has 4 rows"));
+    cf_tset_free(&s);
+    cf_tset_free(&out);
+    cf_tset_free(&o2);
+}
+
+static void test_slice_round_trip(void **st)
+{
+    (void)st;
+    cf_case c;
+    model_case(&c);
+    cf_tset g = {0}, o = {0};
+    const char *names[] = {"layers.0.input", "layers.0.output", "final_norm", "logits"};
+    for (int i = 0; i < 4; i++) {
+        add_rows(&g, names[i], (float)i, 0);
+        add_rows(&o, names[i], (float)i, i == 1 ? 0.5f : 0.0f);
+    }
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "", 1, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+    cf_report r;
+    memset(&r, 0, sizeof r);
+    m3_err e = {{0}};
+    assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);
+    cf_slice sl;
+    memset(&sl, 0, sizeof sl);
+    snprintf(sl.identity, sizeof sl.identity, "%064d", 7);
+    snprintf(sl.case_id, sizeof sl.case_id, "t");
+    snprintf(sl.profile, sizeof sl.profile, "fp32");
+    snprintf(sl.mode, sizeof sl.mode, "fp32");
+    sl.from = 0;
+    sl.to = 0;
+    sl.L = 1;
+    sl.head = 1;
+    char path[] = "/tmp/m3-test-slice-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(cf_slice_write(path, &sl, &r, &e), 0);
+    cf_slice back;
+    assert_int_equal(cf_slice_load(&back, path, &g_tol, &e), 0);
+    assert_int_equal(back.rep.nrec, r.nrec);
+    for (int i = 0; i < r.nrec; i++) { /* every field the verdict uses, exactly */
+        const cf_record *a = &r.rec[i], *b = &back.rep.rec[i];
+        assert_string_equal(a->tensor, b->tensor);
+        assert_int_equal(a->result, b->result);
+        assert_int_equal(a->order, b->order);
+        assert_true(a->m.nmse == b->m.nmse && a->m.max_abs == b->m.max_abs && a->m.cos == b->m.cos);
+        assert_string_equal(a->msg, b->msg);
+        assert_true(a->rule == b->rule);
+    }
+    cf_report m;
+    assert_int_equal(cf_slice_merge(&m, &back, 1, &e), 0);
+    assert_int_equal(m.result, r.result);
+    assert_int_equal(m.first_fail >= 0, 1);
+    assert_string_equal(m.rec[m.first_fail].tensor, "layers.0.output");
+    cf_report_free(&m);
+    cf_slice two[2] = {back, back};
+    assert_int_equal(cf_slice_merge(&m, two, 2, &e), -1); /* layer 0 twice */
+    assert_non_null(strstr(e.msg, "layer 0 is also in"));
+    cf_slice_free(&back);
+    unlink(path);
+    cf_report_free(&r);
+    cf_tset_free(&g);
+    cf_tset_free(&o);
+    cf_case_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -558,6 +702,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_missing_and_capabilities, setup_tol, teardown_tol),
         cmocka_unit_test_setup_teardown(test_warning_and_shape, setup_tol, teardown_tol),
         cmocka_unit_test_setup_teardown(test_expert_ties_in_judge, setup_tol, teardown_tol),
+        cmocka_unit_test(test_rows_select),
+        cmocka_unit_test(test_layer_range_and_jobs),
+        cmocka_unit_test(test_rows_validate_and_take),
+        cmocka_unit_test_setup_teardown(test_slice_round_trip, setup_tol, teardown_tol),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
