@@ -157,6 +157,7 @@ def main():
 
     # ---- case directories
     groups = {}
+    shard_sums = {}
     for c in cases:
         cs = man["case_specs"][c]
         d = os.path.join(out, c)
@@ -194,6 +195,14 @@ def main():
                 "params": params}
         files = {f: sha256(os.path.join(d, f)) for f in
                  ("config.json", "model.safetensors.index.json", "inputs.safetensors")}
+        # every payload file is listed (M3-VEC-3): the shards with the checkpoint's sums,
+        # taken from vectors/real/checkpoints.sha256 where published, else computed once
+        for f in sorted(set(idx["weight_map"].values())):
+            key = (cs["checkpoint"], f)
+            if key not in shard_sums:
+                pub = None if a.tiny else sums.get("%s/%s" % (cs["checkpoint"], f))
+                shard_sums[key] = pub or sha256(os.path.join(ck, f))
+            files[f] = shard_sums[key]
         case["files"] = files
         write_json(os.path.join(d, "case.json"), case)
         key = (cs["checkpoint"], cs["prompt"], T, bool(cs.get("image")))

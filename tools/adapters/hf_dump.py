@@ -218,7 +218,11 @@ def load_case_model(case_dir, device, attn="eager"):
         raw = json.load(f)
     cfg = build_config(raw)
     torch.manual_seed(0)
-    model = hfmod.MiniMaxM3SparseForConditionalGeneration(cfg)
+    # built on the target device: a released-shape MoE layer is 7.2e9 parameters,
+    # whose random initialisation on the host alone takes minutes (every weight is
+    # overwritten from the checkpoint below)
+    with torch.device(device):
+        model = hfmod.MiniMaxM3SparseForConditionalGeneration(cfg)
     set_impl(model, attn)
     files = [os.path.join(case_dir, "model.safetensors")]
     idx = os.path.join(case_dir, "model.safetensors.index.json")

@@ -1,0 +1,147 @@
+#!/bin/sh
+# real_device_check.sh — the real-shape suite on the GPU machine.
+#
+# Lays out vectors/real/manifest.json (tools/real_suite.py: the synthetic
+# 2-layer released-shape checkpoint and its cases) under $B/vectors-real,
+# checks the checkpoint's shards against the published sums
+# (vectors/real/checkpoints.sha256), computes the goldens with the reference
+# (bin/m3-conform golden, one process per case, in parallel), dumps the cases
+# with HF transformers in fp32 (tools/real_hf_dumps.py) and with bin/m3-gpu in
+# bf16, and judges every dump with bin/m3-conform.
+#
+#   sh tools/real_device_check.sh OUTDIR start    build, suite, goldens started in the background
+#   sh tools/real_device_check.sh OUTDIR dumps    HF and m3-gpu dumps, then wait for the goldens and judge
+#
+# Two calls because one device command runs at most 10 minutes; the goldens
+# run on in a process session of their own between them. Headers and
+# libraries the device lacks come from .devroot/ (Debian packages unpacked
+# with dpkg -x on the development machine; not committed).
+set -u
+out=${1:?usage: real_device_check.sh OUTDIR start|dumps}
+phase=${2:?usage: real_device_check.sh OUTDIR start|dumps}
+mkdir -p "$out"
+root=$PWD/.devroot
+if [ -d "$root" ]; then
+  export C_INCLUDE_PATH=$root/usr/include:$root/usr/include/cjson:$root/usr/include/x86_64-linux-gnu
+  export CPLUS_INCLUDE_PATH=$C_INCLUDE_PATH
+  export LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+fi
+PY=python3
+B=build-dev
+S=$B/vectors-real/real
+G=$B/real-goldens   # the goldens' logs and exit codes
+D=$B/real-dumps
+log() { echo "$*" | tee -a "$out/summary.txt"; }
+# the cases whose one-shot runs differ (chunked_decode / prefix_reuse share prompt_2600's)
+GOLDEN_CASES="prompt_1 prompt_129 prompt_2049 prompt_2600 greedy_2049 vision_image"
+TEXT_CASES="prompt_1 prompt_129 prompt_2049 prompt_2600 greedy_2049"
+
+ids_of() { $PY - "$1" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+with open(sys.argv[1], 'rb') as f:
+    n = struct.unpack('<Q', f.read(8))[0]
+    m = json.loads(f.read(n))['input_ids']
+    f.seek(8 + n + m['data_offsets'][0])
+    a = np.frombuffer(f.read(m['data_offsets'][1] - m['data_offsets'][0]), dtype=np.int32)
+print(','.join(str(int(x)) for x in a))
+PYEOF
+}
+
+if [ "$phase" = start ]; then
+  t0=$(date +%s)
+  mkdir -p $B && touch $B/.deps-ok   # headers come from .devroot; no apt on the device
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv >"$out/gpu.txt" 2>&1
+  if ! make -j16 BUILD=$B bin/m3-ref bin/m3-conform gpu >"$out/build.log" 2>&1; then
+    log "BUILD FAILED"; tail -30 "$out/build.log"; exit 1
+  fi
+  log "build: $(( $(date +%s) - t0 )) s; $(nproc) cores; $(df -h . | tail -1 | awk '{print $4}') free"
+  t1=$(date +%s)
+  /usr/bin/time -v $PY tools/real_suite.py --out $B/vectors-real --no-golden --no-verify \
+      >"$out/suite.log" 2>"$out/suite.time" || { log "real_suite FAILED"; tail -20 "$out/suite.log" "$out/suite.time"; exit 1; }
+  log "suite laid out (synth included): $(( $(date +%s) - t1 )) s, peak RSS $(grep 'Maximum resident' "$out/suite.time" | awk '{print $6}') KB"
+  ck=$(ls -d $B/vectors-real/checkpoints/* | head -1)
+  t2=$(date +%s)
+  # the shards' sums against the published ones, in parallel
+  (cd "$ck" && ls *.safetensors *.json | xargs -P 16 -n 1 sha256sum) | sort -k2 >"$out/checkpoint.sha256"
+  name=$(basename "$ck")
+  grep " $name/" vectors/real/checkpoints.sha256 | sed "s# $name/# #" | sort -k2 >/tmp/published.sha256
+  if [ -s /tmp/published.sha256 ] && join -j 2 /tmp/published.sha256 "$out/checkpoint.sha256" | awk '$2 != $3 {bad=1} END {exit bad}'; then
+    log "checkpoint $name: $(wc -l </tmp/published.sha256) published sums, all equal ($(( $(date +%s) - t2 )) s)"
+  else
+    log "checkpoint $name: sums DIFFER from vectors/real/checkpoints.sha256 (or none published)"
+  fi
+  rm -rf $G; mkdir -p $G
+  for c in $GOLDEN_CASES; do
+    setsid sh -c "/usr/bin/time -v bin/m3-conform golden --case $S/$c --no-hash --quiet >$G/$c.log 2>&1; echo \$? >$G/$c.rc" </dev/null >/dev/null 2>&1 &
+  done
+  log "goldens started: $GOLDEN_CASES"
+  exit 0
+fi
+
+# ---- dumps: HF fp32 and m3-gpu bf16 while the goldens finish --------------------------------
+t0=$(date +%s)
+mkdir -p $D
+pairs=""
+for c in $TEXT_CASES; do pairs="$pairs $S/$c:$D/$c.hf_fp32.safetensors"; done
+PYTHONUNBUFFERED=1 timeout 330 $PY tools/real_hf_dumps.py --mode fp32 $pairs >"$out/hf.log" 2>&1
+log "hf dumps rc=$? ($(( $(date +%s) - t0 )) s): $(tail -1 "$out/hf.log")"
+for c in prompt_1 prompt_129 prompt_2049 prompt_2600 vision_image; do
+  s=$(date +%s.%N)
+  vis=
+  grep -qa '"pixel_values"' "$S/$c/inputs.safetensors" && vis="--pixels $S/$c/inputs.safetensors"
+  if bin/m3-gpu forward --model "$S/$c" --tokens "$(ids_of "$S/$c/inputs.safetensors")" --dtype bf16 $vis \
+       --dump $D/$c.gpu_bf16.safetensors >"$out/gpu_$c.log" 2>&1; then
+    log "m3-gpu forward $c: $(awk "BEGIN{printf \"%.2f\", $(date +%s.%N) - $s}") s"
+  else
+    log "m3-gpu forward $c FAILED: $(tail -2 "$out/gpu_$c.log" | tr '\n' ' ')"
+  fi
+done
+# greedy: m3-gpu generate against the golden's greedy_tokens (compared below)
+ids=$(ids_of "$S/greedy_2049/inputs.safetensors")
+bin/m3-gpu generate --model "$S/greedy_2049" --tokens "$ids" --max-new-tokens 8 --greedy --print-ids \
+    --dtype fp32 >"$out/gpu_greedy_fp32.txt" 2>&1
+log "m3-gpu generate greedy_2049 fp32 rc=$?: $(tail -1 "$out/gpu_greedy_fp32.txt")"
+# wait for the goldens (at most until the command's limit nears)
+while :; do
+  left=0
+  for c in $GOLDEN_CASES; do [ -f $G/$c.rc ] || left=$((left + 1)); done
+  [ $left -eq 0 ] && break
+  [ $(( $(date +%s) - t0 )) -gt 540 ] && { log "goldens still running: $left"; break; }
+  sleep 5
+done
+for c in $GOLDEN_CASES; do
+  [ -f $G/$c.rc ] || continue
+  log "golden $c: rc=$(cat $G/$c.rc) $(grep -E 'Elapsed|Maximum resident' $G/$c.log | awk '{print $NF}' | tr '\n' ' ')"
+  [ "$(cat $G/$c.rc)" = 0 ] && sha256sum $S/$c/expected.safetensors | sed "s#$S/##" >>"$out/goldens.sha256"
+done
+judge() { # case dump profile label [extra]
+  c=$1 d=$2 p=$3 label=$4; shift 4
+  [ -f $S/$c/expected.safetensors ] || { log "$label: no golden"; return; }
+  [ -f "$d" ] || { log "$label: no dump"; return; }
+  bin/m3-conform check --case $S/$c --dump "$d" --profile $p --no-hash "$@" >"$out/check_$label.txt" 2>&1
+  log "$label: rc=$? $(grep 'verdict' "$out/check_$label.txt" | head -1)"
+}
+for c in $TEXT_CASES; do judge $c $D/$c.hf_fp32.safetensors fp32 "hf_fp32_$c"; done
+for c in prompt_1 prompt_129 prompt_2049 prompt_2600 vision_image; do
+  judge $c $D/$c.gpu_bf16.safetensors bf16 "gpu_bf16_$c" --declare-unsupported greedy
+done
+# a chunked and a prefix-reuse case judged on the one-shot dumps (ports that run one pass)
+judge chunked_decode_2600 $D/prompt_2600.hf_fp32.safetensors fp32 hf_fp32_chunked_decode_2600
+judge prefix_reuse_2600 $D/prompt_2600.gpu_bf16.safetensors bf16 gpu_bf16_prefix_reuse_2600 --declare-unsupported greedy
+if [ -f $S/greedy_2049/expected.safetensors ]; then
+  $PY - $S/greedy_2049/expected.safetensors "$out/gpu_greedy_fp32.txt" <<'PYEOF' | tee -a "$out/summary.txt"
+import json, struct, sys, re
+import numpy as np
+with open(sys.argv[1], 'rb') as f:
+    n = struct.unpack('<Q', f.read(8))[0]
+    m = json.loads(f.read(n))['greedy_tokens']
+    f.seek(8 + n + m['data_offsets'][0])
+    g = np.frombuffer(f.read(m['data_offsets'][1] - m['data_offsets'][0]), dtype=np.int32).tolist()
+txt = open(sys.argv[2]).read()
+got = [int(x) for x in re.findall(r'-?\d+', txt.split('\n')[0])] if txt else []
+print("greedy_2049: golden %s, m3-gpu fp32 %s: %s" % (g, got[-len(g):], "equal" if got[-len(g):] == g else "DIFFER"))
+PYEOF
+fi
+log "dumps phase: $(( $(date +%s) - t0 )) s"
