@@ -653,6 +653,32 @@ PORT_BUG_MODELS = {"model/tiny_fp32": lambda: (_tiny(), tiny_ids()[0], [7, 1, 1,
 _FAITHFUL_RUNS = {}
 
 
+# Conditions under which a port with the bug writes the faithful dump (bit for
+# bit; selections as sets, M3-DUMP-7), checked when the mutant is generated:
+# where tests miss it.
+TOPK_COVERS = "the first 12 tokens (top-k covers every block; 2048 tokens in the release)"
+PORT_BUG_HIDDEN = {
+    "block_causal_only": [("decode (chunks of 1 token)", "decode")],
+    "topk_layout": [("decode (chunks of 1 token)", "decode")],
+    "index_cache_lost": [("one prefill chunk (no cache boundary)", "one_chunk"), (TOPK_COVERS, "prefix12")],
+    "topk_reuse": [(TOPK_COVERS, "prefix12")],
+    "topk_init_minus1": [("models/tiny's router (every biased score above -1), the input of model/tiny_fp32",
+                          "tiny")],
+}
+
+
+def _hidden_run(kind, model, ids, chunks):
+    if kind == "decode":
+        return model, ids, [1] * len(ids)
+    if kind == "one_chunk":
+        return model, ids, [len(ids)]
+    if kind == "prefix12":
+        return model, ids[:12], _prefix_chunks(chunks, 12)
+    if kind == "tiny":
+        return _tiny(), tiny_ids()[0], [7, 1, 1, 4, 1, 6]
+    raise ValueError(kind)
+
+
 def _port_run(model, ids, chunks, n_new, mode, flags):
     """Dump of a port run: chunks in order on one state, then greedy decode
     (faithful runs cached: every port bug compares with the same ones)."""
@@ -726,6 +752,16 @@ def port_bug_case(name):
             vis = T
             break
     assert vis is not None
+    hidden = []
+    for label, kind in PORT_BUG_HIDDEN.get(name, []):
+        hm, hi, hc = _hidden_run(kind, model, ids, chunks)
+        dh = _port_run(hm, hi, hc, 0, "bf16", [name])
+        fh = _port_run(hm, hi, hc, 0, "bf16", [])
+        same = sorted(dh) == sorted(fh) and all(
+            not _sets_differ(dh[n], fh[n]) if n.endswith("block_indices") else np.array_equal(dh[n], fh[n])
+            for n in fh)
+        assert same, "port bug %s: not hidden under %s" % (name, label)
+        hidden.append(label)
     layer = int(first.split(".")[1])
     sub = first.split(".", 2)[2]
     comp = MUTANT_COMPONENT.get(sub, "moe" if (sub == "mlp.output" and cfg.moe[layer]) else sub.split(".")[0])
@@ -733,7 +769,8 @@ def port_bug_case(name):
     mj = {"id": "mutant.port_" + name, "case": base, "dump": "dump.safetensors", "profile": "bf16",
           "mode": "bf16", "expect": "fail", "first_divergence": {"layer": layer, "tensor": first, "component": comp},
           "clauses": sorted([clause, CL["num_bf16"]]),
-          "port_bug": {"condition": cond, "visible_from_tokens": vis, "chunks": list(chunks)},
+          "port_bug": {"condition": cond, "visible_from_tokens": vis, "chunks": list(chunks),
+                       "hidden_under": hidden},
           "description": "port bug: " + m3np.PORT_BUGS[name] + " (otherwise the faithful bf16 mode). Real shape: "
                          + cond}
     return {"meta": mj, "json_name": "mutant.json", "files": {"dump.safetensors": st.dumps(bf16_store(d), meta)}}

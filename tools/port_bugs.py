@@ -200,7 +200,11 @@ def render(conform, suite):
                 "- The kit's mutant (`vectors/mutants/%s`): %s" % (mdir, mj["description"].split(" Real shape: ")[0].rstrip(".") + "."),
                 "- Flagged first: `%s` (%s) on `%s`: %s" % (got["tensor"], got["component"], mj["case"],
                                                             got.get("msg", "").rstrip(".") + "."),
-                "- Visible from: %s." % vis, ""]
+                "- Visible from: %s." % vis]
+        if mj.get("port_bug", {}).get("hidden_under"):
+            out.append("- Invisible (the dump equals a faithful port's, bit for bit, selections as sets) under: %s."
+                       % "; ".join(mj["port_bug"]["hidden_under"]))
+        out.append("")
     return "\n".join(out)
 
 
