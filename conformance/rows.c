@@ -212,10 +212,13 @@ int cf_rows_select(const char *sel, long T, int block, const char *where, unsign
             }
             if (*p == '~' && (p++, !read_int(&p, &d) || d < 0))
                 goto bad;
-            for (long k = n; k < T + d; k += n)
-                for (long q = k - d; q <= k + d; q++)
-                    if (q >= 0 && q < T)
-                        want[q] = 1;
+            if (d > T) /* a wider window covers every position: no overflow, no empty loops */
+                d = T;
+            for (long k = n; k < T + d; k += n) {
+                const long lo = k - d < 0 ? 0 : k - d, hi = k + d < T ? k + d : T - 1;
+                for (long q = lo; q <= hi; q++)
+                    want[q] = 1;
+            }
         } else {
             int has_a = read_int(&p, &v);
             if (has_a)

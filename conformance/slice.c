@@ -27,7 +27,7 @@ int cf_parse_layers(const char *text, int L, int *a, int *b, m3_err *e)
         return m3_fail(e, "--layers: empty (want A-B or A, layers 0..%d)", L - 1);
     errno = 0;
     long x = strtol(p, &end, 10), y;
-    if (end == p || *p == '-' || *p == '+' || errno)
+    if (end == p || *p < '0' || *p > '9' || errno) /* strtol would skip spaces and take a sign */
         return m3_fail(e, "--layers \"%.40s\": want A-B or A with 0 <= A <= B < %d", text, L);
     if (*end == '-') {
         p = end + 1;
