@@ -212,10 +212,11 @@ int cf_rows_select(const char *sel, long T, int block, const char *where, unsign
             }
             if (*p == '~' && (p++, !read_int(&p, &d) || d < 0))
                 goto bad;
-            for (long k = n; k < T + d; k += n)
-                for (long q = k - d; q <= k + d; q++)
-                    if (q >= 0 && q < T)
-                        want[q] = 1;
+            for (long q = 0; q < T; q++) { /* within D of a multiple k*N, k >= 1: O(T) whatever N and D */
+                long k1 = q / n, lo = k1 >= 1 ? q - k1 * n : -1, hi = (k1 + 1) * n - q;
+                if ((lo >= 0 && lo <= d) || hi <= d)
+                    want[q] = 1;
+            }
         } else {
             int has_a = read_int(&p, &v);
             if (has_a)
