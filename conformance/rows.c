@@ -212,11 +212,9 @@ int cf_rows_select(const char *sel, long T, int block, const char *where, unsign
             }
             if (*p == '~' && (p++, !read_int(&p, &d) || d < 0))
                 goto bad;
-            if (d > T) /* a wider window covers every position: no overflow, no empty loops */
-                d = T;
-            for (long k = n; k < T + d; k += n) {
-                const long lo = k - d < 0 ? 0 : k - d, hi = k + d < T ? k + d : T - 1;
-                for (long q = lo; q <= hi; q++)
+            for (long q = 0; q < T; q++) { /* within D of a multiple k*N, k >= 1: O(T) whatever N and D */
+                long k1 = q / n, lo = k1 >= 1 ? q - k1 * n : -1, hi = (k1 + 1) * n - q;
+                if ((lo >= 0 && lo <= d) || hi <= d)
                     want[q] = 1;
             }
         } else {

@@ -168,8 +168,10 @@ def parse_selector(sel, T, block=None):
             if not n:
                 raise ValueError("row selector %r: no block size for %s" % (sel, t))
             d = int(m.group(2) or 0)
-            for k in range(n, T + d, n):
-                got.update(p for p in range(k - d, k + d + 1) if 0 <= p < T)
+            for p in range(T):  # within D of a multiple k*N, k >= 1
+                k1 = p // n
+                if (k1 >= 1 and p - k1 * n <= d) or (k1 + 1) * n - p <= d:
+                    got.add(p)
             continue
         m = re.fullmatch(r"(-?\d*):(-?\d*)", t)
         if m:
