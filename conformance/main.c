@@ -1382,10 +1382,16 @@ static int cmd_synth(int argc, char **argv)
         cf_synth_usage(stdout);
         return 0;
     }
-    if (cf_synth_write(&so, stdout, &e)) {
+    m3_progress pg;
+    m3_progress_init_stderr(&pg, "m3-conform synth", so.quiet);
+    int rc = cf_synth_write(&so, stdout, so.dry_run ? NULL : &pg, &e);
+    m3_progress_end(&pg);
+    if (rc) {
         fprintf(stderr, "m3-conform: %s\n", e.msg);
         return 2;
     }
+    if (!so.dry_run)
+        m3_progress_summary(&pg, so.out);
     return 0;
 }
 

@@ -380,7 +380,7 @@ void cf_synth_usage(FILE *f)
     fprintf(f,
             "usage: m3-conform synth --layers N --seed S --out DIR [--dense-layers D]\n"
             "                        [--vocab V] [--vision-layers K] [--prompt-len P]\n"
-            "                        [--shard-size BYTES] [--shape released|tiny] [--dry-run]\n"
+            "                        [--shard-size BYTES] [--shape released|tiny] [--dry-run] [--quiet]\n"
             "Writes a checkpoint at the released MiniMax-M3 shapes whose weights are generated\n"
             "from the seed (spec/synth.md, M3-SYNTH-*): config.json, generation_config.json,\n"
             "model-000NN-of-000MM.safetensors shards, model.safetensors.index.json and\n"
@@ -399,6 +399,7 @@ void cf_synth_usage(FILE *f)
             "                     1000; default 5G); a larger tensor gets a shard of its own\n"
             "  --shape tiny       small test shapes (hidden 64) in the same layout\n"
             "  --dry-run          print the plan and check the disk; write nothing\n"
+            "  --quiet            no progress line (bytes written of the total) and no summary\n"
             "The disk need is checked before anything is written. Sizes at the released\n"
             "shapes: about 0.67 GB per dense layer, 14.8 GB per MoE layer, 24.6 MB per 1,000\n"
             "vocabulary rows (embedding + lm_head). Exit 0 written, 2 bad usage or refused.\n",
@@ -477,6 +478,10 @@ int cf_synth_parse_args(cf_synth_opts *o, int argc, char **argv, int *help, m3_e
         }
         if (strcmp(a, "--dry-run") == 0) {
             o->dry_run = 1;
+            continue;
+        }
+        if (strcmp(a, "--quiet") == 0) {
+            o->quiet = 1;
             continue;
         }
         static const char *const valued[] = {"--layers", "--seed", "--out", "--dense-layers", "--vocab",
@@ -956,7 +961,7 @@ static int write_json(const char *dir, const char *name, cJSON *j, m3_err *e)
 
 /* One safetensors file of t[0..n): header, then each tensor's bytes (little-endian). */
 static int write_st(const char *dir, const char *name, const uint64_t seed, tspec *t, int n, void *buf,
-                    m3_err *e)
+                    m3_progress *pg, m3_err *e)
 {
     size_t hl;
     unsigned long long db;
@@ -997,6 +1002,8 @@ static int write_st(const char *dir, const char *name, const uint64_t seed, tspe
                     out[j * es + b] = (unsigned char)(u >> (8 * b));
             }
             rc = of_write(&f, out, m * es, e);
+            if (pg && !rc)
+                m3_progress_add(pg, (int64_t)(m * es));
         }
     }
     if (rc) {
@@ -1097,7 +1104,7 @@ static int free_bytes(const char *path, unsigned long long *out, m3_err *e)
     return 0;
 }
 
-int cf_synth_write(const cf_synth_opts *o, FILE *log, m3_err *e)
+int cf_synth_write(const cf_synth_opts *o, FILE *log, m3_progress *pg, m3_err *e)
 {
     const shape *S = o->tiny ? &TINY : &RELEASED;
     plan p = {0}, in = {0};
@@ -1148,16 +1155,24 @@ int cf_synth_write(const cf_synth_opts *o, FILE *log, m3_err *e)
     }
     if (write_json(o->out, "config.json", config_json(o, S), e) ||
         write_json(o->out, "generation_config.json", genconfig_json(o), e) ||
-        write_st(o->out, "inputs.safetensors", o->seed, in.t, in.n, buf, e))
+        write_st(o->out, "inputs.safetensors", o->seed, in.t, in.n, buf, NULL, e))
         goto done;
+    if (pg) {
+        unsigned long long total = 0;
+        for (int s = 0; s < p.nshards; s++)
+            total += p.shard_bytes[s];
+        m3_progress_task(pg, "writing shards", M3_UNIT_BYTES, (int64_t)total);
+    }
     for (int i = 0, j; i < p.n; i = j) {
         for (j = i; j < p.n && p.t[j].shard == p.t[i].shard; j++)
             ;
         char sn[64];
         shard_name(sn, sizeof sn, p.t[i].shard, p.nshards);
-        if (write_st(o->out, sn, o->seed, p.t + i, j - i, buf, e))
+        if (write_st(o->out, sn, o->seed, p.t + i, j - i, buf, pg, e))
             goto done;
         if (log) {
+            if (pg)
+                m3_progress_clear(pg); /* the log line starts on a clean line */
             fprintf(log, "synth: wrote %s/%s (%d tensors, %llu bytes)\n", o->out, sn, j - i,
                     p.shard_bytes[p.t[i].shard]);
             fflush(log);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "err.h"
+#include "progress.h"
 
 #define CF_SYNTH_MAX_LAYERS 60       /* the released text model's depth */
 #define CF_SYNTH_VOCAB 200064        /* the released vocabulary */
@@ -38,6 +39,7 @@ typedef struct cf_synth_opts {
     long long shard_bytes;
     int tiny;            /* 1: the small test shapes of M3-SYNTH-2 instead of the released ones */
     int dry_run;         /* plan and disk check only, nothing written */
+    int quiet;           /* --quiet: no progress line, no summary */
     const char *out;
 } cf_synth_opts;
 
@@ -50,9 +52,10 @@ int cf_synth_parse_args(cf_synth_opts *o, int argc, char **argv, int *help, m3_e
 void cf_synth_usage(FILE *f);
 
 /* Write the checkpoint o describes into o->out (M3-SYNTH-10), after checking
- * up front that the disk holds it. Progress lines go to log (may be NULL).
+ * up front that the disk holds it. Log lines go to log (may be NULL); the bytes
+ * of the shards written are counted on pg's task (may be NULL).
  * Returns 0, or -1 with e naming the file or the need. */
-int cf_synth_write(const cf_synth_opts *o, FILE *log, m3_err *e);
+int cf_synth_write(const cf_synth_opts *o, FILE *log, m3_progress *pg, m3_err *e);
 
 /* M3-SYNTH-4: the tensor key of a tensor name under seed. */
 uint64_t cf_synth_key(uint64_t seed, const char *name);

@@ -57,7 +57,8 @@ fi
 tiny=$B/synth-s1-tiny-l3-d1-k2
 rm -rf "$tiny"
 "$CONF" synth --seed 1 --shape tiny --layers 3 --dense-layers 1 --vision-layers 2 --prompt-len 40 \
-    --shard-size 300K --out "$tiny" >/dev/null
+    --shard-size 300K --out "$tiny" --quiet >/dev/null 2>"$B/synth.err"
+[ ! -s "$B/synth.err" ] || { cat "$B/synth.err"; fail "synth --quiet wrote to stderr"; }
 "$PY" tools/synth_check.py "$tiny" --seed 1 --prompt-len 40 --shard-size 300000
 sums synth-s1-tiny-l3-d1-k2 "$tiny"
 if "$PY" tools/synth_check.py "$tiny" --seed 2 --prompt-len 40 --shard-size 300000 >/dev/null; then
@@ -70,8 +71,14 @@ grep -q "T=5 mode=fp32 layers=3 vocab=512" "$B/synth.out" || fail "m3-ref forwar
 # 3. released shapes, 1.2 GB: published sums and sampled elements
 small=$B/synth-s1-l1-d1-v256-k1
 rm -rf "$small"
-"$CONF" synth --seed 1 --layers 1 --dense-layers 1 --vocab 256 --vision-layers 1 --out "$small" >/dev/null
+M3_PROGRESS_INTERVAL=0.05 "$CONF" synth --seed 1 --layers 1 --dense-layers 1 --vocab 256 --vision-layers 1 \
+    --out "$small" >/dev/null 2>"$B/synth.err"
 sums synth-s1-l1-d1-v256-k1 "$small"
+# progress in a log (stderr not a terminal): plain lines of the bytes written, then the summary
+grep -q "^m3-conform synth: writing shards, [0-9.]* [KMG]*i*B/1.11 GiB, " "$B/synth.err" ||
+    { cat "$B/synth.err"; fail "synth: no progress line of the bytes written"; }
+tail -1 "$B/synth.err" | grep -q "^m3-conform synth: $small; wall .*; peak RSS [0-9.]* MiB$" ||
+    { cat "$B/synth.err"; fail "synth: the last line of stderr is not the summary"; }
 "$PY" tools/synth_check.py "$small" --seed 1 --edge 256 --sample 64
 "$REF" inspect --model "$small" | grep -q "hidden 6144, vocab 256, heads 64 (kv 4, head_dim 128" ||
     fail "m3-ref inspect: $small is not at the released shapes"
