@@ -16,6 +16,7 @@
  * (M3-SYNTH-9), so their bytes, and hence their sha256, are fixed.
  */
 #include "synth.h"
+#include "json.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -541,58 +542,31 @@ int cf_synth_parse_args(cf_synth_opts *o, int argc, char **argv, int *help, m3_e
 }
 
 /* ---- JSON in the format of json.dumps(indent=2, sort_keys=True) (M3-SYNTH-9) ------------ */
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
 
-static void put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
 
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
-
-static void indent(sbuf *b, int d)
+static void indent(m3_strbuf *b, int d)
 {
     for (int i = 0; i < d; i++)
-        put(b, "  ", 2);
+        m3_strbuf_put(b, "  ", 2);
 }
 
-static void put_str(sbuf *b, const char *s)
+static void put_str(m3_strbuf *b, const char *s)
 {
-    put(b, "\"", 1);
+    m3_strbuf_put(b, "\"", 1);
     for (; *s; s++) {
         char tmp[8];
         if (*s == '"' || *s == '\\') {
             tmp[0] = '\\';
             tmp[1] = *s;
-            put(b, tmp, 2);
+            m3_strbuf_put(b, tmp, 2);
         } else if ((unsigned char)*s < 0x20) {
             snprintf(tmp, sizeof tmp, "\\u%04x", (unsigned char)*s);
-            puts_(b, tmp);
+            m3_strbuf_puts(b, tmp);
         } else {
-            put(b, s, 1);
+            m3_strbuf_put(b, s, 1);
         }
     }
-    put(b, "\"", 1);
+    m3_strbuf_put(b, "\"", 1);
 }
 
 static int cmp_key(const void *x, const void *y)
@@ -600,12 +574,12 @@ static int cmp_key(const void *x, const void *y)
     return strcmp((*(const cJSON *const *)x)->string, (*(const cJSON *const *)y)->string);
 }
 
-static void pyjson(sbuf *b, const cJSON *x, int d)
+static void pyjson(m3_strbuf *b, const cJSON *x, int d)
 {
     if (cJSON_IsObject(x) || cJSON_IsArray(x)) {
         int obj = cJSON_IsObject(x), n = cJSON_GetArraySize(x);
         if (n == 0) {
-            puts_(b, obj ? "{}" : "[]");
+            m3_strbuf_puts(b, obj ? "{}" : "[]");
             return;
         }
         const cJSON **kids = malloc((size_t)n * sizeof *kids);
@@ -618,29 +592,29 @@ static void pyjson(sbuf *b, const cJSON *x, int d)
             kids[i++] = c;
         if (obj)
             qsort(kids, (size_t)n, sizeof *kids, cmp_key);
-        puts_(b, obj ? "{\n" : "[\n");
+        m3_strbuf_puts(b, obj ? "{\n" : "[\n");
         for (i = 0; i < n; i++) {
             indent(b, d + 1);
             if (obj) {
                 put_str(b, kids[i]->string);
-                puts_(b, ": ");
+                m3_strbuf_puts(b, ": ");
             }
             pyjson(b, kids[i], d + 1);
-            puts_(b, i + 1 < n ? ",\n" : "\n");
+            m3_strbuf_puts(b, i + 1 < n ? ",\n" : "\n");
         }
         free(kids);
         indent(b, d);
-        puts_(b, obj ? "}" : "]");
+        m3_strbuf_puts(b, obj ? "}" : "]");
     } else if (cJSON_IsString(x)) {
         put_str(b, x->valuestring);
     } else if (cJSON_IsRaw(x)) {
-        puts_(b, x->valuestring);
+        m3_strbuf_puts(b, x->valuestring);
     } else if (cJSON_IsTrue(x)) {
-        puts_(b, "true");
+        m3_strbuf_puts(b, "true");
     } else if (cJSON_IsFalse(x)) {
-        puts_(b, "false");
+        m3_strbuf_puts(b, "false");
     } else {
-        puts_(b, "null");
+        m3_strbuf_puts(b, "null");
     }
 }
 
@@ -941,9 +915,9 @@ static int write_json(const char *dir, const char *name, cJSON *j, m3_err *e)
 {
     if (!j)
         return m3_fail(e, "synth: out of memory building %s", name);
-    sbuf b = {0};
+    m3_strbuf b = {0};
     pyjson(&b, j, 0);
-    puts_(&b, "\n");
+    m3_strbuf_puts(&b, "\n");
     cJSON_Delete(j);
     if (b.oom) {
         free(b.p);

@@ -9,7 +9,9 @@
  * overlapping non-empty ranges are not.
  */
 #include "safetensors.h"
+
 #include "fileio.h"
+#include "json.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -900,56 +902,28 @@ int m3_st_writer_meta(m3_st_writer *w, const char *key, const char *value, m3_er
     return 0;
 }
 
-/* Growable text buffer for the header. */
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
+static void sb_str(m3_strbuf *b, const char *s)
 {
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 1024;
-        while (nc < b->n + n + 1)
-            nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
+    m3_strbuf_puts(b, s);
 }
 
-static void sb_str(sbuf *b, const char *s)
+static void sb_json_string(m3_strbuf *b, const char *s)
 {
-    sb_put(b, s, strlen(s));
-}
-
-static void sb_json_string(sbuf *b, const char *s)
-{
-    sb_put(b, "\"", 1);
+    m3_strbuf_put(b, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         char tmp[8];
         if (*p == '"' || *p == '\\') {
             tmp[0] = '\\';
             tmp[1] = (char)*p;
-            sb_put(b, tmp, 2);
+            m3_strbuf_put(b, tmp, 2);
         } else if (*p < 0x20) {
             snprintf(tmp, sizeof tmp, "\\u%04x", *p);
-            sb_put(b, tmp, 6);
+            m3_strbuf_put(b, tmp, 6);
         } else {
-            sb_put(b, (const char *)p, 1);
+            m3_strbuf_put(b, (const char *)p, 1);
         }
     }
-    sb_put(b, "\"", 1);
+    m3_strbuf_put(b, "\"", 1);
 }
 
 static int cmp_went_ptr(const void *a, const void *b)
@@ -965,7 +939,7 @@ int m3_st_writer_save(const m3_st_writer *w, const char *path, m3_err *e)
     for (size_t i = 0; i < w->n; i++)
         order[i] = &w->ents[i];
     qsort(order, w->n, sizeof *order, cmp_went_ptr);
-    sbuf b = {0};
+    m3_strbuf b = {0};
     char num[64];
     sb_str(&b, "{");
     int first = 1;
