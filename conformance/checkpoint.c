@@ -54,43 +54,13 @@ static int keep_name(const char *name, void *arg)
     return 0;
 }
 
-/* The header bytes of a safetensors file (8-byte length + JSON) into *h. */
-static int read_header(const char *path, char **h, size_t *n, m3_err *e)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return m3_fail(e, "%s: cannot open (%s)", path, strerror(errno));
-    unsigned char lb[8];
-    uint64_t len = 0;
-    if (fread(lb, 1, 8, f) != 8) {
-        fclose(f);
-        return m3_fail(e, "%s: shorter than the 8-byte header length", path);
-    }
-    for (int k = 7; k >= 0; k--)
-        len = (len << 8) | lb[k];
-    if (len == 0 || len > M3_ST_MAX_HEADER) {
-        fclose(f);
-        return m3_fail(e, "%s: header length %llu is out of range", path, (unsigned long long)len);
-    }
-    *h = malloc((size_t)len);
-    if (!*h || fread(*h, 1, (size_t)len, f) != (size_t)len) {
-        free(*h);
-        *h = NULL;
-        fclose(f);
-        return m3_fail(e, "%s: header truncated", path);
-    }
-    fclose(f);
-    *n = (size_t)len;
-    return 0;
-}
-
 int cf_tf_identity(const char *config_path, const char *dump, const char *mode, long T, char hex[65], m3_err *e)
 {
     char *cfg = NULL, *hdr = NULL;
     size_t ncfg = 0, nhdr = 0;
     if (m3_read_file(config_path, 16u << 20, &cfg, &ncfg, e))
         return -1;
-    if (read_header(dump, &hdr, &nhdr, e)) {
+    if (cf_st_header(dump, &hdr, &nhdr, e)) {
         free(cfg);
         return -1;
     }

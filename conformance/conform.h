@@ -106,6 +106,9 @@ void cf_tset_free(cf_tset *s);
 /* Copy the string value of `key` in a safetensors file's __metadata__ into
  * out (empty when absent); -1 only when the header cannot be read. */
 int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err *e);
+/* The JSON header of the safetensors file path (a regular file, opened without
+ * blocking) into *h (NUL-terminated, n bytes; the caller frees it). */
+int cf_st_header(const char *path, char **h, size_t *n, m3_err *e);
 /* As cf_st_meta for a safetensors file image data[0..size) in memory (named name). */
 int cf_st_meta_mem(const void *data, size_t size, const char *name, const char *key, char *out,
                    size_t cap, m3_err *e);

@@ -290,9 +290,10 @@ static int meta_from_header(const char *h, size_t len, const char *path, const c
     return 0;
 }
 
-int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err *e)
+int cf_st_header(const char *path, char **h, size_t *n, m3_err *e)
 {
-    out[0] = 0;
+    *h = NULL;
+    *n = 0;
     FILE *f = m3_fopen_regular(path, e);
     if (!f)
         return -1;
@@ -308,15 +309,27 @@ int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err 
         fclose(f);
         return m3_fail(e, "%s: header length %llu is out of range", path, (unsigned long long)len);
     }
-    char *h = malloc((size_t)len + 1);
-    if (!h || fread(h, 1, (size_t)len, f) != (size_t)len) {
-        free(h);
+    char *b = malloc((size_t)len + 1);
+    if (!b || fread(b, 1, (size_t)len, f) != (size_t)len) {
+        free(b);
         fclose(f);
         return m3_fail(e, "%s: header truncated", path);
     }
     fclose(f);
-    h[len] = 0;
-    int rc = meta_from_header(h, (size_t)len, path, key, out, cap, e);
+    b[len] = 0;
+    *h = b;
+    *n = (size_t)len;
+    return 0;
+}
+
+int cf_st_meta(const char *path, const char *key, char *out, size_t cap, m3_err *e)
+{
+    out[0] = 0;
+    char *h;
+    size_t n;
+    if (cf_st_header(path, &h, &n, e))
+        return -1;
+    int rc = meta_from_header(h, n, path, key, out, cap, e);
     free(h);
     return rc;
 }
