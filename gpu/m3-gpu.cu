@@ -15,7 +15,7 @@
  *
  * Design: the checkpoint loads through libm3.a and is uploaded as stored
  * (q/k/v(+index) and the shared gate/up as one concatenated matrix each);
- * embeddings and RoPE tables on the host. A session holds one cache region
+ * embeddings and RoPE tables on the host. A batch context holds one cache region
  * per sequence; gpu_step_batch stacks every sequence's rows for linears,
  * norms, router/MoE and lm_head and runs cache writes, indexer, selection
  * and attention per sequence. Teacher forcing feeds each layer the golden
@@ -489,7 +489,7 @@ static void gpu_sess_free(gpu_sess *s)
     memset(s, 0, sizeof *s);
 }
 
-/* Allocate a session for calls of at most tmax rows in all and nseq cache
+/* Allocate a batch context for calls of at most tmax rows in all and nseq cache
  * regions (sequences) of cap positions each. */
 static int gpu_sess_init_n(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax, int cap,
                            int nseq, int mode, m3g_blas *blas, hipStream_t st)
@@ -631,7 +631,7 @@ static int gpu_sess_init_n(gpu_sess *b, const m3_model *m, dev_model *dm, int tm
 }
 
 /* One call's sequences: n sequences of T[s] rows each (ids[s]) at positions
- * pos0[s] .. pos0[s]+T[s]-1 of cache region slot[s] (< the session's nseq).
+ * pos0[s] .. pos0[s]+T[s]-1 of cache region slot[s] (< the context's nseq).
  * Their rows are stacked in sequence order: the linear layers, norms and
  * MoE see all rows at once, attention / indexer / selection run per
  * sequence over its own caches. dump: NULL, or one writer (or NULL) per
@@ -661,7 +661,7 @@ static int dump_seqs(const gpu_batch *bt, const int *off, const char *name, m3_d
     return 0;
 }
 
-/* The view of session b for one sequence of a batch: row buffers start at
+/* The view of batch context b for one sequence of a batch: row buffers start at
  * its first row (row offset off), the page table at its cache region. */
 static gpu_sess seq_view(const gpu_sess *b, int off, int slot)
 {
@@ -852,7 +852,7 @@ static int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, 
         if (Ts < 1 || Ts > b->tmax - T || p0 < 0 || p0 + Ts > b->cap || bt->slot[s] < 0 ||
             bt->slot[s] >= b->nseq || (bt->tf && (p0 != 0 || ns != 1))) {
             fprintf(stderr, "m3-gpu: sequence %d (%d tokens at position %d, region %d) does not "
-                            "fit the session (%d rows, %d positions, %d sequences)\n", s, Ts, p0,
+                            "fit the batch context (%d rows, %d positions, %d sequences)\n", s, Ts, p0,
                     bt->slot[s], b->tmax, b->cap, b->nseq);
             free(off);
             return -1;
@@ -1433,7 +1433,7 @@ static int load_teacher(const char *path, int L, int T, int H, float **tf)
     return rc;
 }
 
-/* forward for a batch of n >= 1 prompts run together (one session, one
+/* forward for a batch of n >= 1 prompts run together (one batch context, one
  * cache region each), or one prompt teacher-forced from tf_path. Prints
  * each sequence's T and top-5 of its last row; dumps per sequence
  * (seq_dump_path). Returns the exit status. */
@@ -1771,7 +1771,7 @@ static void gs_truncate(void *ctx, int64_t tlen, int64_t dlen)
         m3g_eagle3_truncate(g->dr, dlen);
 }
 
-/* generate --draft for one prompt ids [T] over the session (empty caches of
+/* generate --draft for one prompt ids [T] over the batch context (empty caches of
  * cap positions, rows >= max(T, K + 1)): open the drafter, run the loop,
  * print the ids / text and the statistics line as bin/m3-ref. 0 or EXIT_RUN
  * after printing. */
