@@ -15,13 +15,7 @@
 set -u
 out=${1:?usage: gpu_device_check.sh OUTDIR}
 mkdir -p "$out"
-root=$PWD/.devroot
-if [ -d "$root" ]; then
-  export C_INCLUDE_PATH=$root/usr/include:$root/usr/include/cjson:$root/usr/include/x86_64-linux-gnu
-  export CPLUS_INCLUDE_PATH=$C_INCLUDE_PATH
-  export LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu
-  export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-fi
+. tools/devroot_env.sh
 PY=python3
 B=build-dev
 mkdir -p $B && touch $B/.deps-ok   # headers come from .devroot; no apt on the device

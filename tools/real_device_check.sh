@@ -20,13 +20,7 @@ set -u
 out=${1:?usage: real_device_check.sh OUTDIR start|dumps}
 phase=${2:?usage: real_device_check.sh OUTDIR start|dumps}
 mkdir -p "$out"
-root=$PWD/.devroot
-if [ -d "$root" ]; then
-  export C_INCLUDE_PATH=$root/usr/include:$root/usr/include/cjson:$root/usr/include/x86_64-linux-gnu
-  export CPLUS_INCLUDE_PATH=$C_INCLUDE_PATH
-  export LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu
-  export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-fi
+. tools/devroot_env.sh
 PY=python3
 B=build-dev
 S=$B/vectors-real/real
