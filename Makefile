@@ -415,7 +415,7 @@ HIPCC ?= $(shell command -v hipcc 2>/dev/null)
 GPU_BUILD   := gpu/build
 GPU_KSRC    := $(sort $(wildcard gpu/kernels/*.cu))
 GPU_HDR     := gpu/hip_compat.h $(wildcard gpu/kernels/*.h gpu/kernels/*.cuh)
-GPU_HOST    := m3-gpu forward_run generate_run forward batch_context weight_upload vision_host drafter
+GPU_HOST    := m3-gpu forward_run generate_run forward batch_context weight_upload weight_stream vision_host drafter
 GPU_ALLSRC  := $(GPU_KSRC) $(patsubst %,gpu/%.cu,$(GPU_HOST)) gpu/bench.cu
 HIP_ARCHS   ?= gfx90a gfx940
 # --fmad=false / -ffp-contract=off: no fused multiply-add, as the reference (-ffp-contract=off)

@@ -63,6 +63,9 @@ typedef __nv_bfloat16 hip_bfloat16;
 #define hipEventRecord cudaEventRecord
 #define hipEventSynchronize cudaEventSynchronize
 #define hipEventElapsedTime cudaEventElapsedTime
+#define hipStreamWaitEvent cudaStreamWaitEvent
+#define hipHostMalloc(p, n, flags) cudaHostAlloc((p), (n), (flags))
+#define hipHostFree cudaFreeHost
 #define hipGetErrorString cudaGetErrorString
 #define hipGetLastError cudaGetLastError
 #define hipDeviceSynchronize cudaDeviceSynchronize

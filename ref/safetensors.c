@@ -873,6 +873,52 @@ int m3_st_writer_add(m3_st_writer *w, const char *name, m3_dtype dt, int ndim,
     return 0;
 }
 
+int m3_st_writer_append(m3_st_writer *w, const char *name, m3_dtype dt, int ndim,
+                        const int64_t *shape, const void *data, int ax, m3_err *e)
+{
+    w_ent *a = NULL;
+    for (size_t i = 0; name && i < w->n; i++)
+        if (strcmp(w->ents[i].name, name) == 0)
+            a = &w->ents[i];
+    if (!a)
+        return m3_st_writer_add(w, name, dt, ndim, shape, data, e);
+    if (ax < 0 || ax >= ndim || a->ndim != ndim || a->dt != dt)
+        return m3_fail(e, "safetensors writer: tensor %s: cannot append a %s rank-%d part along "
+                          "axis %d to a %s rank-%d tensor", name, m3_dtype_name(dt), ndim, ax,
+                       m3_dtype_name(a->dt), a->ndim);
+    size_t outer = 1, inner = m3_dtype_size(dt);
+    for (int d = 0; d < ndim; d++) {
+        if (d != ax && shape[d] != a->shape[d])
+            return m3_fail(e, "safetensors writer: tensor %s: dimension %d is %lld, the part "
+                              "appended has %lld", name, d, (long long)a->shape[d],
+                           (long long)shape[d]);
+        if (d < ax)
+            outer *= (size_t)shape[d];
+        else if (d > ax)
+            inner *= (size_t)shape[d];
+    }
+    if (shape[ax] < 0 || (uint64_t)shape[ax] > (uint64_t)INT64_MAX - (uint64_t)a->shape[ax])
+        return m3_fail(e, "safetensors writer: tensor %s: too large", name);
+    const size_t ra = (size_t)a->shape[ax], rb = (size_t)shape[ax];
+    const size_t sa = ra * inner, sb = rb * inner; /* bytes per outer slice */
+    if ((sb && outer > SIZE_MAX / sb) || a->nbytes > SIZE_MAX - outer * sb)
+        return m3_fail(e, "safetensors writer: tensor %s: too large", name);
+    const size_t nbytes = a->nbytes + outer * sb;
+    char *buf = malloc(nbytes ? nbytes : 1);
+    if (!buf)
+        return m3_fail(e, "safetensors writer: tensor %s: out of memory (%zu bytes)", name,
+                       nbytes);
+    for (size_t o = 0; o < outer; o++) {
+        memcpy(buf + o * (sa + sb), (const char *)a->data + o * sa, sa);
+        memcpy(buf + o * (sa + sb) + sa, (const char *)data + o * sb, sb);
+    }
+    free(a->data);
+    a->data = buf;
+    a->nbytes = nbytes;
+    a->shape[ax] += shape[ax];
+    return 0;
+}
+
 int m3_st_writer_meta(m3_st_writer *w, const char *key, const char *value, m3_err *e)
 {
     if (!key || !value)

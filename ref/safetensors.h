@@ -69,6 +69,10 @@ void m3_st_writer_free(m3_st_writer *w);
 /* Add (a copy of) a tensor; a second add with the same name replaces the first. */
 int m3_st_writer_add(m3_st_writer *w, const char *name, m3_dtype dt, int ndim,
                      const int64_t *shape, const void *data, m3_err *e);
+/* Append a tensor along axis ax: the first append of a name adds it; a later
+ * one concatenates (every other dimension and the dtype must agree). */
+int m3_st_writer_append(m3_st_writer *w, const char *name, m3_dtype dt, int ndim,
+                        const int64_t *shape, const void *data, int ax, m3_err *e);
 /* Add a string pair to the "__metadata__" object of the file. */
 int m3_st_writer_meta(m3_st_writer *w, const char *key, const char *value, m3_err *e);
 /* Write all tensors (sorted by name, 8-byte aligned header) to path. */

@@ -148,6 +148,58 @@ static void test_roundtrip(void **state)
     m3_store_close(s);
 }
 
+/* m3_st_writer_append: rows along axis 0, and along axis 1 of a [G, T, K]
+ * tensor (a dump's block_indices), matching a one-shot tensor byte for byte. */
+static void test_append(void **state)
+{
+    (void)state;
+    char p[512];
+    m3_err e = {{0}};
+    m3_st_writer *w = m3_st_writer_new();
+    assert_non_null(w);
+    /* whole: [2, 5, 3] int32, value g*100 + t*10 + k; appended as t = 0..1, 2..4 */
+    int32_t whole[2][5][3], p1[2][2][3], p2[2][3][3];
+    for (int g = 0; g < 2; g++)
+        for (int t = 0; t < 5; t++)
+            for (int k = 0; k < 3; k++) {
+                whole[g][t][k] = g * 100 + t * 10 + k;
+                if (t < 2)
+                    p1[g][t][k] = whole[g][t][k];
+                else
+                    p2[g][t - 2][k] = whole[g][t][k];
+            }
+    int64_t s1[3] = {2, 2, 3}, s2[3] = {2, 3, 3};
+    assert_int_equal(m3_st_writer_append(w, "bi", M3_I32, 3, s1, p1, 1, &e), 0);
+    assert_int_equal(m3_st_writer_append(w, "bi", M3_I32, 3, s2, p2, 1, &e), 0);
+    float r1[2][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}}, r2[1][4] = {{9, 10, 11, 12}};
+    int64_t q1[2] = {2, 4}, q2[2] = {1, 4}, bad[2] = {1, 3};
+    assert_int_equal(m3_st_writer_append(w, "x", M3_F32, 2, q1, r1, 0, &e), 0);
+    assert_int_equal(m3_st_writer_append(w, "x", M3_F32, 2, q2, r2, 0, &e), 0);
+    /* refused: another width, another dtype, an axis out of range; x unchanged */
+    assert_int_equal(m3_st_writer_append(w, "x", M3_F32, 2, bad, r2, 0, &e), -1);
+    assert_non_null(strstr(e.msg, "dimension 1 is 4"));
+    assert_int_equal(m3_st_writer_append(w, "x", M3_I32, 2, q2, r2, 0, &e), -1);
+    assert_non_null(strstr(e.msg, "tensor x"));
+    assert_int_equal(m3_st_writer_append(w, "x", M3_F32, 2, q2, r2, 2, &e), -1);
+    pth(p, sizeof p, "append.safetensors");
+    assert_int_equal(m3_st_writer_save(w, p, &e), 0);
+    m3_st_writer_free(w);
+    m3_store *s = NULL;
+    assert_int_equal(m3_store_open(&s, p, &e), 0);
+    const m3_tensor *t = m3_store_get(s, "bi");
+    assert_non_null(t);
+    assert_int_equal(t->shape[0], 2);
+    assert_int_equal(t->shape[1], 5);
+    assert_int_equal(t->shape[2], 3);
+    assert_memory_equal(t->data, whole, sizeof whole);
+    t = m3_store_get(s, "x");
+    assert_int_equal(t->shape[0], 3);
+    const float want[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    assert_int_equal(t->nbytes, sizeof want);
+    assert_memory_equal(t->data, want, sizeof want);
+    m3_store_close(s);
+}
+
 static void test_header_errors(void **state)
 {
     (void)state;
@@ -513,6 +565,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_append),
         cmocka_unit_test(test_header_errors),
         cmocka_unit_test(test_sharded),
         cmocka_unit_test(test_truncation_and_corruption),

@@ -11,7 +11,11 @@
 #
 #   sh tools/real_device_check.sh OUTDIR start    build, suite, goldens started in the background
 #   sh tools/real_device_check.sh OUTDIR dumps    HF and m3-gpu dumps, then wait for the goldens and judge
+#   sh tools/real_device_check.sh OUTDIR chunked  the chunked and prefix-reuse cases run as a serving port
+#                                                 runs them (tools/real_hf_chunked.py, HF through its cache),
+#                                                 an index-K-losing run that must fail, m3-gpu's greedy ids
 #
+# GOLDEN_CASES (environment) narrows the goldens that `start` computes.
 # Two calls because one device command runs at most 10 minutes; the goldens
 # run on in a process session of their own between them. Headers and
 # libraries the device lacks come from .devroot/ (Debian packages unpacked
@@ -28,7 +32,7 @@ G=$B/real-goldens   # the goldens' logs and exit codes
 D=$B/real-dumps
 log() { echo "$*" | tee -a "$out/summary.txt"; }
 # the cases whose one-shot runs differ (chunked_decode / prefix_reuse share prompt_2600's)
-GOLDEN_CASES="prompt_1 prompt_129 prompt_2049 prompt_2600 greedy_2049 vision_image"
+GOLDEN_CASES=${GOLDEN_CASES:-"prompt_1 prompt_129 prompt_2049 prompt_2600 greedy_2049 vision_image"}
 TEXT_CASES="prompt_1 prompt_129 prompt_2049 prompt_2600 greedy_2049"
 
 ids_of() { $PY - "$1" <<'PYEOF'
@@ -74,6 +78,72 @@ if [ "$phase" = start ]; then
   exit 0
 fi
 
+wait_goldens() { # seconds-from-t0 limit
+  while :; do
+    left=0
+    for c in $GOLDEN_CASES; do [ -f $G/$c.rc ] || left=$((left + 1)); done
+    [ $left -eq 0 ] && return 0
+    [ $(( $(date +%s) - t0 )) -gt $1 ] && { log "goldens still running: $left"; return 1; }
+    sleep 5
+  done
+}
+judge() { # case dump profile label [extra]
+  c=$1 d=$2 p=$3 label=$4; shift 4
+  [ -f $S/$c/expected.safetensors ] || { log "$label: no golden"; return; }
+  [ -f "$d" ] || { log "$label: no dump"; return; }
+  bin/m3-conform check --case $S/$c --dump "$d" --profile $p --no-hash "$@" >"$out/check_$label.txt" 2>&1
+  log "$label: rc=$? $(grep 'verdict' "$out/check_$label.txt" | head -1)"
+}
+
+if [ "$phase" = chunked ]; then
+  t0=$(date +%s)
+  mkdir -p $D
+  [ -x bin/m3-conform ] || make -j16 BUILD=$B bin/m3-ref bin/m3-conform gpu >"$out/build.log" 2>&1
+  # HF through its cache while the goldens finish (kept from an earlier call)
+  [ -f $D/prefix_lost.hf_fp32.safetensors ] || PYTHONUNBUFFERED=1 timeout 300 $PY tools/real_hf_chunked.py --mode fp32 \
+      $S/chunked_decode_2600:$D/chunked.hf_fp32.safetensors \
+      $S/prefix_reuse_2600:$D/prefix.hf_fp32.safetensors:from=1 \
+      $S/prefix_reuse_2600:$D/prefix_lost.hf_fp32.safetensors:from=1:lose-index-cache >"$out/hf_chunked.log" 2>&1
+  log "hf chunked dumps rc=$? ($(( $(date +%s) - t0 )) s): $(grep -c '\-> ' "$out/hf_chunked.log") written; $(tail -1 "$out/hf_chunked.log")"
+  if [ ! -f $D/prompt_2600.gpu_bf16.safetensors ]; then
+    bin/m3-gpu forward --model "$S/prompt_2600" --tokens "$(ids_of "$S/prompt_2600/inputs.safetensors")" \
+        --dtype bf16 --dump $D/prompt_2600.gpu_bf16.safetensors >"$out/gpu_prompt_2600.log" 2>&1
+    log "m3-gpu forward prompt_2600 rc=$?"
+  fi
+  ids=$(ids_of "$S/greedy_2049/inputs.safetensors")
+  [ -s $D/gpu_greedy_fp32.txt ] || bin/m3-gpu generate --model "$S/greedy_2049" --tokens "$ids" \
+      --max-new-tokens 8 --greedy --print-ids --dtype fp32 >$D/gpu_greedy_fp32.txt 2>"$out/gpu_greedy_fp32.err"
+  cp $D/gpu_greedy_fp32.txt "$out/gpu_greedy_fp32.txt"
+  log "m3-gpu generate greedy_2049 fp32 rc=$?: $(head -c 300 "$out/gpu_greedy_fp32.txt" | tr '\n' ' ')"
+  wait_goldens 420
+  # the chunked cases' golden is the one-shot golden of the same prompt (M3-DUMP-5)
+  if [ -f $G/prompt_2600.rc ] && [ "$(cat $G/prompt_2600.rc)" = 0 ]; then
+    for c in chunked_decode_2600 prefix_reuse_2600; do cp $S/prompt_2600/expected.safetensors $S/$c/expected.safetensors; done
+    log "golden prompt_2600: $(sha256sum $S/prompt_2600/expected.safetensors | cut -c1-16)..., copied to the chunked cases"
+  fi
+  judge chunked_decode_2600 $D/chunked.hf_fp32.safetensors fp32 hf_fp32_chunked_through_cache &
+  judge prefix_reuse_2600 $D/prefix.hf_fp32.safetensors fp32 hf_fp32_prefix_reuse_through_cache &
+  judge prefix_reuse_2600 $D/prefix_lost.hf_fp32.safetensors fp32 hf_fp32_prefix_reuse_index_k_lost &
+  judge prefix_reuse_2600 $D/prompt_2600.gpu_bf16.safetensors bf16 gpu_bf16_prefix_reuse_one_pass --declare-unsupported greedy &
+  wait
+  if [ -f $S/greedy_2049/expected.safetensors ]; then
+    $PY - $S/greedy_2049/expected.safetensors "$out/gpu_greedy_fp32.txt" <<'PYEOF' | tee -a "$out/summary.txt"
+import json, struct, sys, re
+import numpy as np
+with open(sys.argv[1], 'rb') as f:
+    n = struct.unpack('<Q', f.read(8))[0]
+    m = json.loads(f.read(n))['greedy_tokens']
+    f.seek(8 + n + m['data_offsets'][0])
+    g = np.frombuffer(f.read(m['data_offsets'][1] - m['data_offsets'][0]), dtype=np.int32).tolist()
+txt = open(sys.argv[2]).read()
+got = [int(x) for x in re.findall(r'-?\d+', txt)]
+print("greedy_2049: golden %s, m3-gpu fp32 %s: %s" % (g, got[-len(g):], "equal" if got[-len(g):] == g else "DIFFER"))
+PYEOF
+  fi
+  log "chunked phase: $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+
 # ---- dumps: HF fp32 and m3-gpu bf16 while the goldens finish --------------------------------
 t0=$(date +%s)
 mkdir -p $D
@@ -97,26 +167,12 @@ ids=$(ids_of "$S/greedy_2049/inputs.safetensors")
 bin/m3-gpu generate --model "$S/greedy_2049" --tokens "$ids" --max-new-tokens 8 --greedy --print-ids \
     --dtype fp32 >"$out/gpu_greedy_fp32.txt" 2>&1
 log "m3-gpu generate greedy_2049 fp32 rc=$?: $(tail -1 "$out/gpu_greedy_fp32.txt")"
-# wait for the goldens (at most until the command's limit nears)
-while :; do
-  left=0
-  for c in $GOLDEN_CASES; do [ -f $G/$c.rc ] || left=$((left + 1)); done
-  [ $left -eq 0 ] && break
-  [ $(( $(date +%s) - t0 )) -gt 540 ] && { log "goldens still running: $left"; break; }
-  sleep 5
-done
+wait_goldens 540
 for c in $GOLDEN_CASES; do
   [ -f $G/$c.rc ] || continue
   log "golden $c: rc=$(cat $G/$c.rc) $(grep -E 'Elapsed|Maximum resident' $G/$c.log | awk '{print $NF}' | tr '\n' ' ')"
   [ "$(cat $G/$c.rc)" = 0 ] && sha256sum $S/$c/expected.safetensors | sed "s#$S/##" >>"$out/goldens.sha256"
 done
-judge() { # case dump profile label [extra]
-  c=$1 d=$2 p=$3 label=$4; shift 4
-  [ -f $S/$c/expected.safetensors ] || { log "$label: no golden"; return; }
-  [ -f "$d" ] || { log "$label: no dump"; return; }
-  bin/m3-conform check --case $S/$c --dump "$d" --profile $p --no-hash "$@" >"$out/check_$label.txt" 2>&1
-  log "$label: rc=$? $(grep 'verdict' "$out/check_$label.txt" | head -1)"
-}
 for c in $TEXT_CASES; do judge $c $D/$c.hf_fp32.safetensors fp32 "hf_fp32_$c"; done
 for c in prompt_1 prompt_129 prompt_2049 prompt_2600 vision_image; do
   judge $c $D/$c.gpu_bf16.safetensors bf16 "gpu_bf16_$c" --declare-unsupported greedy
