@@ -29,7 +29,9 @@ static int dump_dev(m3_st_writer *w, const char *name, m3_dtype dt, int ndim, in
         free(h);
         return -1;
     }
-    int rc = m3_st_writer_add(w, name, dt, ndim, shape, h, e);
+    /* appended: the calls of a chunked prefill concatenate their rows (M3-DUMP-2;
+     * the row axis of [G, T, K] block indices is the second) */
+    int rc = m3_st_writer_append(w, name, dt, ndim, shape, h, ndim == 3 ? 1 : 0, e);
     if (rc != 0)
         m3_fail_prefix(e, "dump");
     free(h);
@@ -288,9 +290,14 @@ int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int las
             goto fail;
     }
 
+    /* streamed weights: layer 0 into its slot (unless still there) */
+    if (dm->ws && m3g_wstream_fetch(dm->ws, 0, e))
+        goto fail;
     for (int l = 0; l < L; l++) {
         const dev_layer *d = &dm->layers[l];
         const int sparse = c->layer_sparse[l] != 0;
+        if (dm->ws && m3g_wstream_acquire(dm->ws, l, st, e)) /* its copies are done */
+            goto fail;
         if (bt->tf) { /* teacher forcing: this layer starts from its golden input */
             if (l > 0) { /* the previous layer's own output, for its dump */
                 M3G_TRY(e,
@@ -470,6 +477,11 @@ int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int las
             if (dump_seqs(bt, off, name, M3_F32, H, b->tmp, st, e))
                 goto fail;
         }
+        /* streamed weights: the slot is free once layer l's kernels are done; the
+         * next layer's copies go into the other slot while they run */
+        if (dm->ws && (m3g_wstream_release(dm->ws, l, st, e) ||
+                       m3g_wstream_fetch(dm->ws, (l + 1) % L, e)))
+            goto fail;
     }
 
     /* last residual fused with the final norm (teacher forcing too: the head
@@ -508,8 +520,8 @@ int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int las
             goto fail;
         for (int s = 0; s < ns; s++) {
             int64_t ashape[2] = {bt->T[s], 3 * (int64_t)H};
-            if (bt->dump[s] && m3_st_writer_add(bt->dump[s], "eagle3.aux", M3_F32, 2, ashape,
-                                                aux + (size_t)off[s] * 3 * H, e) != 0) {
+            if (bt->dump[s] && m3_st_writer_append(bt->dump[s], "eagle3.aux", M3_F32, 2, ashape,
+                                                   aux + (size_t)off[s] * 3 * H, 0, e) != 0) {
                 m3_fail_prefix(e, "dump");
                 goto fail;
             }

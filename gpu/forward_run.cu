@@ -142,7 +142,7 @@ int forward_run(const char *dir, const char *const *toks, int n, int mode, int l
         m3_fail_prefix(&e, "no usable GPU");
         goto fail;
     }
-    if (dev_model_upload(&dm, &m, &pg, &e) != 0) {
+    if (dev_model_upload(&dm, &m, 0, &pg, &e) != 0) {
         m3_fail_prefix(&e, "uploading the weights of %s", dir);
         goto fail;
     }

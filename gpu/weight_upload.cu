@@ -17,29 +17,34 @@ static int64_t vec_bytes(const m3_vec *v)
     return v->data ? (int64_t)v->n * (int64_t)m3_dtype_size(v->dtype) : 0;
 }
 
+/* The host bytes of layer l's weights. */
+static int64_t layer_bytes(const m3_model *m, int l)
+{
+    const m3_text_config *c = &m->cfg.text;
+    const m3_layer_weights *w = &m->w.layers[l];
+    int64_t b = vec_bytes(&w->input_norm) + vec_bytes(&w->post_norm) + vec_bytes(&w->q_norm) +
+                vec_bytes(&w->k_norm) + mat_bytes(&w->o) + mat_bytes(&w->q) + mat_bytes(&w->k) +
+                mat_bytes(&w->v);
+    if (c->layer_sparse[l])
+        b += mat_bytes(&w->index_q) + mat_bytes(&w->index_k) + vec_bytes(&w->index_q_norm) +
+             vec_bytes(&w->index_k_norm);
+    if (c->layer_moe[l]) {
+        b += mat_bytes(&w->router) + vec_bytes(&w->router_bias) + mat_bytes(&w->sh_down) +
+             mat_bytes(&w->sh_gate) + mat_bytes(&w->sh_up);
+        for (int x = 0; x < c->num_experts; x++)
+            b += mat_bytes(&w->exp_gate[x]) + mat_bytes(&w->exp_up[x]) + mat_bytes(&w->exp_down[x]);
+    } else {
+        b += mat_bytes(&w->mlp_gate) + mat_bytes(&w->mlp_up) + mat_bytes(&w->mlp_down);
+    }
+    return b;
+}
+
 /* The host bytes dev_model_upload reads: the total of its progress line. */
 static int64_t upload_bytes(const m3_model *m)
 {
-    const m3_text_config *c = &m->cfg.text;
     int64_t b = mat_bytes(&m->w.lm_head) + vec_bytes(&m->w.final_norm);
-    for (int l = 0; l < c->num_layers; l++) {
-        const m3_layer_weights *w = &m->w.layers[l];
-        b += vec_bytes(&w->input_norm) + vec_bytes(&w->post_norm) + vec_bytes(&w->q_norm) +
-             vec_bytes(&w->k_norm) + mat_bytes(&w->o) + mat_bytes(&w->q) + mat_bytes(&w->k) +
-             mat_bytes(&w->v);
-        if (c->layer_sparse[l])
-            b += mat_bytes(&w->index_q) + mat_bytes(&w->index_k) + vec_bytes(&w->index_q_norm) +
-                 vec_bytes(&w->index_k_norm);
-        if (c->layer_moe[l]) {
-            b += mat_bytes(&w->router) + vec_bytes(&w->router_bias) + mat_bytes(&w->sh_down) +
-                 mat_bytes(&w->sh_gate) + mat_bytes(&w->sh_up);
-            for (int x = 0; x < c->num_experts; x++)
-                b += mat_bytes(&w->exp_gate[x]) + mat_bytes(&w->exp_up[x]) +
-                     mat_bytes(&w->exp_down[x]);
-        } else {
-            b += mat_bytes(&w->mlp_gate) + mat_bytes(&w->mlp_up) + mat_bytes(&w->mlp_down);
-        }
-    }
+    for (int l = 0; l < m->cfg.text.num_layers; l++)
+        b += layer_bytes(m, l);
     return b;
 }
 
@@ -67,15 +72,32 @@ static int track(dev_model *dm, void *p, m3_err *e)
     return 0;
 }
 
-/* *p = bytes of device memory (uninitialised), tracked in dm. */
+/* *p = bytes of device memory (uninitialised), tracked in dm; while a
+ * streamed layer is planned, an address in its slot. */
 static int dev_malloc(dev_model *dm, void **p, size_t bytes, m3_err *e)
 {
     *p = NULL;
+    if (dm->ws && dm->planning >= 0)
+        return (*p = m3g_wstream_alloc(dm->ws, bytes, e)) ? 0 : -1;
     if (M3G_HIP(e, hipMalloc(p, bytes)) || track(dm, *p, e)) {
         *p = NULL;
         return -1;
     }
     return 0;
+}
+
+/* Copy bytes of host weights to d: now, or (a streamed layer being planned)
+ * as a copy job of its fetches. persistent: src stays valid (the mapping)
+ * while dm is used; a temporary buffer cannot be streamed. */
+static int dev_put(dev_model *dm, m3_err *e, void *d, const void *src, size_t bytes, int persistent)
+{
+    if (dm->ws && dm->planning >= 0) {
+        if (!persistent)
+            return m3_fail(e, "weight streaming needs weights stored as bf16 or fp32 (layer %d "
+                              "has one that must be widened)", dm->planning);
+        return m3g_wstream_add(dm->ws, d, src, bytes, e);
+    }
+    return M3G_HIP(e, hipMemcpy(d, src, bytes, hipMemcpyHostToDevice));
 }
 
 int dev_model_alloc(dev_model *dm, void **p, size_t bytes, m3_err *e)
@@ -89,6 +111,10 @@ int dev_model_alloc(dev_model *dm, void **p, size_t bytes, m3_err *e)
 
 void dev_model_free(dev_model *dm)
 {
+    if (dm->ws) {
+        m3g_wstream_free(dm->ws);
+        free(dm->ws);
+    }
     for (int i = 0; i < dm->nallocs; i++)
         (void)hipFree(dm->allocs[i]);
     free(dm->allocs);
@@ -103,8 +129,7 @@ static void *upload(dev_model *dm, m3_err *e, const void *src, m3_dtype dt, size
     void *d = NULL;
     if (dt == M3_BF16 || dt == M3_F32) {
         size_t bytes = n * m3_dtype_size(dt);
-        if (dev_malloc(dm, &d, bytes, e) ||
-            M3G_HIP(e, hipMemcpy(d, src, bytes, hipMemcpyHostToDevice)))
+        if (dev_malloc(dm, &d, bytes, e) || dev_put(dm, e, d, src, bytes, 1))
             return NULL;
         uploaded(dm, bytes);
         *out_dt = dt == M3_BF16 ? M3G_BF16 : M3G_F32;
@@ -117,8 +142,7 @@ static void *upload(dev_model *dm, m3_err *e, const void *src, m3_dtype dt, size
     }
     for (size_t i = 0; i < n; i++)
         tmp[i] = m3_load_f32(src, dt, i);
-    if (dev_malloc(dm, &d, n * sizeof(float), e) ||
-        M3G_HIP(e, hipMemcpy(d, tmp, n * sizeof(float), hipMemcpyHostToDevice)))
+    if (dev_malloc(dm, &d, n * sizeof(float), e) || dev_put(dm, e, d, tmp, n * sizeof(float), 0))
         d = NULL;
     free(tmp);
     uploaded(dm, n * m3_dtype_size(dt));
@@ -162,7 +186,7 @@ static int up_cat(dev_model *dm, m3_err *e, m3g_mat *fused, m3g_mat *const *view
     for (int i = 0; i < n; i++) {
         const size_t ne = (size_t)src[i]->rows * cols;
         if (all_bf16 || all_f32) {
-            if (M3G_HIP(e, hipMemcpy(d + off * esz, src[i]->data, ne * esz, hipMemcpyHostToDevice)))
+            if (dev_put(dm, e, d + off * esz, src[i]->data, ne * esz, 1))
                 return -1;
         } else {
             float *tmp = (float *)malloc(ne * sizeof(float));
@@ -170,8 +194,7 @@ static int up_cat(dev_model *dm, m3_err *e, m3g_mat *fused, m3g_mat *const *view
                 return m3_fail(e, "out of host memory widening %zu weights to fp32", ne);
             for (size_t x = 0; x < ne; x++)
                 tmp[x] = m3_load_f32(src[i]->data, src[i]->dtype, x);
-            const int bad =
-                M3G_HIP(e, hipMemcpy(d + off * esz, tmp, ne * esz, hipMemcpyHostToDevice));
+            const int bad = dev_put(dm, e, d + off * esz, tmp, ne * esz, 0);
             free(tmp);
             if (bad)
                 return -1;
@@ -200,31 +223,33 @@ static int up_vec(dev_model *dm, m3_err *e, const void **out, int *dt, const m3_
     return *out ? 0 : -1;
 }
 
-/* E expert views → one contiguous device array; all widened to fp32 unless
- * every view is bf16. */
+/* E expert views → one contiguous device array: copied as stored when every
+ * view is bf16 or every view is fp32, else all widened to fp32. */
 static int up_experts(dev_model *dm, m3_err *e, const void **out, int *dt, const m3_mat *views,
                       int E)
 {
     const size_t per = (size_t)views[0].rows * (size_t)views[0].cols;
-    int all_bf16 = 1;
-    for (int x = 0; x < E; x++)
+    int all_bf16 = 1, all_f32 = 1;
+    for (int x = 0; x < E; x++) {
         all_bf16 &= views[x].dtype == M3_BF16;
+        all_f32 &= views[x].dtype == M3_F32;
+    }
+    const int as_stored = all_bf16 || all_f32;
     const size_t esz = all_bf16 ? 2 : 4;
     char *d = NULL;
     if (dev_malloc(dm, (void **)&d, per * (size_t)E * esz, e))
         return -1;
-    float *tmp = all_bf16 ? NULL : (float *)malloc(per * sizeof(float));
-    if (!all_bf16 && !tmp)
+    float *tmp = as_stored ? NULL : (float *)malloc(per * sizeof(float));
+    if (!as_stored && !tmp)
         return m3_fail(e, "out of host memory widening %zu expert weights to fp32", per);
     for (int x = 0; x < E; x++) {
         const void *src = views[x].data;
-        if (!all_bf16) {
+        if (!as_stored) {
             for (size_t i = 0; i < per; i++)
                 tmp[i] = m3_load_f32(views[x].data, views[x].dtype, i);
             src = tmp;
         }
-        if (M3G_HIP(e,
-                    hipMemcpy(d + (size_t)x * per * esz, src, per * esz, hipMemcpyHostToDevice))) {
+        if (dev_put(dm, e, d + (size_t)x * per * esz, src, per * esz, as_stored)) {
             free(tmp);
             return -1;
         }
@@ -238,12 +263,25 @@ static int up_experts(dev_model *dm, m3_err *e, const void **out, int *dt, const
 
 static int dev_model_upload_layers(dev_model *dm, const m3_model *m, m3_err *e);
 
-int dev_model_upload(dev_model *dm, const m3_model *m, m3_progress *pg, m3_err *e)
+int dev_model_upload(dev_model *dm, const m3_model *m, int stream, m3_progress *pg, m3_err *e)
 {
-    m3_progress_task(pg, "weight upload", M3_UNIT_BYTES, upload_bytes(m));
     memset(dm, 0, sizeof *dm);
+    dm->planning = -1;
+    if (stream) { /* two slots of the largest layer, with room for each tensor's alignment */
+        int64_t most = 0;
+        for (int l = 0; l < m->cfg.text.num_layers; l++)
+            most = layer_bytes(m, l) > most ? layer_bytes(m, l) : most;
+        if (!(dm->ws = (m3g_wstream *)calloc(1, sizeof *dm->ws)))
+            return m3_fail(e, "out of host memory");
+        if (m3g_wstream_init(dm->ws, m->cfg.text.num_layers, (size_t)most + 64 * 256, e))
+            return -1;
+    }
+    m3_progress_task(pg, stream ? "weight upload (head; layers streamed)" : "weight upload",
+                     M3_UNIT_BYTES, upload_bytes(m));
     dm->pg = pg;
-    const int rc = dev_model_upload_layers(dm, m, e);
+    int rc = dev_model_upload_layers(dm, m, e);
+    if (rc == 0 && dm->ws)
+        rc = m3g_wstream_end(dm->ws, e);
     dm->pg = NULL;
     m3_progress_end(pg);
     return rc;
@@ -261,6 +299,11 @@ static int dev_model_upload_layers(dev_model *dm, const m3_model *m, m3_err *e)
             m3_progress_stage(dm->pg, "layer", l, c->num_layers);
         const m3_layer_weights *w = &m->w.layers[l];
         dev_layer *d = &dm->layers[l];
+        if (dm->ws) {
+            if (m3g_wstream_begin_layer(dm->ws, l, e))
+                return -1;
+            dm->planning = l;
+        }
         if (up_vec(dm, e, &d->in_norm, &d->in_norm_dt, &w->input_norm) ||
             up_vec(dm, e, &d->post_norm, &d->post_norm_dt, &w->post_norm) ||
             up_vec(dm, e, &d->q_norm, &d->q_norm_dt, &w->q_norm) ||
@@ -307,6 +350,7 @@ static int dev_model_upload_layers(dev_model *dm, const m3_model *m, m3_err *e)
             return -1;
         }
     }
+    dm->planning = -1; /* the head stays resident */
     if (up_mat(dm, e, &dm->lm_head, &m->w.lm_head) ||
         up_vec(dm, e, &dm->final_norm, &dm->final_norm_dt, &m->w.final_norm))
         return -1;

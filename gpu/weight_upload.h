@@ -15,6 +15,11 @@
  * per projection. The upload reports to a progress task (ref/progress.h:
  * layer, bytes of the total, MiB/s, ETA).
  *
+ * Streaming (dev_model_upload with stream set, gpu/weight_stream.h): the
+ * layers' weights get addresses in two device slots and copy jobs instead of
+ * copies; the head and final norm stay resident. Streaming needs bf16 or fp32
+ * weights (they are copied from the mapping as stored).
+ *
  * Ownership: every device buffer (the weights, and the batch context's and
  * the drafter taps' buffers allocated with dev_model_alloc) is tracked in
  * the dev_model and released by dev_model_free. The host model must
@@ -27,6 +32,7 @@
 
 #include "hip_compat.h"
 #include "kernels/kernels.h"
+#include "weight_stream.h"
 
 extern "C" {
 #include "err.h"
@@ -58,12 +64,15 @@ typedef struct dev_model {
     void **allocs; /* every hipMalloc, freed by dev_model_free */
     int nallocs, capallocs;
     m3_progress *pg; /* during dev_model_upload: host bytes uploaded so far */
+    m3g_wstream *ws; /* streamed layer weights (owned), or NULL: all resident */
+    int planning;    /* during a streamed upload: the layer being planned, else -1 */
 } dev_model;
 
 /* Upload every text weight of m into dm (zeroed first), reported to pg as a
- * task that ends with the upload. 0, or -1 with e set (dm then holds what
- * was uploaded; dev_model_free releases it). */
-int dev_model_upload(dev_model *dm, const m3_model *m, m3_progress *pg, m3_err *e);
+ * task that ends with the upload; with stream, the layers' weights are only
+ * planned into dm->ws (gpu/weight_stream.h). 0, or -1 with e set (dm then
+ * holds what was uploaded; dev_model_free releases it). */
+int dev_model_upload(dev_model *dm, const m3_model *m, int stream, m3_progress *pg, m3_err *e);
 
 /* *p = bytes (at least 4) of zeroed device memory, tracked in dm. 0 or -1 with e set. */
 int dev_model_alloc(dev_model *dm, void **p, size_t bytes, m3_err *e);
