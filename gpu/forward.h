@@ -51,11 +51,8 @@ typedef struct gpu_batch {
     const float *const *tf;
 } gpu_batch;
 
-/* Run the sequences of bt through the model (see gpu_batch), writing their
- * K/V (and index-K) rows into their cache regions. logits_host gets the
- * [sum T, V] logits of all rows in sequence order, or when last_only one row
- * per sequence [n, V] (lm_head on those rows alone). Dumps and teacher
- * forcing only for a single sequence at pos0 0. 0, or -1 with e set. */
+/* Run bt through the model, caching its K/V rows; logits_host [sum T, V], or [n, V] (each
+ * sequence's last row) when last_only. 0, or -1 with e set. */
 int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int last_only,
                    m3_err *e);
 
