@@ -74,9 +74,8 @@ typedef struct gpu_sess {
     int eagle_rows, eagle_taps[3];
 } gpu_sess;
 
-/* Allocate b for calls of at most tmax rows in all and nseq cache regions
- * (sequences) of cap positions each, in mode (0 fp32, 1 bf16); blas may be
- * NULL (fixed-order kernels only). 0, or -1 with e set (b is then freed). */
+/* Allocate b: calls of <= tmax rows, nseq regions of cap positions, mode 0 fp32 / 1 bf16,
+ * blas NULL for fixed-order kernels only. 0, or -1 with e set (b freed). */
 int gpu_sess_init(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax, int cap, int nseq,
                   int mode, m3g_blas *blas, hipStream_t st, m3_err *e);
 

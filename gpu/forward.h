@@ -51,14 +51,8 @@ typedef struct gpu_batch {
     const float *const *tf;
 } gpu_batch;
 
-/* Run the sequences of bt through the model (see gpu_batch), writing their
- * K/V (and index-K) rows into their cache regions. logits_host gets the
- * [sum T, V] logits of all rows in sequence order, or when last_only one row
- * per sequence [n, V] (lm_head on those rows alone). Teacher forcing only
- * for a single sequence at pos0 0; dumps append their rows to the writer's
- * tensors, so the calls of a chunked prefill give one dump. With streamed
- * weights (b's dev_model) each layer waits for its slot's copies and the
- * next layer's are issued behind it. 0, or -1 with e set. */
+/* Run bt through the model, caching its K/V rows (dumps append rows; streamed weights fetched
+ * per layer); logits_host [sum T, V], or [n, V] when last_only. 0, or -1 with e set. */
 int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int last_only,
                    m3_err *e);
 

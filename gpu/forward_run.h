@@ -27,16 +27,14 @@ extern "C" {
 #define M3G_EXIT_RUN 1   /* the model or the run failed */
 #define M3G_EXIT_USAGE 2 /* bad command line (bad ids included) */
 
-/* The forward command: n prompts (toks[s], token id lists as --tokens) run
- * as one batch, each dumped under the m3-ref names when dumpp is set.
- * tf_path: teacher forcing from that golden (n == 1). vreq: the vision
- * request of a single prompt, or NULL. Returns the exit status. */
+/* The forward command: n --tokens lists toks as one batch (dumps when dumpp; tf_path:
+ * teacher forcing, n == 1; vreq: vision of one prompt or NULL). Returns the exit status. */
 int forward_run(const char *dir, const char *const *toks, int n, int mode, int lenient,
                 const char *dumpp, const char *tf_path, const m3g_vision_request *vreq,
                 int quiet);
 
-/* Open DIR as bin/m3-ref does (lenient: unknown config.json keys warn),
- * printing the error as "m3-gpu CMD: ..." or the warnings. 0, or -1 after printing. */
+/* Open DIR as bin/m3-ref does (lenient: unknown config.json keys warn), printing the
+ * warnings, or the error as "m3-gpu CMD: ...". 0, or -1 after printing. */
 int m3g_open_model(m3_model *m, const char *cmd, const char *dir, int lenient);
 
 #endif

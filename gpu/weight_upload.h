@@ -68,10 +68,8 @@ typedef struct dev_model {
     int planning;    /* during a streamed upload: the layer being planned, else -1 */
 } dev_model;
 
-/* Upload every text weight of m into dm (zeroed first), reported to pg as a
- * task that ends with the upload; with stream, the layers' weights are only
- * planned into dm->ws (gpu/weight_stream.h). 0, or -1 with e set (dm then
- * holds what was uploaded; dev_model_free releases it). */
+/* Upload every text weight of m into dm (zeroed first; progress task on pg), with stream the
+ * layers only planned into dm->ws. 0, or -1 with e set (what was uploaded stays for dev_model_free). */
 int dev_model_upload(dev_model *dm, const m3_model *m, int stream, m3_progress *pg, m3_err *e);
 
 /* *p = bytes (at least 4) of zeroed device memory, tracked in dm. 0 or -1 with e set. */

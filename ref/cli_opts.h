@@ -80,9 +80,8 @@ typedef struct m3_cli_opts {
     long long spec_k; /* default 3 */
 } m3_cli_opts;
 
-/* Parse argv[0..argc) (a command's arguments, after its name) taking the
- * groups in allow into o. 0, or -1 with the misuse in e. --model is
- * required unless --help is given (with M3_CLI_CASE, --case DIR stands in). */
+/* Parse a command's arguments argv[0..argc) with the groups in allow into o (--model
+ * required unless --help; --case stands in for it). 0, or -1 with the misuse in e. */
 int m3_cli_parse(int argc, char *const *argv, unsigned allow, m3_cli_opts *o, m3_err *e);
 
 /* o's prompt options as ref/prompt.h takes them. */
