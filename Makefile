@@ -415,7 +415,7 @@ HIPCC ?= $(shell command -v hipcc 2>/dev/null)
 GPU_BUILD   := gpu/build
 GPU_KSRC    := $(sort $(wildcard gpu/kernels/*.cu))
 GPU_HDR     := gpu/hip_compat.h $(wildcard gpu/kernels/*.h gpu/kernels/*.cuh)
-GPU_HOST    := m3-gpu vision_host drafter weight_stream
+GPU_HOST    := m3-gpu forward_run generate_run forward batch_context weight_upload weight_stream vision_host drafter
 GPU_ALLSRC  := $(GPU_KSRC) $(patsubst %,gpu/%.cu,$(GPU_HOST)) gpu/bench.cu
 HIP_ARCHS   ?= gfx90a gfx940
 # --fmad=false / -ffp-contract=off: no fused multiply-add, as the reference (-ffp-contract=off)
@@ -494,5 +494,7 @@ $(GPU_BUILD)/emu/m3-gpu-emu: $(GPU_KSRC) $(GPU_HOSTSRC) $(wildcard gpu/*.h) gpu/
 
 .PHONY: gpu-emu-test
 gpu-emu-test: $(GPU_BUILD)/emu/m3-gpu-emu bin/m3-conform bin/m3-ref
+	sh tests/usage_check.sh $(GPU_BUILD)/emu/m3-gpu-emu "forward generate vision-case" \
+	  ref/cli_opts.c gpu/m3-gpu.cu
 	sh gpu/emu/emu_test.sh $(GPU_BUILD)/emu/m3-gpu-emu bin/m3-conform $(PYTHON) $(GPU_EMU_CASES)
 	sh gpu/emu/emu_generate.sh $(GPU_BUILD)/emu/m3-gpu-emu bin/m3-ref models/demo

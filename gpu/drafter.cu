@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "drafter.h"
+#include "hip_check.h"
 #include "kernels/common.cuh"
 
 extern "C" {
@@ -129,13 +130,13 @@ struct m3g_eagle3 {
     int nallocs, capallocs;
 };
 
-static int e3_track(m3g_eagle3 *g, void *p)
+static int e3_track(m3g_eagle3 *g, void *p, m3_err *e)
 {
     if (g->nallocs == g->capallocs) {
         const int c = g->capallocs ? 2 * g->capallocs : 64;
         void **n = (void **)realloc(g->allocs, (size_t)c * sizeof *n);
         if (!n)
-            return -1;
+            return m3_fail(e, "drafter on the device: out of host memory");
         g->allocs = n;
         g->capallocs = c;
     }
@@ -143,22 +144,23 @@ static int e3_track(m3g_eagle3 *g, void *p)
     return 0;
 }
 
-static int e3_alloc(m3g_eagle3 *g, float **p, size_t n)
+static int e3_alloc(m3g_eagle3 *g, float **p, size_t n, m3_err *e)
 {
     void *d = NULL;
-    if (hipMalloc(&d, (n ? n : 1) * sizeof(float)) != hipSuccess)
+    if (M3G_HIP(e, hipMalloc(&d, (n ? n : 1) * sizeof(float))))
         return -1;
-    if (e3_track(g, d) != 0) {
+    if (e3_track(g, d, e) != 0) {
         (void)hipFree(d);
         return -1;
     }
     *p = (float *)d;
-    return hipMemset(d, 0, (n ? n : 1) * sizeof(float)) == hipSuccess ? 0 : -1;
+    return M3G_HIP(e, hipMemset(d, 0, (n ? n : 1) * sizeof(float)));
 }
 
 /* n elements of dtype dt at src onto the device: fp32 / bf16 as stored,
  * others widened to fp32 (exact); *out_dt the device dtype. */
-static const void *e3_upload(m3g_eagle3 *g, const void *src, m3_dtype dt, size_t n, int *out_dt)
+static const void *e3_upload(m3g_eagle3 *g, const void *src, m3_dtype dt, size_t n, int *out_dt,
+                             m3_err *e)
 {
     void *d = NULL;
     const int raw = dt == M3_BF16 || dt == M3_F32;
@@ -166,34 +168,40 @@ static const void *e3_upload(m3g_eagle3 *g, const void *src, m3_dtype dt, size_t
     float *tmp = NULL;
     if (!raw) {
         tmp = (float *)malloc(n * sizeof(float));
-        if (!tmp)
+        if (!tmp) {
+            m3_fail(e, "drafter on the device: out of host memory");
             return NULL;
+        }
         for (size_t i = 0; i < n; i++)
             tmp[i] = m3_load_f32(src, dt, i);
     }
-    if (hipMalloc(&d, bytes ? bytes : 4) != hipSuccess) {
+    if (M3G_HIP(e, hipMalloc(&d, bytes ? bytes : 4))) {
         free(tmp);
         return NULL;
     }
-    if (e3_track(g, d) != 0 ||
-        hipMemcpy(d, raw ? src : (const void *)tmp, bytes, hipMemcpyHostToDevice) != hipSuccess)
+    if (e3_track(g, d, e) != 0) {
+        (void)hipFree(d);
         d = NULL;
+    } else if (M3G_HIP(e, hipMemcpy(d, raw ? src : (const void *)tmp, bytes,
+                                    hipMemcpyHostToDevice))) {
+        d = NULL;
+    }
     free(tmp);
     *out_dt = dt == M3_BF16 ? M3G_BF16 : M3G_F32;
     return d;
 }
 
-static int e3_mat(m3g_eagle3 *g, m3g_mat *out, const m3_mat *m)
+static int e3_mat(m3g_eagle3 *g, m3g_mat *out, const m3_mat *m, m3_err *e)
 {
     out->rows = m->rows;
     out->cols = m->cols;
-    out->data = e3_upload(g, m->data, m->dtype, (size_t)m->rows * (size_t)m->cols, &out->dtype);
+    out->data = e3_upload(g, m->data, m->dtype, (size_t)m->rows * (size_t)m->cols, &out->dtype, e);
     return out->data ? 0 : -1;
 }
 
-static int e3_vec(m3g_eagle3 *g, const void **out, int *dt, const m3_vec *v)
+static int e3_vec(m3g_eagle3 *g, const void **out, int *dt, const m3_vec *v, m3_err *e)
 {
-    *out = e3_upload(g, v->data, v->dtype, (size_t)v->n, dt);
+    *out = e3_upload(g, v->data, v->dtype, (size_t)v->n, dt, e);
     return *out ? 0 : -1;
 }
 
@@ -239,36 +247,38 @@ m3g_eagle3 *m3g_eagle3_new(const m3_eagle3 *d, const m3_mat *target_lm_head,
     const size_t H = (size_t)g->H, N = (size_t)tmax, qw = (size_t)g->nh * g->hd;
     const size_t kvw = (size_t)g->nkv * g->hd, half = (size_t)(g->rd / 2 > 0 ? g->rd / 2 : 1);
     const size_t npages = ((size_t)cap + E3_B - 1) / E3_B;
-    int bad = e3_mat(g, &g->fc, &d->fc) || e3_mat(g, &g->q, &d->q) || e3_mat(g, &g->k, &d->k) ||
-              e3_mat(g, &g->v, &d->v) || e3_mat(g, &g->o, &d->o) ||
-              e3_mat(g, &g->gate, &d->gate) || e3_mat(g, &g->up, &d->up) ||
-              e3_mat(g, &g->down, &d->down) || e3_vec(g, &g->in_n, &g->in_dt, &d->input_norm) ||
-              e3_vec(g, &g->hid_n, &g->hid_dt, &d->hidden_norm) ||
-              e3_vec(g, &g->post_n, &g->post_dt, &d->post_norm) ||
-              e3_vec(g, &g->fin_n, &g->fin_dt, &d->norm);
+    int bad = e3_mat(g, &g->fc, &d->fc, e) || e3_mat(g, &g->q, &d->q, e) ||
+              e3_mat(g, &g->k, &d->k, e) || e3_mat(g, &g->v, &d->v, e) ||
+              e3_mat(g, &g->o, &d->o, e) || e3_mat(g, &g->gate, &d->gate, e) ||
+              e3_mat(g, &g->up, &d->up, e) || e3_mat(g, &g->down, &d->down, e) ||
+              e3_vec(g, &g->in_n, &g->in_dt, &d->input_norm, e) ||
+              e3_vec(g, &g->hid_n, &g->hid_dt, &d->hidden_norm, e) ||
+              e3_vec(g, &g->post_n, &g->post_dt, &d->post_norm, e) ||
+              e3_vec(g, &g->fin_n, &g->fin_dt, &d->norm, e);
     for (int j = 0; j < 3 && !bad; j++)
         if (d->has_fc_norm)
-            bad = e3_vec(g, &g->fcn[j], &g->fcn_dt[j], &d->fc_norm[j]);
+            bad = e3_vec(g, &g->fcn[j], &g->fcn_dt[j], &d->fc_norm[j], e);
     if (!bad) { /* the target's lm_head when the drafter borrows it (same host data) */
         if (target_lm_dev.data && target_lm_head && d->lm_head.data == target_lm_head->data &&
             target_lm_dev.rows == d->lm_head.rows && target_lm_dev.cols == d->lm_head.cols)
             g->lm_head = target_lm_dev;
         else
-            bad = e3_mat(g, &g->lm_head, &d->lm_head);
+            bad = e3_mat(g, &g->lm_head, &d->lm_head, e);
     }
     /* the borrowed final norm is the target's (Gemma, the target's eps; ref eagle3.c) */
     g->fin_gemma = d->norm_from_target ? 1 : c->gemma_norm;
     g->fin_eps = d->norm_from_target ? d->target_eps : c->rms_norm_eps;
-    bad = bad || e3_alloc(g, &g->kc, (size_t)cap * kvw) || e3_alloc(g, &g->vc, (size_t)cap * kvw) ||
-          e3_alloc(g, (float **)&g->pages, npages) || e3_alloc(g, &g->xn3, N * 3 * H) ||
-          e3_alloc(g, &g->gb, N * H) || e3_alloc(g, &g->z, N * 2 * H) ||
-          e3_alloc(g, &g->qb, N * qw) || e3_alloc(g, &g->att, N * qw) ||
-          e3_alloc(g, &g->tmp, N * H) || e3_alloc(g, &g->h, N * H) ||
-          e3_alloc(g, &g->xn, N * H) || e3_alloc(g, &g->ob, N * H) ||
-          e3_alloc(g, &g->fg, N * (size_t)g->I) || e3_alloc(g, &g->fu, N * (size_t)g->I) ||
-          e3_alloc(g, &g->emb, N * H) || e3_alloc(g, &g->cos_t, N * half) ||
-          e3_alloc(g, &g->sin_t, N * half) || e3_alloc(g, &g->feat, H) ||
-          e3_alloc(g, &g->dlog, (size_t)g->Vd);
+    bad = bad || e3_alloc(g, &g->kc, (size_t)cap * kvw, e) ||
+          e3_alloc(g, &g->vc, (size_t)cap * kvw, e) ||
+          e3_alloc(g, (float **)&g->pages, npages, e) || e3_alloc(g, &g->xn3, N * 3 * H, e) ||
+          e3_alloc(g, &g->gb, N * H, e) || e3_alloc(g, &g->z, N * 2 * H, e) ||
+          e3_alloc(g, &g->qb, N * qw, e) || e3_alloc(g, &g->att, N * qw, e) ||
+          e3_alloc(g, &g->tmp, N * H, e) || e3_alloc(g, &g->h, N * H, e) ||
+          e3_alloc(g, &g->xn, N * H, e) || e3_alloc(g, &g->ob, N * H, e) ||
+          e3_alloc(g, &g->fg, N * (size_t)g->I, e) || e3_alloc(g, &g->fu, N * (size_t)g->I, e) ||
+          e3_alloc(g, &g->emb, N * H, e) || e3_alloc(g, &g->cos_t, N * half, e) ||
+          e3_alloc(g, &g->sin_t, N * half, e) || e3_alloc(g, &g->feat, H, e) ||
+          e3_alloc(g, &g->dlog, (size_t)g->Vd, e);
     if (!bad) {
         g->hemb = (float *)malloc(N * H * sizeof(float));
         g->hct = (float *)malloc(N * half * sizeof(float));
@@ -277,14 +287,15 @@ m3g_eagle3 *m3g_eagle3_new(const m3_eagle3 *d, const m3_mat *target_lm_head,
         bad = !g->hemb || !g->hct || !g->hst || !pt;
         for (size_t p = 0; !bad && p < npages; p++)
             pt[p] = (int32_t)p;
-        bad = bad || hipMemcpy(g->pages, pt, npages * sizeof(int32_t), hipMemcpyHostToDevice) !=
-                         hipSuccess;
+        if (bad)
+            m3_fail(e, "drafter on the device: out of host memory");
+        bad = bad || M3G_HIP(e, hipMemcpy(g->pages, pt, npages * sizeof(int32_t),
+                                          hipMemcpyHostToDevice));
         free(pt);
     }
     if (bad) {
-        m3_fail(e, "%s: uploading the drafter or allocating its cache of %lld positions failed "
-                   "(device memory?)",
-                d->dir, (long long)cap);
+        m3_fail_prefix(e, "%s: uploading the drafter or allocating its cache of %lld positions",
+                       d->dir, (long long)cap);
         m3g_eagle3_free(g);
         return NULL;
     }
@@ -310,15 +321,6 @@ static hipError_t e3_norm(const m3g_eagle3 *g, float *out, int ldo, const float 
     return hipGetLastError();
 }
 
-#define E3CK(call)                                                                     \
-    do {                                                                               \
-        hipError_t ck_ = (call);                                                       \
-        if (ck_ != hipSuccess) {                                                       \
-            m3_fail(e, "drafter on the device: %s: %s", #call, hipGetErrorString(ck_)); \
-            return -1;                                                                 \
-        }                                                                              \
-    } while (0)
-
 /* The drafter forward of n rows at positions len.. with tokens toks and
  * input features fin (device [n, H]); see drafter.h. */
 static int e3_forward(m3g_eagle3 *g, const int32_t *toks, int n, const float *fin, float *dlog,
@@ -331,6 +333,12 @@ static int e3_forward(m3g_eagle3 *g, const int32_t *toks, int n, const float *fi
     const float eps = c->rms_norm_eps;
     const int64_t pos0 = g->len, mp = c->max_position_embeddings;
     hipStream_t st = g->st;
+    /* k / v go straight into the cache rows of pos0..; the residual of the
+     * attention is hidden_norm(f) with norm_before_residual, else f */
+    float *krow = g->kc + (size_t)pos0 * kvw, *vrow = g->vc + (size_t)pos0 * kvw;
+    const float *res = c->norm_before_residual ? g->z + H : fin;
+    const int ldr = c->norm_before_residual ? 2 * H : H;
+    const float *olast = g->ob + (size_t)(n > 0 ? n - 1 : 0) * H;
     if (n < 1 || n > g->tmax)
         return m3_fail(e, "drafter on the device: %d rows (at most %d per call)", n, g->tmax);
     /* the checks of ref m3_eagle3_step, at the first position that fails them */
@@ -355,62 +363,65 @@ static int e3_forward(m3g_eagle3 *g, const int32_t *toks, int n, const float *fi
             m3_rope_table(g->hct + (size_t)t * half, g->hst + (size_t)t * half, pos0 + t, rd,
                           c->rope_theta, M3_MODE_FP32);
     }
-    E3CK(hipMemcpyAsync(g->emb, g->hemb, (size_t)n * H * sizeof(float), hipMemcpyHostToDevice,
-                        st));
+    M3G_TRY(e, hipMemcpyAsync(g->emb, g->hemb, (size_t)n * H * sizeof(float), hipMemcpyHostToDevice,
+                        st), fail);
     if (rd > 0) {
-        E3CK(hipMemcpyAsync(g->cos_t, g->hct, (size_t)n * half * sizeof(float),
-                            hipMemcpyHostToDevice, st));
-        E3CK(hipMemcpyAsync(g->sin_t, g->hst, (size_t)n * half * sizeof(float),
-                            hipMemcpyHostToDevice, st));
+        M3G_TRY(e, hipMemcpyAsync(g->cos_t, g->hct, (size_t)n * half * sizeof(float),
+                            hipMemcpyHostToDevice, st), fail);
+        M3G_TRY(e, hipMemcpyAsync(g->sin_t, g->hst, (size_t)n * half * sizeof(float),
+                            hipMemcpyHostToDevice, st), fail);
     }
     /* z = cat(input_layernorm(embed(t)), hidden_norm(f)) */
-    E3CK(e3_norm(g, g->z, 2 * H, g->emb, H, NULL, 0, NULL, 0, g->in_n, g->in_dt, n, eps,
-                 c->gemma_norm));
-    E3CK(e3_norm(g, g->z + H, 2 * H, fin, H, NULL, 0, NULL, 0, g->hid_n, g->hid_dt, n, eps,
-                 c->gemma_norm));
-    /* q; k / v straight into the cache rows of pos0..; RoPE of q and k */
-    float *krow = g->kc + (size_t)pos0 * kvw, *vrow = g->vc + (size_t)pos0 * kvw;
-    E3CK(m3g_linear(g->qb, qw, g->z, g->q, n, 0, NULL, st));
-    E3CK(m3g_linear(krow, kvw, g->z, g->k, n, 0, NULL, st));
-    E3CK(m3g_linear(vrow, kvw, g->z, g->v, n, 0, NULL, st));
+    M3G_TRY(e, e3_norm(g, g->z, 2 * H, g->emb, H, NULL, 0, NULL, 0, g->in_n, g->in_dt, n, eps,
+                 c->gemma_norm), fail);
+    M3G_TRY(e, e3_norm(g, g->z + H, 2 * H, fin, H, NULL, 0, NULL, 0, g->hid_n, g->hid_dt, n, eps,
+                 c->gemma_norm), fail);
+    /* q; k / v into the cache; RoPE of q and k */
+    M3G_TRY(e, m3g_linear(g->qb, qw, g->z, g->q, n, 0, NULL, st), fail);
+    M3G_TRY(e, m3g_linear(krow, kvw, g->z, g->k, n, 0, NULL, st), fail);
+    M3G_TRY(e, m3g_linear(vrow, kvw, g->z, g->v, n, 0, NULL, st), fail);
     if (rd > 0) {
         const int thr = half < 32 ? 32 : (half > 256 ? 256 : (half + 31) / 32 * 32);
         hipLaunchKernelGGL(k_e3_rope, dim3(nh, n), dim3(thr), 0, st, g->qb, qw, hd, rd, g->cos_t,
                            g->sin_t);
-        E3CK(hipGetLastError());
+        M3G_TRY(e, hipGetLastError(), fail);
         hipLaunchKernelGGL(k_e3_rope, dim3(nkv, n), dim3(thr), 0, st, krow, kvw, hd, rd,
                            g->cos_t, g->sin_t);
-        E3CK(hipGetLastError());
+        M3G_TRY(e, hipGetLastError(), fail);
     }
-    E3CK(m3g_attention(g->att, g->qb, g->kc, g->vc, g->pages, E3_B, pos0, n, nh, nkv, hd, NULL,
-                       0, 0, st));
-    E3CK(m3g_linear(g->tmp, H, g->att, g->o, n, 0, NULL, st));
+    M3G_TRY(e,
+            m3g_attention(g->att, g->qb, g->kc, g->vc, g->pages, E3_B, pos0, n, nh, nkv, hd, NULL,
+                          0, 0, st),
+            fail);
+    M3G_TRY(e, m3g_linear(g->tmp, H, g->att, g->o, n, 0, NULL, st), fail);
     /* h1 = f + attn (hidden_norm(f) + attn with norm_before_residual); x = post norm */
-    const float *res = c->norm_before_residual ? g->z + H : fin;
-    const int ldr = c->norm_before_residual ? 2 * H : H;
-    E3CK(e3_norm(g, g->xn, H, res, ldr, g->tmp, H, g->h, H, g->post_n, g->post_dt, n, eps,
-                 c->gemma_norm));
+    M3G_TRY(e, e3_norm(g, g->xn, H, res, ldr, g->tmp, H, g->h, H, g->post_n, g->post_dt, n, eps,
+                 c->gemma_norm), fail);
     /* h2 = h1 + down(silu(gate x) * up x); o = norm(h2) */
-    E3CK(m3g_linear(g->fg, I, g->xn, g->gate, n, 0, NULL, st));
-    E3CK(m3g_linear(g->fu, I, g->xn, g->up, n, 0, NULL, st));
+    M3G_TRY(e, m3g_linear(g->fg, I, g->xn, g->gate, n, 0, NULL, st), fail);
+    M3G_TRY(e, m3g_linear(g->fu, I, g->xn, g->up, n, 0, NULL, st), fail);
     {
         const int64_t ne = (int64_t)n * I;
         hipLaunchKernelGGL(k_e3_silu_mul, dim3((unsigned)((ne + 255) / 256)), dim3(256), 0, st,
                            g->fg, g->fu, ne);
-        E3CK(hipGetLastError());
+        M3G_TRY(e, hipGetLastError(), fail);
     }
-    E3CK(m3g_linear(g->tmp, H, g->fg, g->down, n, 0, NULL, st));
-    E3CK(e3_norm(g, g->ob, H, g->h, H, g->tmp, H, g->h, H, g->fin_n, g->fin_dt, n, g->fin_eps,
-                 g->fin_gemma));
-    const float *olast = g->ob + (size_t)(n - 1) * H;
+    M3G_TRY(e, m3g_linear(g->tmp, H, g->fg, g->down, n, 0, NULL, st), fail);
+    M3G_TRY(e, e3_norm(g, g->ob, H, g->h, H, g->tmp, H, g->h, H, g->fin_n, g->fin_dt, n, g->fin_eps,
+                 g->fin_gemma), fail);
     if (dlog)
-        E3CK(m3g_linear(g->dlog, g->Vd, olast, g->lm_head, 1, 0, NULL, st));
-    E3CK(hipMemcpyAsync(g->feat, olast, (size_t)H * sizeof(float), hipMemcpyDeviceToDevice, st));
-    E3CK(hipStreamSynchronize(st));
+        M3G_TRY(e, m3g_linear(g->dlog, g->Vd, olast, g->lm_head, 1, 0, NULL, st), fail);
+    M3G_TRY(e,
+            hipMemcpyAsync(g->feat, olast, (size_t)H * sizeof(float), hipMemcpyDeviceToDevice, st),
+            fail);
+    M3G_TRY(e, hipStreamSynchronize(st), fail);
     if (dlog)
-        E3CK(hipMemcpy(dlog, g->dlog, (size_t)g->Vd * sizeof(float), hipMemcpyDeviceToHost));
+        M3G_TRY(e, hipMemcpy(dlog, g->dlog, (size_t)g->Vd * sizeof(float), hipMemcpyDeviceToHost),
+                fail);
     g->len = pos0 + n;
     return 0;
+fail:
+    return -1;
 }
 
 int m3g_eagle3_seed(m3g_eagle3 *g, const float *aux, int aux_rows, const int32_t *toks, int n,
@@ -422,11 +433,15 @@ int m3g_eagle3_seed(m3g_eagle3 *g, const float *aux, int aux_rows, const int32_t
                        g->tmax < aux_rows ? g->tmax : aux_rows);
     /* g = fc(cat(fc_norm_0(a_0), fc_norm_1(a_1), fc_norm_2(a_2))) for the n rows */
     for (int j = 0; j < 3; j++)
-        E3CK(e3_norm(g, g->xn3 + (size_t)j * H, 3 * H, aux + (size_t)j * aux_rows * H, H, NULL,
-                     0, NULL, 0, g->d->has_fc_norm ? g->fcn[j] : NULL, g->fcn_dt[j], n,
-                     g->d->cfg.rms_norm_eps, g->d->cfg.gemma_norm));
-    E3CK(m3g_linear(g->gb, H, g->xn3, g->fc, n, 0, NULL, g->st));
+        M3G_TRY(e,
+                e3_norm(g, g->xn3 + (size_t)j * H, 3 * H, aux + (size_t)j * aux_rows * H, H, NULL,
+                        0, NULL, 0, g->d->has_fc_norm ? g->fcn[j] : NULL, g->fcn_dt[j], n,
+                        g->d->cfg.rms_norm_eps, g->d->cfg.gemma_norm),
+                fail);
+    M3G_TRY(e, m3g_linear(g->gb, H, g->xn3, g->fc, n, 0, NULL, g->st), fail);
     return e3_forward(g, toks, n, g->gb, dlog, e);
+fail:
+    return -1;
 }
 
 int m3g_eagle3_step(m3g_eagle3 *g, int32_t token, float *dlog, m3_err *e)

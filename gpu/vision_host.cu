@@ -28,6 +28,7 @@
 
 #include "vision.h"
 #include "kernels/common.cuh"
+#include "hip_check.h"
 #include "kernels/kernels.h"
 
 #include <cJSON.h>
@@ -38,16 +39,6 @@ extern "C" {
 #include "../ref/vision.h"
 }
 
-/* hipError_t check inside functions with an m3_err *e and a `goto done`. */
-#define VCK(call)                                                                          \
-    do {                                                                                   \
-        hipError_t vck_ = (call);                                                          \
-        if (vck_ != hipSuccess) {                                                          \
-            m3_fail(e, "vision (gpu): %s failed: %s", #call, hipGetErrorString(vck_));     \
-            goto done;                                                                     \
-        }                                                                                  \
-    } while (0)
-
 /* ---- device allocations of one call ---------------------------------------------- */
 
 typedef struct dallocs {
@@ -55,18 +46,21 @@ typedef struct dallocs {
     int n, cap;
 } dallocs;
 
-static void *dmalloc(dallocs *a, size_t bytes)
+/* bytes (at least 4) of device memory recorded in a; NULL with e set on failure. */
+static void *dmalloc(dallocs *a, m3_err *e, size_t bytes)
 {
     if (a->n == a->cap) {
         int cap = a->cap ? 2 * a->cap : 64;
         void **np = (void **)realloc(a->p, (size_t)cap * sizeof *np);
-        if (!np)
+        if (!np) {
+            m3_fail(e, "vision (gpu): out of host memory");
             return NULL;
+        }
         a->p = np;
         a->cap = cap;
     }
     void *d = NULL;
-    if (hipMalloc(&d, bytes ? bytes : 4) != hipSuccess)
+    if (M3G_HIP(e, hipMalloc(&d, bytes ? bytes : 4)))
         return NULL;
     a->p[a->n++] = d;
     return d;
@@ -82,47 +76,50 @@ static void dallocs_free(dallocs *a)
 
 /* Upload n elements stored as dt: fp32 and bf16 as they are, anything else
  * widened to fp32 on the host (exact). NULL on failure. */
-static const void *upload(dallocs *a, const void *src, m3_dtype dt, size_t n, int *out_dt)
+static const void *upload(dallocs *a, const void *src, m3_dtype dt, size_t n, int *out_dt,
+                          m3_err *e)
 {
     if (dt == M3_F32 || dt == M3_BF16) {
         const size_t bytes = n * m3_dtype_size(dt);
-        void *d = dmalloc(a, bytes);
-        if (!d || hipMemcpy(d, src, bytes, hipMemcpyHostToDevice) != hipSuccess)
+        void *d = dmalloc(a, e, bytes);
+        if (!d || M3G_HIP(e, hipMemcpy(d, src, bytes, hipMemcpyHostToDevice)))
             return NULL;
         *out_dt = dt == M3_BF16 ? M3G_BF16 : M3G_F32;
         return d;
     }
     float *tmp = (float *)malloc((n ? n : 1) * sizeof(float));
-    if (!tmp)
+    if (!tmp) {
+        m3_fail(e, "vision (gpu): out of host memory widening %zu weights", n);
         return NULL;
+    }
     for (size_t i = 0; i < n; i++)
         tmp[i] = m3_load_f32(src, dt, i);
-    void *d = dmalloc(a, n * sizeof(float));
-    if (d && hipMemcpy(d, tmp, n * sizeof(float), hipMemcpyHostToDevice) != hipSuccess)
+    void *d = dmalloc(a, e, n * sizeof(float));
+    if (d && M3G_HIP(e, hipMemcpy(d, tmp, n * sizeof(float), hipMemcpyHostToDevice)))
         d = NULL;
     free(tmp);
     *out_dt = M3G_F32;
     return d;
 }
 
-static int up_mat(dallocs *a, m3g_mat *out, const m3_mat *m)
+static int up_mat(dallocs *a, m3g_mat *out, const m3_mat *m, m3_err *e)
 {
     memset(out, 0, sizeof *out);
     if (!m->data)
         return -1;
     out->rows = m->rows;
     out->cols = m->cols;
-    out->data = upload(a, m->data, m->dtype, (size_t)m->rows * (size_t)m->cols, &out->dtype);
+    out->data = upload(a, m->data, m->dtype, (size_t)m->rows * (size_t)m->cols, &out->dtype, e);
     return out->data ? 0 : -1;
 }
 
-static int up_vec(dallocs *a, m3g_vec *out, const m3_vec *v)
+static int up_vec(dallocs *a, m3g_vec *out, const m3_vec *v, m3_err *e)
 {
     out->p = NULL;
     out->dt = M3G_F32;
     if (!v->data)
         return -1;
-    out->p = upload(a, v->data, v->dtype, (size_t)v->n, &out->dt);
+    out->p = upload(a, v->data, v->dtype, (size_t)v->n, &out->dt, e);
     return out->p ? 0 : -1;
 }
 
@@ -132,33 +129,34 @@ typedef struct dvis {
     m3g_vis_layer *layers;
 } dvis;
 
-static int dvis_upload(dallocs *a, dvis *d, const m3_vision_weights *w, int L, int tower)
+static int dvis_upload(dallocs *a, dvis *d, const m3_vision_weights *w, int L, int tower,
+                       m3_err *e)
 {
     memset(d, 0, sizeof *d);
     d->layers = (m3g_vis_layer *)calloc((size_t)(L > 0 ? L : 1), sizeof *d->layers);
     if (!d->layers)
         return -1;
-    if (up_mat(a, &d->proj1, &w->proj1) || up_vec(a, &d->proj1_b, &w->proj1_b) ||
-        up_mat(a, &d->proj2, &w->proj2) || up_vec(a, &d->proj2_b, &w->proj2_b) ||
-        up_mat(a, &d->merge1, &w->merge1) || up_vec(a, &d->merge1_b, &w->merge1_b) ||
-        up_mat(a, &d->merge2, &w->merge2) || up_vec(a, &d->merge2_b, &w->merge2_b))
+    if (up_mat(a, &d->proj1, &w->proj1, e) || up_vec(a, &d->proj1_b, &w->proj1_b, e) ||
+        up_mat(a, &d->proj2, &w->proj2, e) || up_vec(a, &d->proj2_b, &w->proj2_b, e) ||
+        up_mat(a, &d->merge1, &w->merge1, e) || up_vec(a, &d->merge1_b, &w->merge1_b, e) ||
+        up_mat(a, &d->merge2, &w->merge2, e) || up_vec(a, &d->merge2_b, &w->merge2_b, e))
         return -1;
     if (!tower)
         return 0;
-    if (up_mat(a, &d->patch, &w->patch_embed) || up_vec(a, &d->pre_w, &w->pre_ln_w) ||
-        up_vec(a, &d->pre_b, &w->pre_ln_b))
+    if (up_mat(a, &d->patch, &w->patch_embed, e) || up_vec(a, &d->pre_w, &w->pre_ln_w, e) ||
+        up_vec(a, &d->pre_b, &w->pre_ln_b, e))
         return -1;
     for (int l = 0; l < L; l++) {
         const m3_vision_layer_weights *s = &w->layers[l];
         m3g_vis_layer *t = &d->layers[l];
-        if (up_vec(a, &t->ln1_w, &s->ln1_w) || up_vec(a, &t->ln1_b, &s->ln1_b) ||
-            up_vec(a, &t->ln2_w, &s->ln2_w) || up_vec(a, &t->ln2_b, &s->ln2_b) ||
-            up_vec(a, &t->q_b, &s->q_b) || up_vec(a, &t->k_b, &s->k_b) ||
-            up_vec(a, &t->v_b, &s->v_b) || up_vec(a, &t->o_b, &s->o_b) ||
-            up_vec(a, &t->fc1_b, &s->fc1_b) || up_vec(a, &t->fc2_b, &s->fc2_b) ||
-            up_mat(a, &t->q, &s->q) || up_mat(a, &t->k, &s->k) || up_mat(a, &t->v, &s->v) ||
-            up_mat(a, &t->o, &s->o) || up_mat(a, &t->fc1, &s->fc1) ||
-            up_mat(a, &t->fc2, &s->fc2))
+        if (up_vec(a, &t->ln1_w, &s->ln1_w, e) || up_vec(a, &t->ln1_b, &s->ln1_b, e) ||
+            up_vec(a, &t->ln2_w, &s->ln2_w, e) || up_vec(a, &t->ln2_b, &s->ln2_b, e) ||
+            up_vec(a, &t->q_b, &s->q_b, e) || up_vec(a, &t->k_b, &s->k_b, e) ||
+            up_vec(a, &t->v_b, &s->v_b, e) || up_vec(a, &t->o_b, &s->o_b, e) ||
+            up_vec(a, &t->fc1_b, &s->fc1_b, e) || up_vec(a, &t->fc2_b, &s->fc2_b, e) ||
+            up_mat(a, &t->q, &s->q, e) || up_mat(a, &t->k, &s->k, e) ||
+            up_mat(a, &t->v, &s->v, e) || up_mat(a, &t->o, &s->o, e) ||
+            up_mat(a, &t->fc1, &s->fc1, e) || up_mat(a, &t->fc2, &s->fc2, e))
             return -1;
     }
     return 0;
@@ -176,11 +174,9 @@ static int dump_dev(m3_st_writer *dump, const char *name, int64_t rows, int64_t 
     if (!h)
         return m3_fail(e, "vision (gpu): out of host memory for the dump of %s", name);
     int rc = -1;
-    hipError_t he = hipStreamSynchronize(st);
-    if (he == hipSuccess)
-        he = hipMemcpy(h, dev, n * sizeof(float), hipMemcpyDeviceToHost);
-    if (he != hipSuccess) {
-        m3_fail(e, "vision (gpu): copying %s back failed: %s", name, hipGetErrorString(he));
+    if (M3G_HIP(e, hipStreamSynchronize(st)) ||
+        M3G_HIP(e, hipMemcpy(h, dev, n * sizeof(float), hipMemcpyDeviceToHost))) {
+        m3_fail_prefix(e, "vision (gpu): copying %s back", name);
     } else {
         int64_t shape[2] = {rows, cols};
         rc = m3_st_writer_add(dump, name, M3_F32, 2, shape, h, e);
@@ -233,20 +229,23 @@ static int vis_project(dallocs *a, const dvis *d, const float *h, int64_t npatch
     if (npatch % group)
         return m3_fail(e, "vision (gpu): %lld rows are not a multiple of the merge group %d",
                        (long long)npatch, group);
-    t1 = (float *)dmalloc(a, (size_t)npatch * P * sizeof(float));
-    proj = (float *)dmalloc(a, (size_t)npatch * H * sizeof(float));
-    t2 = (float *)dmalloc(a, (size_t)(npatch / group) * Pm * sizeof(float));
+    t1 = (float *)dmalloc(a, e, (size_t)npatch * P * sizeof(float));
+    proj = (float *)dmalloc(a, e, (size_t)npatch * H * sizeof(float));
+    t2 = (float *)dmalloc(a, e, (size_t)(npatch / group) * Pm * sizeof(float));
     if (!t1 || !proj || !t2)
-        return m3_fail(e, "vision (gpu): device allocation failed for the projector of %lld rows",
+        return m3_fail_prefix(e, "vision (gpu): the projector buffers of %lld rows",
                        (long long)npatch);
-    VCK(m3g_linear_bias(t1, h, d->proj1, d->proj1_b, npatch, 1, NULL, mode, blas, st));
-    VCK(m3g_linear_bias(proj, t1, d->proj2, d->proj2_b, npatch, 0, NULL, mode, blas, st));
+    M3G_TRY(e, m3g_linear_bias(t1, h, d->proj1, d->proj1_b, npatch, 1, NULL, mode, blas, st), done);
+    M3G_TRY(e, m3g_linear_bias(proj, t1, d->proj2, d->proj2_b, npatch, 0, NULL, mode, blas, st),
+            done);
     if (dump_dev(dump, "vision.projected", npatch, H, proj, st, e))
         goto done;
-    VCK(m3g_linear_bias(t2, proj, d->merge1, d->merge1_b, npatch / group, 1, NULL, mode, blas,
-                        st));
-    VCK(m3g_linear_bias(features_dev, t2, d->merge2, d->merge2_b, npatch / group, 0, NULL,
-                        mode, blas, st));
+    M3G_TRY(
+        e,
+        m3g_linear_bias(t2, proj, d->merge1, d->merge1_b, npatch / group, 1, NULL, mode, blas, st),
+        done);
+    M3G_TRY(e, m3g_linear_bias(features_dev, t2, d->merge2, d->merge2_b, npatch / group, 0, NULL,
+                        mode, blas, st), done);
     if (dump_dev(dump, "vision.image_features", npatch / group, H, features_dev, st, e))
         goto done;
     rc = 0;
@@ -296,9 +295,8 @@ int m3g_vision_forward(const m3_model *m, const float *pixels, int64_t npatch,
     char name[64];
     m3g_blas *blas = NULL;
 
-    if (dvis_upload(&a, &d, vw, L, 1) != 0) {
-        m3_fail(e, "vision (gpu): uploading the vision weights of %s failed (device memory?)",
-                m->dir);
+    if (dvis_upload(&a, &d, vw, L, 1, e) != 0) {
+        m3_fail_prefix(e, "vision (gpu): uploading the vision weights of %s", m->dir);
         goto done;
     }
     if (check_mat(d.patch, Hv, in_dim, "patch_embed", e))
@@ -357,24 +355,25 @@ int m3g_vision_forward(const m3_model *m, const float *pixels, int64_t npatch,
         }
     }
 
-#define VA(ptr, n) ((ptr) = (float *)dmalloc(&a, (size_t)(n) * sizeof(float))) == NULL
+#define VA(ptr, n) ((ptr) = (float *)dmalloc(&a, e, (size_t)(n) * sizeof(float))) == NULL
     if (VA(px, N * in_dim) || VA(h, N * Hv) || VA(x, N * Hv) || VA(q, N * Hv) || VA(k, N * Hv) ||
         VA(v, N * Hv) || VA(att, N * Hv) || VA(tmp, N * Hv) || VA(mlp, N * Iv) ||
         VA(dcos, N * half) || VA(dsin, N * half)) {
-        m3_fail(e, "vision (gpu): device allocation failed for %lld patches", (long long)npatch);
+        m3_fail_prefix(e, "vision (gpu): the buffers of %lld patches", (long long)npatch);
         goto done;
     }
 #undef VA
     ws_elems = m3g_vision_attention_ws_elems((int)npatch, nh, hd, mode);
-    if (ws_elems && !(att_ws = (uint16_t *)dmalloc(&a, ws_elems * sizeof(uint16_t)))) {
-        m3_fail(e, "vision (gpu): device allocation failed for %lld patches", (long long)npatch);
+    if (ws_elems && !(att_ws = (uint16_t *)dmalloc(&a, e, ws_elems * sizeof(uint16_t)))) {
+        m3_fail_prefix(e, "vision (gpu): the attention workspace of %lld patches",
+                       (long long)npatch);
         goto done;
     }
     blas = vis_blas(mode, npatch,
                     imax(imax(Hv, Iv), imax(d.proj1.rows, H)), st);
-    VCK(hipMemcpy(px, pixels, N * in_dim * sizeof(float), hipMemcpyHostToDevice));
-    VCK(hipMemcpy(dcos, ct, N * half * sizeof(float), hipMemcpyHostToDevice));
-    VCK(hipMemcpy(dsin, stb, N * half * sizeof(float), hipMemcpyHostToDevice));
+    M3G_TRY(e, hipMemcpy(px, pixels, N * in_dim * sizeof(float), hipMemcpyHostToDevice), done);
+    M3G_TRY(e, hipMemcpy(dcos, ct, N * half * sizeof(float), hipMemcpyHostToDevice), done);
+    M3G_TRY(e, hipMemcpy(dsin, stb, N * half * sizeof(float), hipMemcpyHostToDevice), done);
 
     if (dump) {
         int64_t pshape[2] = {npatch, in_dim}, gshape[2] = {nitems, 3};
@@ -385,17 +384,17 @@ int m3g_vision_forward(const m3_model *m, const float *pixels, int64_t npatch,
 
     /* patch embedding (no bias; the unrounded product, then the mode rounding,
      * as ref) then pre_layrnorm */
-    VCK(m3g_linear(h, Hv, px, d.patch, (int)npatch, 0, NULL, st));
-    VCK(m3g_round(h, (int64_t)npatch * Hv, mode, st));
+    M3G_TRY(e, m3g_linear(h, Hv, px, d.patch, (int)npatch, 0, NULL, st), done);
+    M3G_TRY(e, m3g_round(h, (int64_t)npatch * Hv, mode, st), done);
     if (dump_dev(dump, "vision.patch_embed", npatch, Hv, h, st, e))
         goto done;
-    VCK(m3g_layernorm(h, h, d.pre_w.p, d.pre_w.dt, d.pre_b.p, d.pre_b.dt, (int)npatch, Hv,
-                      vc->layer_norm_eps, mode, st));
+    M3G_TRY(e, m3g_layernorm(h, h, d.pre_w.p, d.pre_w.dt, d.pre_b.p, d.pre_b.dt, (int)npatch, Hv,
+                      vc->layer_norm_eps, mode, st), done);
 
     for (int l = 0; l < L; l++) {
         const m3g_vis_scratch sc = {x, q, k, v, att, tmp, mlp, att_ws};
-        VCK(m3g_vision_layer(h, &d.layers[l], &sc, npatch, nh, hd, rd, dcos, dsin, seg_start,
-                             seg_len, nseg, vc->layer_norm_eps, mode, blas, st));
+        M3G_TRY(e, m3g_vision_layer(h, &d.layers[l], &sc, npatch, nh, hd, rd, dcos, dsin, seg_start,
+                             seg_len, nseg, vc->layer_norm_eps, mode, blas, st), done);
         snprintf(name, sizeof name, "vision.layers.%d.output", l);
         if (dump_dev(dump, name, npatch, Hv, h, st, e))
             goto done;
@@ -404,7 +403,7 @@ int m3g_vision_forward(const m3_model *m, const float *pixels, int64_t npatch,
         goto done;
     if (vis_project(&a, &d, h, npatch, Hv, group, H, mode, blas, st, features_dev, dump, e))
         goto done;
-    VCK(hipStreamSynchronize(st));
+    M3G_TRY(e, hipStreamSynchronize(st), done);
     rc = 0;
 done:
     (void)hipStreamSynchronize(st);
@@ -683,7 +682,8 @@ int m3g_vision_run_case(const char *dir, hipStream_t st, m3_st_writer *dump, int
     const cJSON *jm = cJSON_GetObjectItemCaseSensitive(c, "mode");
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params");
     const char *cn = cJSON_IsString(comp) ? comp->valuestring : "";
-    if (!cJSON_IsString(jm) || (strcmp(jm->valuestring, "fp32") && strcmp(jm->valuestring, "bf16"))) {
+    if (!cJSON_IsString(jm) ||
+        (strcmp(jm->valuestring, "fp32") && strcmp(jm->valuestring, "bf16"))) {
         m3_fail(e, "%s/case.json: mode must be \"fp32\" or \"bf16\"", dir);
         goto done;
     }
@@ -702,15 +702,16 @@ int m3g_vision_run_case(const char *dir, hipStream_t st, m3_st_writer *dump, int
         W.rows = (int)wd[0];
         if (!(host = widen(px, path, e)))
             goto done;
-        if (up_mat(&a, &dW, &W) ||
-            !(dx = (float *)dmalloc(&a, (size_t)pd[0] * 1176 * sizeof(float))) ||
-            !(dy = (float *)dmalloc(&a, (size_t)pd[0] * W.rows * sizeof(float)))) {
-            m3_fail(e, "vision (gpu): device allocation failed");
+        if (up_mat(&a, &dW, &W, e) ||
+            !(dx = (float *)dmalloc(&a, e, (size_t)pd[0] * 1176 * sizeof(float))) ||
+            !(dy = (float *)dmalloc(&a, e, (size_t)pd[0] * W.rows * sizeof(float)))) {
+            m3_fail_prefix(e, "vision (gpu): device buffers");
             goto done;
         }
-        VCK(hipMemcpy(dx, host, (size_t)pd[0] * 1176 * sizeof(float), hipMemcpyHostToDevice));
-        VCK(m3g_linear(dy, W.rows, dx, dW, (int)pd[0], 0, NULL, st));
-        VCK(m3g_round(dy, pd[0] * W.rows, mode, st));
+        M3G_TRY(e, hipMemcpy(dx, host, (size_t)pd[0] * 1176 * sizeof(float), hipMemcpyHostToDevice),
+                done);
+        M3G_TRY(e, m3g_linear(dy, W.rows, dx, dW, (int)pd[0], 0, NULL, st), done);
+        M3G_TRY(e, m3g_round(dy, pd[0] * W.rows, mode, st), done);
         if (dump_dev(dump, "patch_embed", pd[0], W.rows, dy, st, e))
             goto done;
     } else if (!strcmp(cn, "vision_layer") || !strcmp(cn, "vision_tower")) {
@@ -738,10 +739,10 @@ int m3g_vision_run_case(const char *dir, hipStream_t st, m3_st_writer *dump, int
             }
             grid[i] = (int32_t)val;
         }
-        feats = (float *)dmalloc(&a, (size_t)(pd[0] / 4 + 1) * m.cfg.text.hidden_size *
+        feats = (float *)dmalloc(&a, e, (size_t)(pd[0] / 4 + 1) * m.cfg.text.hidden_size *
                                          sizeof(float));
         if (!feats) {
-            m3_fail(e, "vision (gpu): device allocation failed");
+            m3_fail_prefix(e, "vision (gpu): device buffers");
             goto done;
         }
         if (m3g_vision_forward(&m, host, pd[0], grid, (int)gd[0], mode, 0, st, feats, dump, e))
@@ -756,13 +757,14 @@ int m3g_vision_run_case(const char *dir, hipStream_t st, m3_st_writer *dump, int
         hd[1] = Hv;
         if (!(ht = need(s, path, "tower_output", 2, hd, e)) || !(host = widen(ht, path, e)))
             goto done;
-        if (dvis_upload(&a, &d, &m.w.vision, 0, 0) ||
-            !(dh = (float *)dmalloc(&a, (size_t)hd[0] * Hv * sizeof(float))) ||
-            !(feats = (float *)dmalloc(&a, (size_t)(hd[0] / 4 + 1) * H * sizeof(float)))) {
-            m3_fail(e, "vision (gpu): device allocation failed");
+        if (dvis_upload(&a, &d, &m.w.vision, 0, 0, e) ||
+            !(dh = (float *)dmalloc(&a, e, (size_t)hd[0] * Hv * sizeof(float))) ||
+            !(feats = (float *)dmalloc(&a, e, (size_t)(hd[0] / 4 + 1) * H * sizeof(float)))) {
+            m3_fail_prefix(e, "vision (gpu): device buffers");
             goto done;
         }
-        VCK(hipMemcpy(dh, host, (size_t)hd[0] * Hv * sizeof(float), hipMemcpyHostToDevice));
+        M3G_TRY(e, hipMemcpy(dh, host, (size_t)hd[0] * Hv * sizeof(float), hipMemcpyHostToDevice),
+                done);
         m3g_blas *pb = vis_blas(mode, hd[0], imax(imax(Hv, d.proj1.rows), H), st);
         const int pr = vis_project(&a, &d, dh, hd[0], Hv, 4, H, mode, pb, st, feats, dump, e);
         (void)hipStreamSynchronize(st);
@@ -775,7 +777,7 @@ int m3g_vision_run_case(const char *dir, hipStream_t st, m3_st_writer *dump, int
                 dir, cn);
         goto done;
     }
-    VCK(hipStreamSynchronize(st));
+    M3G_TRY(e, hipStreamSynchronize(st), done);
     rc = 0;
 done:
     (void)hipStreamSynchronize(st);
@@ -833,11 +835,10 @@ int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int
 
     /* the tower on the device */
     nfeat = p.n / (m->cfg.vision.spatial_merge_size * m->cfg.vision.spatial_merge_size);
-    if (hipMalloc((void **)&out->feats, (size_t)(nfeat > 0 ? nfeat : 1) * H * sizeof(float)) !=
-        hipSuccess) {
+    if (M3G_HIP(e, hipMalloc((void **)&out->feats,
+                             (size_t)(nfeat > 0 ? nfeat : 1) * H * sizeof(float)))) {
         out->feats = NULL;
-        m3_fail(e, "vision (gpu): device allocation failed for %lld feature rows",
-                (long long)nfeat);
+        m3_fail_prefix(e, "vision (gpu): %lld feature rows", (long long)nfeat);
         goto done;
     }
     if (m3g_vision_forward(m, p.rows, p.n, p.grid, p.nitems, mode, r->joint, st, out->feats,
@@ -867,11 +868,11 @@ int m3g_vision_prepare(const m3_model *m, const m3g_vision_request *r, const int
             }
             rows[f++] = (int32_t)i;
         }
-    if (hipMalloc((void **)&out->rows, (size_t)(nfeat > 0 ? nfeat : 1) * sizeof(int32_t)) !=
-            hipSuccess ||
-        hipMemcpy(out->rows, rows, (size_t)nfeat * sizeof(int32_t), hipMemcpyHostToDevice) !=
-            hipSuccess) {
-        m3_fail(e, "vision (gpu): uploading %lld placeholder rows failed", (long long)nfeat);
+    if (M3G_HIP(e, hipMalloc((void **)&out->rows,
+                             (size_t)(nfeat > 0 ? nfeat : 1) * sizeof(int32_t))) ||
+        M3G_HIP(e, hipMemcpy(out->rows, rows, (size_t)nfeat * sizeof(int32_t),
+                             hipMemcpyHostToDevice))) {
+        m3_fail_prefix(e, "vision (gpu): uploading %lld placeholder rows", (long long)nfeat);
         goto done;
     }
     out->n = nfeat;

@@ -37,6 +37,7 @@ if ! make -j16 BUILD=$B bin/m3-ref bin/m3-conform gpu >"$out/build.log" 2>&1; th
   log "BUILD FAILED"; tail -30 "$out/build.log"; exit 1
 fi
 log "build: $(( $(date +%s) - t0 )) s"
+log "$(sh tests/usage_check.sh bin/m3-gpu "forward generate vision-case" ref/cli_opts.c gpu/m3-gpu.cu 2>&1 | tail -3)"
 
 
 ids_of() { $PY - "$1" <<'PYEOF'
@@ -164,16 +165,6 @@ PYEOF
   judge $d $mode "ragged T=$L"
  done
 done
-
-# the same bf16 prompts through the one-pass MSA prefill kernel (variant 6:
-# p rounded as FlashAttention does, not as ref): the port-like case M3-TOL-8
-# is for; expected: conforming, or TieDiverged (exit 3) and then conforming
-# teacher-forced
-export M3G_MSA_PREFILL_VARIANT=6
-for L in 127 129 2048 2200; do
-  judge /tmp/ragged_${L}_bf16 bf16 "ragged T=$L, one-pass MSA prefill (variant 6)"
-done
-unset M3G_MSA_PREFILL_VARIANT
 
 # generate on the demo model: bin/m3-gpu vs bin/m3-ref token ids (greedy and
 # one seeded sampled run), fp32 and bf16

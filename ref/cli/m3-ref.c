@@ -10,7 +10,8 @@
  *   m3-ref inspect  --model DIR
  *
  * vision inputs: --image FILE... | --video F1,F2,... --fps R | --pixels FILE, and
- * --vision-joint. The HELP_* texts below list every option parse_opts accepts.
+ * --vision-joint. Options are parsed by ref/cli_opts.h (shared with bin/m3-gpu);
+ * the HELP_* texts below list every option each command accepts.
  * Every subcommand takes --help (-h), --quiet and --lenient-config. Exit status: 0 ok,
  * 1 the model or the run failed (message on stderr), 2 bad command line.
  * Only this file prints; the library reports through m3_err.
@@ -33,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_opts.h"
 #include "err.h"
 #include "fileio.h"
 #include "genconfig.h"
@@ -209,95 +211,18 @@ static const char *HELP_INSPECT =
 /* ------------------------------------------------------------------------ */
 /* argument parsing                                                         */
 
-/* Strict decimal integer in [lo, hi]; 0 on success. */
-static int parse_ll(const char *s, long long lo, long long hi, long long *out)
-{
-    if (!s || !*s)
-        return -1;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno == ERANGE || *end != '\0' || end == s || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* Strict finite floating-point number; 0 on success. */
-static int parse_float(const char *s, float *out)
-{
-    if (!s || !*s)
-        return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno == ERANGE || *end != '\0' || end == s || !isfinite(v) || fabs(v) > 3.0e38)
-        return -1;
-    *out = (float)v;
-    return 0;
-}
-
-/* Parse "1,2,3" / "1 2 3" / "1, 2, 3" into a fresh array (ref/tokens.h). Each id is a plain
+/* Parse "1,2,3" / "1 2 3" / "1, 2, 3" into a fresh array (ref/cli_opts.h). Each id is a plain
  * decimal in [0, INT32_MAX]; empty lists, empty items, signs and other
  * characters are rejected with a message in why. */
 static int parse_tokens(const char *s, int32_t **out, int *n, char *why, size_t whylen)
 {
     m3_err e = {{0}};
-    size_t cnt = 0;
-    *out = NULL;
-    *n = 0;
-    if (m3_parse_token_list(s, strlen(s), "token list", out, &cnt, &e) != 0) {
+    if (m3_cli_parse_tokens(s, out, n, &e) != 0) {
         snprintf(why, whylen, "%s", e.msg);
         return -1;
     }
-    *n = (int)cnt; /* cnt <= M3_TOKENS_MAX < INT_MAX */
     return 0;
 }
-
-#define CLI_MAX_IMAGES 64
-
-typedef struct cli_opts {
-    const char *model;
-    const char *tokens;
-    const char *prompt;
-    const char *dump;
-    const char *dtype;
-    long long max_new;
-    int greedy;
-    int have_temp, have_top_p, have_top_k, have_seed;
-    float temperature, top_p;
-    long long top_k, seed;
-    int print_ids;
-    int lenient;
-    int quiet;            /* --quiet: no progress line, no summary */
-    int strict;           /* --strict: non-finite logits fail the run */
-    const char *case_dir; /* forward --case DIR */
-    int help;
-    int chat;             /* --chat: render --prompt as a user turn (M3-CHAT-*) */
-    const char *thinking; /* --thinking adaptive|enabled|disabled */
-    const char *system;   /* --system TEXT (with --chat) */
-    const char *conversation; /* --conversation FILE (M3-CHAT-FILE-1) */
-    /* multimodal (M3-VIS-*) */
-    const char *images[CLI_MAX_IMAGES]; /* --image FILE, repeatable, prompt order */
-    int n_images;
-    const char *video;    /* --video F1,F2,... (frames of one video) */
-    float fps;            /* --fps R */
-    int have_fps;
-    const char *pixels;   /* --pixels INPUTS.safetensors */
-    int vision_joint;     /* --vision-joint */
-    const char *draft;    /* --draft DIR: Eagle3 drafter, speculative decoding */
-    long long spec_k;     /* --spec-tokens K (default 3) */
-} cli_opts;
-
-enum {
-    ALLOW_TOKENS = 1,
-    ALLOW_PROMPT = 2,
-    ALLOW_DUMP = 4,
-    ALLOW_DTYPE = 8,
-    ALLOW_GEN = 16,
-    ALLOW_VISION = 32,
-    ALLOW_CASE = 64
-};
 
 static int usage_error(const char *cmd, const char *fmt, const char *arg)
 {
@@ -307,138 +232,14 @@ static int usage_error(const char *cmd, const char *fmt, const char *arg)
     return -1;
 }
 
-/* Parse argv[0..argc) of a subcommand into o. Returns 0, or -1 after printing. */
-static int parse_opts(const char *cmd, int argc, char **argv, int allow, cli_opts *o)
+/* Parse argv[0..argc) of a subcommand into o (ref/cli_opts.h, the parser
+ * bin/m3-gpu shares) taking the option groups in allow. Returns 0, or -1
+ * after printing. */
+static int parse_opts(const char *cmd, int argc, char **argv, unsigned allow, m3_cli_opts *o)
 {
-    memset(o, 0, sizeof *o);
-    o->max_new = 32;
-    o->spec_k = 3;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = NULL;
-        int has_val = 0;
-#define TAKES_VALUE()                                                                              \
-    do {                                                                                           \
-        if (i + 1 >= argc)                                                                         \
-            return usage_error(cmd, "option %s needs a value", a);                                 \
-        val = argv[++i];                                                                           \
-        has_val = 1;                                                                               \
-    } while (0)
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            o->help = 1;
-            return 0;
-        } else if (!strcmp(a, "--model")) {
-            TAKES_VALUE();
-            o->model = val;
-        } else if (!strcmp(a, "--lenient-config")) {
-            o->lenient = 1;
-        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
-            o->quiet = 1;
-        } else if (!strcmp(a, "--strict") && (allow & (ALLOW_DUMP | ALLOW_GEN))) {
-            o->strict = 1;
-        } else if (!strcmp(a, "--case") && (allow & ALLOW_CASE)) {
-            TAKES_VALUE();
-            o->case_dir = val;
-        } else if (!strcmp(a, "--tokens") && (allow & ALLOW_TOKENS)) {
-            TAKES_VALUE();
-            o->tokens = val;
-        } else if (!strcmp(a, "--prompt") && (allow & ALLOW_PROMPT)) {
-            TAKES_VALUE();
-            o->prompt = val;
-        } else if (!strcmp(a, "--dump") && (allow & ALLOW_DUMP)) {
-            TAKES_VALUE();
-            if (!*val)
-                return usage_error(cmd, "%s: empty output path", "--dump");
-            o->dump = val;
-        } else if (!strcmp(a, "--dtype") && (allow & ALLOW_DTYPE)) {
-            TAKES_VALUE();
-            if (strcmp(val, "fp32") && strcmp(val, "bf16"))
-                return usage_error(cmd, "--dtype must be fp32 or bf16 (got '%s')", val);
-            o->dtype = val;
-        } else if (!strcmp(a, "--max-new-tokens") && (allow & ALLOW_GEN)) {
-            TAKES_VALUE();
-            if (parse_ll(val, 0, INT_MAX, &o->max_new))
-                return usage_error(cmd, "--max-new-tokens needs an integer >= 0 (got '%s')", val);
-        } else if (!strcmp(a, "--greedy") && (allow & ALLOW_GEN)) {
-            o->greedy = 1;
-        } else if (!strcmp(a, "--temperature") && (allow & ALLOW_GEN)) {
-            TAKES_VALUE();
-            /* 0 is greedy (M3-SAMPLE-1); tiny positive values would overflow logit / T */
-            if (parse_float(val, &o->temperature) || o->temperature < 0.0f ||
-                (o->temperature > 0.0f && o->temperature < M3_SAMPLE_MIN_TEMPERATURE) ||
-                o->temperature > 1e6f)
-                return usage_error(cmd, "--temperature needs 0 (greedy) or a number in [1e-4, 1e6] "
-                                        "(got '%s')",
-                                   val);
-            if (o->temperature == 0.0f)
-                o->greedy = 1;
-            else
-                o->have_temp = 1;
-        } else if (!strcmp(a, "--top-p") && (allow & ALLOW_GEN)) {
-            TAKES_VALUE();
-            if (parse_float(val, &o->top_p) || !(o->top_p > 0.0f) || o->top_p > 1.0f)
-                return usage_error(cmd, "--top-p needs a number in (0, 1] (got '%s')", val);
-            o->have_top_p = 1;
-        } else if (!strcmp(a, "--top-k") && (allow & ALLOW_GEN)) {
-            TAKES_VALUE();
-            if (parse_ll(val, 0, INT_MAX, &o->top_k))
-                return usage_error(cmd, "--top-k needs an integer >= 0 (got '%s')", val);
-            o->have_top_k = 1;
-        } else if (!strcmp(a, "--seed") && (allow & ALLOW_GEN)) {
-            TAKES_VALUE();
-            if (parse_ll(val, 0, LLONG_MAX, &o->seed))
-                return usage_error(cmd, "--seed needs an integer >= 0 (got '%s')", val);
-            o->have_seed = 1;
-        } else if (!strcmp(a, "--draft") && (allow & ALLOW_GEN)) {
-            TAKES_VALUE();
-            o->draft = val;
-        } else if (!strcmp(a, "--spec-tokens") && (allow & ALLOW_GEN)) {
-            TAKES_VALUE();
-            if (parse_ll(val, 1, M3_SPEC_MAX_K, &o->spec_k))
-                return usage_error(cmd, "--spec-tokens needs an integer in [1, 32] (got '%s')", val);
-        } else if (!strcmp(a, "--print-ids") && (allow & ALLOW_GEN)) {
-            o->print_ids = 1;
-        } else if (!strcmp(a, "--image") && (allow & ALLOW_VISION)) {
-            TAKES_VALUE();
-            if (o->n_images == CLI_MAX_IMAGES)
-                return usage_error(cmd, "at most 64 --image options (got more at '%s')", val);
-            o->images[o->n_images++] = val;
-        } else if (!strcmp(a, "--video") && (allow & ALLOW_VISION)) {
-            TAKES_VALUE();
-            if (!*val)
-                return usage_error(cmd, "%s: empty frame list", "--video");
-            o->video = val;
-        } else if (!strcmp(a, "--fps") && (allow & ALLOW_VISION)) {
-            TAKES_VALUE();
-            if (parse_float(val, &o->fps) || !(o->fps > 0.0f))
-                return usage_error(cmd, "--fps needs a number > 0 (got '%s')", val);
-            o->have_fps = 1;
-        } else if (!strcmp(a, "--pixels") && (allow & ALLOW_VISION)) {
-            TAKES_VALUE();
-            o->pixels = val;
-        } else if (!strcmp(a, "--vision-joint") && (allow & ALLOW_VISION)) {
-            o->vision_joint = 1;
-        } else if (!strcmp(a, "--chat") && (allow & ALLOW_PROMPT)) {
-            o->chat = 1;
-        } else if (!strcmp(a, "--thinking") && (allow & ALLOW_PROMPT)) {
-            TAKES_VALUE();
-            o->thinking = val; /* checked by prompt_check */
-        } else if (!strcmp(a, "--system") && (allow & ALLOW_PROMPT)) {
-            TAKES_VALUE();
-            o->system = val;
-        } else if (!strcmp(a, "--conversation") && (allow & ALLOW_PROMPT)) {
-            TAKES_VALUE();
-            o->conversation = val;
-        } else {
-            return usage_error(cmd, "unknown option or argument '%s'", a);
-        }
-        (void)has_val;
-#undef TAKES_VALUE
-    }
-    if (!o->model && o->case_dir)
-        o->model = o->case_dir;
-    if (!o->model)
-        return usage_error(cmd, "%s is required", "--model DIR");
+    m3_err e = {{0}};
+    if (m3_cli_parse(argc, argv, allow, o, &e) != 0)
+        return usage_error(cmd, "%s", e.msg);
     return 0;
 }
 
@@ -465,7 +266,7 @@ static size_t count_nonfinite(const float *x, size_t n)
 
 /* The paths an output may not overwrite: the checkpoint's files and every other input. */
 typedef struct input_list {
-    const char *p[CLI_MAX_IMAGES + 16];
+    const char *p[M3_CLI_MAX_IMAGES + 16];
     char own[8][4200];
     int n, nown;
 } input_list;
@@ -623,9 +424,9 @@ out:
     return rc;
 }
 
-static m3_mode mode_of(const cli_opts *o)
+static m3_mode mode_of(const m3_cli_opts *o)
 {
-    return o->dtype && !strcmp(o->dtype, "bf16") ? M3_MODE_BF16 : M3_MODE_FP32;
+    return m3_cli_bf16(o) ? M3_MODE_BF16 : M3_MODE_FP32;
 }
 
 static double now_s(void)
@@ -636,7 +437,7 @@ static double now_s(void)
 }
 
 /* Open the model in o->model, printing the error or the mtp notice. */
-static int open_model(const char *cmd, m3_model *m, const cli_opts *o)
+static int open_model(const char *cmd, m3_model *m, const m3_cli_opts *o)
 {
     m3_err e = {{0}};
     m3_model_opts mo = {.lenient_config = o->lenient, .quiet = 0};
@@ -654,29 +455,17 @@ static int open_model(const char *cmd, m3_model *m, const cli_opts *o)
 /* ------------------------------------------------------------------------ */
 /* images and video                                                         */
 
-static int mm_requested(const cli_opts *o)
+static int mm_requested(const m3_cli_opts *o)
 {
-    return o->n_images > 0 || o->video || o->pixels;
+    return m3_cli_vision_requested(o);
 }
 
 /* Check the combination of prompt options (chat, images, video; the rules of
  * ref/prompt.h, shared with bin/m3-gpu); prints and returns -1 on misuse. */
-static int prompt_check(const char *cmd, const cli_opts *o)
+static int prompt_check(const char *cmd, const m3_cli_opts *o)
 {
-    const m3_prompt_opts po = {
-        .have_text = o->prompt != NULL,
-        .chat = o->chat,
-        .system = o->system,
-        .thinking = o->thinking,
-        .conversation = o->conversation,
-        .n_images = o->n_images,
-        .video = o->video,
-        .have_fps = o->have_fps,
-        .pixels = o->pixels,
-        .joint = o->vision_joint,
-    };
     m3_err e = {{0}};
-    if (m3_prompt_check(&po, &e) != 0)
+    if (m3_cli_prompt_check(o, &e) != 0)
         return usage_error(cmd, "%s", e.msg);
     return 0;
 }
@@ -686,7 +475,7 @@ static int prompt_check(const char *cmd, const cli_opts *o)
  * processor writes it into a text prompt): on success
  * *x holds the input embeddings [*T', H] (T' after placeholder expansion) and
  * *T is updated. frames_buf/frames are scratch owned by the caller. */
-static int mm_prepare(const m3_model *m, const cli_opts *o, m3_mode mode,
+static int mm_prepare(const m3_model *m, const m3_cli_opts *o, m3_mode mode,
                       const m3_tokenizer *tok, int32_t **ids, int *T, float **x,
                       m3_st_writer *dump, m3_err *e)
 {
@@ -749,7 +538,7 @@ static m3_tokenizer *open_tokenizer(const char *dir, char *why, size_t whylen)
  * chosen thinking mode; otherwise it is encoded as it is. Special-token
  * strings in the text are matched as special tokens, as HF tokenizers do by
  * default. */
-static int prompt_to_ids(const m3_tokenizer *tok, const cli_opts *o, int32_t **ids, int *n,
+static int prompt_to_ids(const m3_tokenizer *tok, const m3_cli_opts *o, int32_t **ids, int *n,
                          char *why, size_t whylen)
 {
     m3_err e = {{0}};
@@ -776,9 +565,10 @@ static int prompt_to_ids(const m3_tokenizer *tok, const cli_opts *o, int32_t **i
 
 static int cmd_forward(int argc, char **argv)
 {
-    cli_opts o;
+    m3_cli_opts o;
     if (parse_opts("forward", argc, argv,
-                   ALLOW_TOKENS | ALLOW_PROMPT | ALLOW_DUMP | ALLOW_DTYPE | ALLOW_VISION | ALLOW_CASE, &o) != 0 ||
+                   M3_CLI_TOKENS | M3_CLI_PROMPT | M3_CLI_DUMP | M3_CLI_DTYPE | M3_CLI_VISION |
+                       M3_CLI_CASE | M3_CLI_STRICT | M3_CLI_CONVERSATION, &o) != 0 ||
         prompt_check("forward", &o) != 0)
         return EXIT_USAGE;
     if (o.help) {
@@ -946,9 +736,10 @@ out:
 
 static int cmd_generate(int argc, char **argv)
 {
-    cli_opts o;
+    m3_cli_opts o;
     if (parse_opts("generate", argc, argv,
-                   ALLOW_TOKENS | ALLOW_PROMPT | ALLOW_DTYPE | ALLOW_GEN | ALLOW_VISION, &o) != 0 ||
+                   M3_CLI_TOKENS | M3_CLI_PROMPT | M3_CLI_DTYPE | M3_CLI_GEN | M3_CLI_VISION |
+                       M3_CLI_STRICT | M3_CLI_CONVERSATION, &o) != 0 ||
         prompt_check("generate", &o) != 0)
         return EXIT_USAGE;
     if (o.help) {
@@ -1234,7 +1025,7 @@ out:
 
 static int cmd_inspect(int argc, char **argv)
 {
-    cli_opts o;
+    m3_cli_opts o;
     if (parse_opts("inspect", argc, argv, 0, &o) != 0)
         return EXIT_USAGE;
     if (o.help) {

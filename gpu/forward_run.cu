@@ -1,0 +1,265 @@
+/* forward_run.cu — see forward_run.h. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "cli_opts.h"
+#include "progress.h"
+#include "safetensors.h"
+#include "sampling.h"
+}
+
+#include "forward.h"
+#include "forward_run.h"
+#include "hip_check.h"
+#include "weight_upload.h"
+
+int m3g_open_model(m3_model *m, const char *cmd, const char *dir, int lenient)
+{
+    m3_err e;
+    memset(&e, 0, sizeof e);
+    const m3_model_opts mo = {lenient, 0};
+    if (m3_model_open(m, dir, &mo, &e) != 0) {
+        fprintf(stderr, "m3-gpu %s: %s\n", cmd, e.msg);
+        return -1;
+    }
+    if (m->cfg.n_warnings > 0)
+        fprintf(stderr, "warning: %s\n", m->cfg.warnings);
+    if (m->w.ignored_mtp > 0)
+        fprintf(stderr, "note: ignored %d mtp.* tensors\n", m->w.ignored_mtp);
+    return 0;
+}
+
+/* The dump path of sequence s of n: OUT itself when n == 1, else OUT with
+ * ".s" inserted before a final ".safetensors" (else appended):
+ * out.safetensors → out.0.safetensors, out.1.safetensors, ... */
+static void seq_dump_path(char *buf, size_t cap, const char *out, int s, int n)
+{
+    const size_t len = strlen(out), sfx = strlen(".safetensors");
+    if (n == 1)
+        snprintf(buf, cap, "%s", out);
+    else if (len > sfx && !strcmp(out + len - sfx, ".safetensors"))
+        snprintf(buf, cap, "%.*s.%d.safetensors", (int)(len - sfx), out, s);
+    else
+        snprintf(buf, cap, "%s.%d", out, s);
+}
+
+/* The golden residual streams for teacher forcing from GOLDEN (an m3-ref
+ * dump or a vector's expected.safetensors): tf[l] = layers.{l}.input for
+ * l < L (layer 0: else embeddings), each [T, H] float widened to fp32.
+ * Returns 0, or -1 with the reason in e. */
+static int load_teacher(const char *path, int L, int T, int H, float **tf, m3_err *e)
+{
+    m3_store *g = NULL;
+    if (m3_store_open(&g, path, e) != 0)
+        return -1;
+    int rc = 0;
+    for (int l = 0; l < L && rc == 0; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "layers.%d.input", l);
+        const m3_tensor *t = m3_store_get(g, name);
+        if (!t && l == 0)
+            t = m3_store_get(g, "embeddings");
+        if (!t || t->ndim != 2 || t->shape[0] != T || t->shape[1] != H ||
+            !(t->dtype == M3_F32 || t->dtype == M3_BF16 || t->dtype == M3_F16)) {
+            rc = m3_fail(e, "%s: tensor \"%s\" %s (needs a float [%d, %d] tensor: T tokens, "
+                            "hidden size)", path, name,
+                         t ? "has the wrong shape or dtype" : "is missing", T, H);
+            break;
+        }
+        tf[l] = (float *)malloc((size_t)T * H * sizeof(float));
+        if (!tf[l]) {
+            rc = m3_fail(e, "out of host memory for the golden input of layer %d", l);
+            break;
+        }
+        for (size_t i = 0; i < (size_t)T * H; i++)
+            tf[l][i] = m3_load_f32(t->data, t->dtype, i);
+    }
+    m3_store_close(g);
+    return rc;
+}
+
+/* Print " top5: id:logit ..." (the five largest of last [V], ties to the
+ * lower id, as bin/m3-ref forward prints them) and a newline. */
+static void print_top5(const float *last, int V)
+{
+    int32_t top[5];
+    const int ntop = m3_top_ids(last, V, 5, top);
+    printf(" top5:");
+    for (int j = 0; j < ntop; j++)
+        printf(" %d:%.6g", (int)top[j], last[top[j]]);
+    printf("\n");
+}
+
+int forward_run(const char *dir, const char *const *toks, int n, int mode, int lenient,
+                const char *dumpp, const char *tf_path, const m3g_vision_request *vreq,
+                int quiet)
+{
+    m3_progress pg; /* the weight upload, then the summary line */
+    m3_progress_init_stderr(&pg, "m3-gpu forward", quiet);
+    int rc = M3G_EXIT_RUN, Ttot = 0, Tmax = 0, L = 0;
+    int32_t **ids = (int32_t **)calloc((size_t)n, sizeof *ids);
+    int *T = (int *)calloc((size_t)n, sizeof *T), *pos0 = (int *)calloc((size_t)n, sizeof *pos0);
+    int *slot = (int *)calloc((size_t)n, sizeof *slot);
+    m3_st_writer **w = (m3_st_writer **)calloc((size_t)n, sizeof *w);
+    float **tf = NULL, *logits = NULL;
+    m3_model m;
+    m3_err e;
+    dev_model dm;
+    gpu_sess sess;
+    int have_sess = 0;
+    hipStream_t st = NULL;
+    m3g_blas *blas = NULL;
+    m3g_vision_feats vis;
+    memset(&m, 0, sizeof m);
+    memset(&dm, 0, sizeof dm);
+    memset(&e, 0, sizeof e);
+    memset(&vis, 0, sizeof vis);
+    if (!ids || !T || !pos0 || !slot || !w) {
+        m3_fail(&e, "out of host memory");
+        goto fail;
+    }
+    for (int s = 0; s < n; s++) {
+        if (m3_cli_parse_tokens(toks[s], &ids[s], &T[s], &e) != 0) {
+            fprintf(stderr, "m3-gpu forward: --tokens: %s\n(run 'm3-gpu forward --help' for "
+                            "usage)\n", e.msg);
+            rc = M3G_EXIT_USAGE;
+            goto out;
+        }
+        slot[s] = s;
+    }
+    if (m3g_open_model(&m, "forward", dir, lenient) != 0)
+        goto out;
+    L = m.cfg.text.num_layers;
+    for (int s = 0; s < n && dumpp; s++)
+        if (!(w[s] = m3_st_writer_new())) {
+            m3_fail(&e, "out of host memory");
+            goto fail;
+        }
+    if (M3G_HIP(&e, hipStreamCreate(&st))) {
+        m3_fail_prefix(&e, "no usable GPU");
+        goto fail;
+    }
+    if (dev_model_upload(&dm, &m, &pg, &e) != 0) {
+        m3_fail_prefix(&e, "uploading the weights of %s", dir);
+        goto fail;
+    }
+    if (vreq) { /* vision tower on the device; the prompt grows by the placeholder runs */
+        int32_t *ids2 = NULL;
+        int64_t n2 = 0;
+        if (m3g_vision_prepare(&m, vreq, ids[0], T[0], mode, NULL, st, w[0], &ids2, &n2, &vis,
+                               &e))
+            goto fail;
+        free(ids[0]);
+        ids[0] = ids2;
+        if (n2 <= 0 || n2 > INT32_MAX) {
+            m3_fail(&e, "the multimodal prompt has %lld positions", (long long)n2);
+            goto fail;
+        }
+        T[0] = (int)n2;
+    }
+    for (int s = 0; s < n; s++) {
+        Tmax = T[s] > Tmax ? T[s] : Tmax;
+        if (T[s] > INT32_MAX - Ttot) {
+            m3_fail(&e, "the prompts have too many tokens in all");
+            goto fail;
+        }
+        Ttot += T[s];
+    }
+    if (tf_path) {
+        tf = (float **)calloc((size_t)L, sizeof *tf);
+        if (!tf) {
+            m3_fail(&e, "out of host memory");
+            goto fail;
+        }
+        if (load_teacher(tf_path, L, T[0], m.cfg.text.hidden_size, tf, &e) != 0) {
+            m3_fail_prefix(&e, "--teacher-forced");
+            goto fail;
+        }
+    }
+    logits = (float *)malloc((size_t)Ttot * (size_t)m.cfg.text.vocab_size * sizeof(float));
+    if (!logits) {
+        m3_fail(&e, "out of host memory for the logits of %d tokens", Ttot);
+        goto fail;
+    }
+    /* vendor BLAS for prefill GEMMs only in bf16 mode (exact there: X is
+     * already bf16); fp32 mode keeps the hand-written fp32 kernels */
+    if (mode == 1 && Ttot > 8) {
+        const m3_text_config *c = &m.cfg.text;
+        size_t wmax = (size_t)c->hidden_size;
+        const size_t cand[3] = {(size_t)c->num_heads * c->head_dim,
+                                (size_t)c->dense_intermediate_size,
+                                (size_t)c->shared_intermediate_size};
+        for (int i = 0; i < 3; i++)
+            wmax = cand[i] > wmax ? cand[i] : wmax;
+        blas = m3g_blas_new(st, (size_t)Ttot * wmax); /* NULL: fallback kernels */
+    }
+    if (gpu_sess_init(&sess, &m, &dm, Ttot, Tmax, n, mode, blas, st, &e) != 0)
+        goto fail;
+    have_sess = 1;
+    sess.vis = vis.n > 0 ? &vis : NULL; /* placed into sequence 0's embeddings */
+    {
+        const gpu_batch bt = {n, (const int32_t *const *)ids, T, pos0, slot,
+                              dumpp ? w : NULL, (const float *const *)tf};
+        if (gpu_step_batch(&sess, &bt, logits, 0, &e) != 0)
+            goto fail;
+    }
+    for (int s = 0; s < n && dumpp; s++) {
+        char buf[32], path[4200], bi[32];
+        snprintf(buf, sizeof buf, "%d", T[s]);
+        snprintf(bi, sizeof bi, "%d/%d", s, n);
+        seq_dump_path(path, sizeof path, dumpp, s, n);
+        if (m3_st_writer_meta(w[s], "m3.dump_version", "1", &e) != 0 ||
+            m3_st_writer_meta(w[s], "m3.mode", mode ? "bf16" : "fp32", &e) != 0 ||
+            m3_st_writer_meta(w[s], "m3.producer", "m3-gpu forward (" M3_GPU_VENDOR ")", &e) != 0 ||
+            m3_st_writer_meta(w[s], "m3.T", buf, &e) != 0 ||
+            (n > 1 && m3_st_writer_meta(w[s], "m3.batch", bi, &e) != 0) ||
+            (tf_path && m3_st_writer_meta(w[s], "m3.teacher_forced", tf_path, &e) != 0) ||
+            m3_st_writer_save(w[s], path, &e) != 0)
+            goto fail;
+    }
+    for (int s = 0, r = 0; s < n; r += T[s], s++) {
+        const int V = m.cfg.text.vocab_size;
+        if (n > 1)
+            printf("seq %d: ", s);
+        printf("T=%d%s", T[s], tf_path ? " (teacher-forced)" : "");
+        print_top5(logits + (size_t)(r + T[s] - 1) * V, V);
+    }
+    {
+        char sum[96];
+        snprintf(sum, sizeof sum, "%d prompt%s, %d tokens, %d layers", n, n > 1 ? "s" : "", Ttot,
+                 L);
+        m3_progress_summary(&pg, sum);
+    }
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "m3-gpu forward: %s\n", e.msg);
+out:
+    if (have_sess)
+        gpu_sess_free(&sess);
+    m3g_vision_feats_free(&vis);
+    m3g_blas_free(blas);
+    dev_model_free(&dm);
+    if (st)
+        (void)hipStreamDestroy(st);
+    for (int s = 0; s < n; s++) {
+        if (w)
+            m3_st_writer_free(w[s]);
+        if (ids)
+            free(ids[s]);
+    }
+    for (int l = 0; tf && l < L; l++)
+        free(tf[l]);
+    free(tf);
+    free(w);
+    free(ids);
+    free(T);
+    free(pos0);
+    free(slot);
+    free(logits);
+    m3_model_close(&m);
+    return rc;
+}
