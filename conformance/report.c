@@ -130,12 +130,12 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
             fmt_num(nm, sizeof nm, x->m.nmse);
             fmt_num(ma, sizeof ma, x->m.max_abs);
             snprintf(co, sizeof co, "%.9f", x->m.cos);
-        } else if (x->kind == 1 && x->set.rows) {
+        } else if (x->kind == CF_CMP_SET && x->set.rows) {
             snprintf(nm, sizeof nm, "sets");
             snprintf(ma, sizeof ma, "%ld/%ld", x->set.rows - x->set.rows_bad, x->set.rows);
             snprintf(co, sizeof co, "ties %ld", x->set.rows_tie);
         } else {
-            snprintf(nm, sizeof nm, x->kind ? "exact" : "-");
+            snprintf(nm, sizeof nm, x->kind != CF_CMP_METRICS ? "exact" : "-");
             snprintf(ma, sizeof ma, "-");
             snprintf(co, sizeof co, "-");
         }
@@ -268,7 +268,7 @@ void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
                 add_num(b, "cos_min", x->rule->cos_min);
             cJSON_AddStringToObject(b, "match", x->rule->match);
         }
-        if (x->kind == 1) {
+        if (x->kind == CF_CMP_SET) {
             cJSON_AddNumberToObject(o, "rows", (double)x->set.rows);
             cJSON_AddNumberToObject(o, "rows_tie", (double)x->set.rows_tie);
             cJSON_AddNumberToObject(o, "rows_bad", (double)x->set.rows_bad);
@@ -294,6 +294,8 @@ void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
             cJSON_AddStringToObject(mk, "tie_tensor", x->reach_tie);
             cJSON_AddNumberToObject(mk, "tie_row", (double)x->reach_tie_row);
         }
+        if (x->no_evidence) /* M3-VEC-10: a differing choice judged strictly, never silently */
+            cJSON_AddStringToObject(o, "tie_evidence", "absent");
         cJSON_AddStringToObject(o, "msg", x->msg);
         emit(f, o);
     }
@@ -310,6 +312,9 @@ void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
     cJSON_AddStringToObject(o, "result", cf_result_name(r->result));
     cJSON_AddBoolToObject(o, "conforms", cf_result_conforms(r->result));
     cJSON_AddNumberToObject(o, "tensors", r->nrec);
+    /* where the golden's tie evidence came from (M3-VEC-10): a file, computed, or none */
+    if (strcmp(r->target, "mutant-verdict") != 0)
+        cJSON_AddStringToObject(o, "tie_evidence", r->evidence[0] ? r->evidence : "none");
     if (r->first_fail >= 0) {
         const cf_record *x = &r->rec[r->first_fail];
         cJSON *d = cJSON_AddObjectToObject(o, "first_divergence");
