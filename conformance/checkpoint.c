@@ -92,7 +92,7 @@ static int judge_items(const cf_tf_opts *o, const cf_case *cs, const cf_tset *du
             snprintf(label, sizeof label, "teacher-forced layers");
         m3_progress_task(pg, label, M3_UNIT_ROWS, (int64_t)mine * T);
     }
-    /* each layer's golden is computed here, and its tie evidence with it (M3-VEC-10) */
+    /* each layer's golden is computed here, and its tie evidence with it (M3-VEC-11) */
     cf_judge_ctx jc = {.c = cs, .profile = o->profile, .model = m, .unsupported = o->unsupported,
                        .teacher_forced = 1, .want_T = T, .evidence_from = "computed with the teacher-forced golden"};
     for (int k = w; k < nitems; k += jobs) {

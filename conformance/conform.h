@@ -325,7 +325,7 @@ int cf_ref_teacher_forced(const m3_model *m, m3_mode mode, const cf_tset *feed, 
 int cf_ref_block_scores(const m3_model *m, m3_mode mode, int layer, const float *attn_norm, int T,
                         float **bs_out, int *nb_out, m3_err *e);
 
-/* ---- dump names (names.c, M3-DUMP-3/7/10, M3-VEC-10) ------------------------ */
+/* ---- dump names (names.c, M3-DUMP-3/7/10, M3-VEC-11) ------------------------ */
 /* How a golden tensor is judged: one judging function per kind (judge.c). */
 typedef enum cf_kind {
     CF_KIND_FLOAT = 0, /* float activations: metrics against a tolerance rule (M3-TOL-1..6) */
@@ -385,7 +385,7 @@ cf_cmp cf_kind_cmp(cf_kind k);
  * *n receives their count; entries are cf_name of scope CF_SCOPE_LAYER. */
 const cf_name *cf_name_layer_leaves(int *n);
 
-/* ---- tie evidence of a golden (evidence.c, M3-VEC-10) --------------------- */
+/* ---- tie evidence of a golden (evidence.c, M3-VEC-11) --------------------- */
 #define CF_EVIDENCE_FILE "evidence.safetensors"
 #define CF_EVIDENCE_VERSION "1"
 #define CF_EVIDENCE_MAX_BYTES (4ull << 30) /* size cap of an evidence file */
@@ -420,7 +420,7 @@ typedef struct cf_record {
     int order;              /* forward-order rank */
     cf_cmp kind;            /* the comparison reported: metrics, sets or exact */
     int no_evidence;        /* 1: a differing choice could not be judged as a tie: the
-                               golden carries no tie evidence (M3-VEC-10) */
+                               golden carries no tie evidence (M3-VEC-11) */
     cf_result result;
     int downstream;         /* after the first failure in forward order */
     int have_metrics;
@@ -464,7 +464,7 @@ typedef struct cf_report {
     long rows_total;        /* positions of the forward (T); 0 unknown */
     long rows_judged;       /* positions some judged tensor covers (M3-DUMP-10 row subsets) */
     char rows_note[160];    /* e.g. the case's row selector */
-    char evidence[2100];    /* where the golden's tie evidence came from; "" none (M3-VEC-10) */
+    char evidence[2100];    /* where the golden's tie evidence came from; "" none (M3-VEC-11) */
 } cf_report;
 
 /* Everything judging needs besides the two tensor sets. */
@@ -472,7 +472,7 @@ typedef struct cf_judge_ctx {
     const cf_case *c;
     const cf_profile *profile;
     const m3_model *model;     /* model cases: the config (MoE layers, forced blocks); may be NULL */
-    const cf_tset *evidence;   /* the golden's tie evidence (M3-VEC-10); NULL: it carries none */
+    const cf_tset *evidence;   /* the golden's tie evidence (M3-VEC-11); NULL: it carries none */
     const char *unsupported;   /* comma-separated capabilities the port declared absent */
     int teacher_forced;
     const unsigned char *want; /* NULL, or [want_T]: positions the case wants (params.rows, M3-DUMP-11) */

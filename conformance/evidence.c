@@ -1,7 +1,7 @@
 /* evidence.c — the tie evidence of a golden: computed with the golden, written
  * beside it, read back for judging.
  *
- * Spec: M3-VEC-10 (the evidence file: names, shapes, metadata, binding to
+ * Spec: M3-VEC-11 (the evidence file: names, shapes, metadata, binding to
  * its golden), M3-TOL-3/4 (ties are judged on the golden's own scores and
  * logits), M3-MSA-SELECT-* (raw block scores, forced blocks applied by the
  * judge), M3-MOE-ROUTER-2 (selection on the sigmoid scores plus the
@@ -166,12 +166,12 @@ static int check_one(const cf_tensor *t, const cf_tset *golden, const cf_tset *e
     char owner[200];
     int role = evidence_role(t->name, owner, sizeof owner);
     if (!role)
-        return m3_fail(e, "%s: tensor \"%s\" is not a tie evidence name (M3-VEC-10)", path, t->name);
+        return m3_fail(e, "%s: tensor \"%s\" is not a tie evidence name (M3-VEC-11)", path, t->name);
     if (t->is_int)
-        return m3_fail(e, "%s: %s must be F32 (M3-VEC-10)", path, t->name);
+        return m3_fail(e, "%s: %s must be F32 (M3-VEC-11)", path, t->name);
     const cf_tensor *g = cf_tset_get(golden, owner);
     if (!g)
-        return m3_fail(e, "%s: %s is evidence for %s, which the golden lacks (M3-VEC-10)", path, t->name, owner);
+        return m3_fail(e, "%s: %s is evidence for %s, which the golden lacks (M3-VEC-11)", path, t->name, owner);
     for (size_t j = 0; j < t->n; j++)
         if (isnan(t->f[j]))
             return m3_fail(e, "%s: %s holds NaN at flat index %zu (a bad vector)", path, t->name, j);
@@ -204,7 +204,7 @@ static int check_one(const cf_tensor *t, const cf_tset *golden, const cf_tset *e
         size_t n = 0;
         for (int d = 0; d < t->ndim && n < sizeof sh; d++)
             n += (size_t)snprintf(sh + n, sizeof sh - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-        return m3_fail(e, "%s: %s has shape [%s], which does not fit the golden's %s (M3-VEC-10)", path, t->name,
+        return m3_fail(e, "%s: %s has shape [%s], which does not fit the golden's %s (M3-VEC-11)", path, t->name,
                        sh, owner);
     }
     return 0;
@@ -238,7 +238,7 @@ static int check_complete(const cf_tset *ev, const cf_tset *golden, const char *
         }
         for (int j = 0; j < 2; j++)
             if (need[j][0] && !cf_tset_get(ev, need[j]))
-                return m3_fail(e, "%s: carries no %s, which the golden's %s needs for its ties (M3-VEC-10)", path,
+                return m3_fail(e, "%s: carries no %s, which the golden's %s needs for its ties (M3-VEC-11)", path,
                                need[j], gn);
     }
     return 0;
@@ -249,7 +249,7 @@ static int parse_store(cf_tset *ev, const m3_store *st, const char *path, const 
     for (size_t k = 0; k < m3_store_count(st); k++) {
         const m3_tensor *t = m3_store_at(st, k);
         if (t->dtype != M3_F32)
-            return m3_fail(e, "%s: tensor %s: dtype %s; tie evidence is F32 (M3-VEC-10)", path, t->name,
+            return m3_fail(e, "%s: tensor %s: dtype %s; tie evidence is F32 (M3-VEC-11)", path, t->name,
                            m3_dtype_name(t->dtype));
     }
     if (cf_tset_from_store(ev, st, e))
@@ -264,10 +264,10 @@ static int check_meta(const char *ver, const char *sha, const char *path, const 
 {
     if (strcmp(ver, CF_EVIDENCE_VERSION) != 0)
         return m3_fail(e, "%s: m3.evidence_version \"%.40s\" is not supported (this kit reads version %s, "
-                          "M3-VEC-10)", path, ver, CF_EVIDENCE_VERSION);
+                          "M3-VEC-11)", path, ver, CF_EVIDENCE_VERSION);
     if (golden_sha && strcmp(sha, golden_sha) != 0)
         return m3_fail(e, "%s: m3.golden_sha256 \"%.64s\" is not the sha256 of the golden (%s): the evidence "
-                          "belongs to another golden (M3-VEC-10)", path, sha, golden_sha);
+                          "belongs to another golden (M3-VEC-11)", path, sha, golden_sha);
     return 0;
 }
 

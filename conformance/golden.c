@@ -1,6 +1,6 @@
 /* golden.c — a model case's golden outputs from the reference (see golden.h).
  *
- * Spec: M3-VEC-2, M3-VEC-6, M3-DUMP-3, M3-VEC-10. The outputs are cf_ref_model's
+ * Spec: M3-VEC-2, M3-VEC-6, M3-DUMP-3, M3-VEC-11. The outputs are cf_ref_model's
  * one-shot run (chunked = 0): every dump tensor (fp32 or int32, as the kit holds
  * them) and greedy_tokens, saved by the reference's safetensors writer (sorted
  * names). The tie evidence of the same run (block scores, router bias, greedy

@@ -463,7 +463,7 @@ static int judge_sets(cf_record *rec, const cf_judge_ctx *ctx, const cf_tensor *
 }
 
 
-/* M3-VEC-10: a differing choice was judged strictly because the golden carries
+/* M3-VEC-11: a differing choice was judged strictly because the golden carries
  * no evidence for it; said in the record (and its JSON), never silently. */
 static void note_no_evidence(cf_record *rec, const cf_judge_ctx *ctx, const char *what)
 {
@@ -472,12 +472,12 @@ static void note_no_evidence(cf_record *rec, const cf_judge_ctx *ctx, const char
     rec->no_evidence = 1;
     char note[400];
     snprintf(note, sizeof note, "no tie evidence: the golden carries no %.100s%s%.200s, so a near tie could not "
-             "be settled (M3-VEC-10)", what, ctx->evidence_from ? " in " : "",
+             "be settled (M3-VEC-11)", what, ctx->evidence_from ? " in " : "",
              ctx->evidence_from ? ctx->evidence_from : "");
     append_msg(rec, "; ", note);
 }
 
-/* ---- tie evidence (M3-VEC-10): the golden's scores of a discrete tensor ------------------- */
+/* ---- tie evidence (M3-VEC-11): the golden's scores of a discrete tensor ------------------- */
 /* Golden block scores with forced blocks at +inf, [G*T, NB]; NULL if unknown
  * (*missing = 1 when the golden and its evidence lack them). */
 static float *block_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const char *prefix, int G, int T,
@@ -759,7 +759,7 @@ static void greedy_tie(cf_record *rec, const cf_judge_ctx *ctx, const cf_tensor 
     if (!lg || lg->is_int || lg->ndim != 2 || lg->shape[0] != (int64_t)g->n) {
         rec->no_evidence = 1;
         snprintf(note, sizeof note, "(not judged as a tie, M3-TOL-4: no tie evidence: the golden carries no "
-                 "greedy_logits%s%.200s, so a near tie could not be settled, M3-VEC-10)",
+                 "greedy_logits%s%.200s, so a near tie could not be settled, M3-VEC-11)",
                  ctx->evidence_from ? " in " : "", ctx->evidence_from ? ctx->evidence_from : "");
         append_msg(rec, " ", note);
         return;

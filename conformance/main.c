@@ -461,27 +461,39 @@ static void internal_error(cf_report *r, const m3_err *e)
     r->first_fail = r->first_diverged = r->first_tie = -1;
 }
 
-/* Golden outputs of a case and their tie evidence (M3-VEC-10): expected.safetensors
- * and, when present, evidence.safetensors beside it (verify: bound to the golden by
- * its sha256); else both computed by the reference (reported to pg's current task).
- * ev_from[cap] receives where the evidence came from, "" when the golden has none. */
-static int golden_of(const cf_case *cs, const m3_model *m, int verify, cf_tset *golden, int *computed, cf_tset *ev,
-                     char *ev_from, size_t cap, m3_progress *pg, m3_err *e)
+/* The tie evidence beside a case's expected.safetensors (M3-VEC-11), when present,
+ * into ev (verify: bound to the golden by its sha256); ev_from[cap] receives its path,
+ * "" when the golden has none. */
+static int evidence_of(const cf_case *cs, int verify, const cf_tset *golden, cf_tset *ev, char *ev_from,
+                       size_t cap, m3_err *e)
 {
     char p[2300], q[2300];
     snprintf(p, sizeof p, "%s/expected.safetensors", cs->dir);
     snprintf(q, sizeof q, "%s/%s", cs->dir, CF_EVIDENCE_FILE);
+    ev_from[0] = 0;
+    if (!exists(q))
+        return 0;
+    if (cf_evidence_load(ev, q, golden, p, verify, e))
+        return -1;
+    snprintf(ev_from, cap, "%.2000s", q);
+    return 0;
+}
+
+/* Golden outputs of a case and their tie evidence (M3-VEC-11): expected.safetensors
+ * (its evidence then read by evidence_of, after the golden's own checks; defer 0:
+ * here), else both computed by the reference (reported to pg's current task).
+ * ev_from[cap] receives where the evidence came from, "" when the golden has none. */
+static int golden_of(const cf_case *cs, const m3_model *m, int verify, cf_tset *golden, int *computed, cf_tset *ev,
+                     char *ev_from, size_t cap, int defer, m3_progress *pg, m3_err *e)
+{
+    char p[2300];
+    snprintf(p, sizeof p, "%s/expected.safetensors", cs->dir);
     *computed = 0;
     ev_from[0] = 0;
     if (exists(p)) {
         if (cf_tset_load(golden, p, e))
             return -1;
-        if (!exists(q))
-            return 0;
-        if (cf_evidence_load(ev, q, golden, p, verify, e))
-            return -1;
-        snprintf(ev_from, cap, "%.2000s", q);
-        return 0;
+        return defer ? 0 : evidence_of(cs, verify, golden, ev, ev_from, cap, e);
     }
     *computed = 1;
     snprintf(ev_from, cap, "computed with the golden by the reference");
@@ -661,7 +673,7 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
         const cf_tensor *emb = cf_tset_get(golden, "embeddings");
         if (emb && cf_tset_add_f(&tf_golden, "embeddings", emb->ndim, emb->shape, emb->f, e))
             goto out;
-        /* the teacher-forced golden's tie evidence, computed with it (M3-VEC-10) */
+        /* the teacher-forced golden's tie evidence, computed with it (M3-VEC-11) */
         if (cf_evidence_model(model, cs->mode, &tf_golden, &tf_ev, e))
             goto out;
         jc.evidence = &tf_ev;
@@ -883,7 +895,7 @@ static int cmd_check(ctx *c)
     }
     m3_progress_task(&c->pg, "golden", M3_UNIT_ROWS, 0);
     int grc = golden_of(&cs, have_model ? &model : NULL, !o->no_hash, &golden, &computed, &ev, ev_from,
-                        sizeof ev_from, &c->pg, &e);
+                        sizeof ev_from, 1, &c->pg, &e);
     m3_progress_end(&c->pg);
     if (grc)
         goto bad;
@@ -896,6 +908,8 @@ static int cmd_check(ctx *c)
         keep(c, &ir);
         goto bad;
     }
+    if (!computed && evidence_of(&cs, !o->no_hash, &golden, &ev, ev_from, sizeof ev_from, &e))
+        goto bad;
     const m3_model *mp = have_model ? &model : NULL;
     if (judge_dump(c, &cs, prof, mp, &golden, &ev, ev_from, o->dump, o->teacher_forced, o->unsupported,
                    &res, &e))
@@ -1050,7 +1064,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
     snprintf(p, sizeof p, "%s/expected.safetensors", cs.dir);
     init_report(&r, &cs, "", prof ? prof->name : "?", "ref");
     if (!prof || (exists(p) && golden_of(&cs, NULL, !o->no_hash, &golden, &computed, &ev, ev_from, sizeof ev_from,
-                                         &c->pg, &e))) {
+                                         0, &c->pg, &e))) {
         internal_error(&r, &e);
         goto finish;
     }
@@ -1058,7 +1072,7 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         m3_model gm;
         int hm = is_model && open_model(&gm, &cs, &e) == 0;
         int grc = (is_model && !hm) || golden_of(&cs, hm ? &gm : NULL, !o->no_hash, &golden, &computed, &ev, ev_from,
-                                                 sizeof ev_from, &c->pg, &e);
+                                                 sizeof ev_from, 0, &c->pg, &e);
         if (hm)
             m3_model_close(&gm);
         if (grc) {
@@ -1194,7 +1208,7 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
     snprintf(label, sizeof label, "mutant %.200s: golden", mu.id);
     m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
     int grc = golden_of(&cs, have_model ? &model : NULL, !o->no_hash, &golden, &computed, &ev, ev_from,
-                        sizeof ev_from, &c->pg, &e) ||
+                        sizeof ev_from, 0, &c->pg, &e) ||
               load_dump(&dump, &aux, mu.dump, &golden, r.unrecognised, sizeof r.unrecognised, caps,
                         sizeof caps, &e);
     m3_progress_end(&c->pg);
@@ -1389,7 +1403,7 @@ static int cmd_golden(int argc, char **argv)
         snprintf(def, sizeof def, "%s/expected.safetensors", dir);
         out = def;
     }
-    if (!evp) { /* beside the golden (M3-VEC-10) */
+    if (!evp) { /* beside the golden (M3-VEC-11) */
         const char *slash = strrchr(out, '/');
         snprintf(edef, sizeof edef, "%.*s%s", slash ? (int)(slash - out + 1) : 0, out, CF_EVIDENCE_FILE);
         evp = edef;

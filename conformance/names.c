@@ -5,7 +5,7 @@
  * rows on axis 1), M3-DUMP-6 (capabilities a port may declare absent),
  * M3-DUMP-7 (block_indices and topk_index are sets, topk_weight follows the
  * port's own expert order), M3-DUMP-10 (row sets), M3-TOL-4 (greedy tokens),
- * M3-VIS-DUMP-1 (vision names, computed before the embeddings).
+ * M3-DUMP-9 (vision names, computed before the embeddings).
  *
  * Design: one static table, searched by scope (a whole name, a name after
  * "layers.{i}.", after "vision.layers.{j}.", or a component case's output);
@@ -23,7 +23,7 @@
 /* Forward order: TOP ranks are absolute (vision first, negative); a layer
  * name's rank is 10 + 100 i + order; vision layers -700000 + j. */
 static const cf_name k_names[] = {
-    /* vision tower (M3-VIS-DUMP-1): before the embeddings */
+    /* vision tower (M3-DUMP-9): before the embeddings */
     {"vision.pixel_values", CF_SCOPE_TOP, CF_KIND_FLOAT, "vision-input", -900000, "vision", 0, 1, 0},
     {"vision.grid_thw", CF_SCOPE_TOP, CF_KIND_EXACT, "vision-input", -899999, "vision", 0, 1, 0},
     {"vision.patch_embed", CF_SCOPE_TOP, CF_KIND_FLOAT, "vision-patch", -800000, "vision", 0, 1, 0},

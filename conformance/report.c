@@ -294,7 +294,7 @@ void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
             cJSON_AddStringToObject(mk, "tie_tensor", x->reach_tie);
             cJSON_AddNumberToObject(mk, "tie_row", (double)x->reach_tie_row);
         }
-        if (x->no_evidence) /* M3-VEC-10: a differing choice judged strictly, never silently */
+        if (x->no_evidence) /* M3-VEC-11: a differing choice judged strictly, never silently */
             cJSON_AddStringToObject(o, "tie_evidence", "absent");
         cJSON_AddStringToObject(o, "msg", x->msg);
         emit(f, o);
@@ -312,7 +312,7 @@ void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
     cJSON_AddStringToObject(o, "result", cf_result_name(r->result));
     cJSON_AddBoolToObject(o, "conforms", cf_result_conforms(r->result));
     cJSON_AddNumberToObject(o, "tensors", r->nrec);
-    /* where the golden's tie evidence came from (M3-VEC-10): a file, computed, or none */
+    /* where the golden's tie evidence came from (M3-VEC-11): a file, computed, or none */
     if (strcmp(r->target, "mutant-verdict") != 0)
         cJSON_AddStringToObject(o, "tie_evidence", r->evidence[0] ? r->evidence : "none");
     if (r->first_fail >= 0) {

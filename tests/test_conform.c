@@ -531,7 +531,7 @@ static void test_expert_ties_in_judge(void **st)
     assert_string_equal(r.rec[r.first_fail].component, "router");
     assert_int_equal(r.rec[r.first_fail].no_evidence, 0);
     cf_report_free(&r);
-    /* a golden without tie evidence (M3-VEC-10): judged strictly, and the record says so */
+    /* a golden without tie evidence (M3-VEC-11): judged strictly, and the record says so */
     memset(&r, 0, sizeof r);
     ctx.evidence = NULL;
     assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);

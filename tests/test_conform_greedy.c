@@ -34,7 +34,7 @@ typedef struct fixture {
     m3_model m;
     cf_tset golden; /* expected.safetensors */
     cf_tset in;     /* inputs.safetensors */
-    cf_tset ev;     /* evidence.safetensors: the golden's greedy logits (M3-VEC-10) */
+    cf_tset ev;     /* evidence.safetensors: the golden's greedy logits (M3-VEC-11) */
     int use_ev;     /* 0: judge as a golden without tie evidence */
 } fixture;
 
@@ -194,7 +194,7 @@ static void test_token_outside_vocabulary(void **st)
     assert_non_null(strstr(r.msg, "outside the vocabulary"));
 }
 
-/* A golden without tie evidence (M3-VEC-10): the first differing token stays a
+/* A golden without tie evidence (M3-VEC-11): the first differing token stays a
  * Fail even within any tolerance, and the record says the tie could not be settled. */
 static void test_no_evidence(void **st)
 {

@@ -97,7 +97,7 @@ def clauses(comp, mode, extra=()):
 
 
 def evidence_file(expected_bytes, ev):
-    """evidence.safetensors (spec/vectors.md M3-VEC-10): the golden's tie
+    """evidence.safetensors (spec/vectors.md M3-VEC-11): the golden's tie
     evidence as F32, bound to the golden by its sha256."""
     return st.dumps({k: np.asarray(v, F32) for k, v in ev.items()},
                     {"m3.evidence_version": "1", "m3.golden_sha256": hashlib.sha256(expected_bytes).hexdigest()})
@@ -111,7 +111,7 @@ def with_evidence(files, ev):
 
 
 def model_evidence(cfg, W, scores, greedy_rows):
-    """The tie evidence of a model golden (M3-VEC-10): raw block scores of the
+    """The tie evidence of a model golden (M3-VEC-11): raw block scores of the
     sparse layers, the correction bias of the MoE layers, the logits rows the
     greedy steps took their argmax of."""
     ev = dict(scores)
@@ -397,7 +397,7 @@ def run_model(model, ids, mode, n_new):
 
 
 def run_evidence(model, ids, mode, n_new):
-    """The tie evidence of run_model's golden (M3-VEC-10)."""
+    """The tie evidence of run_model's golden (M3-VEC-11)."""
     run_model(model, ids, mode, n_new)
     return _EVIDENCE[_run_key(model, ids, mode, n_new)]
 

@@ -221,7 +221,7 @@ def main():
         if a.no_golden:
             continue
         # a golden computed before goldens carried their tie evidence is computed again
-        # (same bytes; the evidence beside it is new, spec/vectors.md M3-VEC-10)
+        # (same bytes; the evidence beside it is new, spec/vectors.md M3-VEC-11)
         evid = os.path.join(d0, "evidence.safetensors")
         if os.path.exists(gold) and os.path.exists(evid) and os.path.exists(stamp) and open(stamp).read() == want:
             print("real_suite: golden of %s already computed" % c0)
@@ -243,7 +243,7 @@ def main():
                     sys.exit("real_suite: %s and %s share a prompt but want %d and %d greedy tokens"
                              % (c, c0, n, n0))
                 st_write(g, t)
-                # its tie evidence: the shared run's, bound to this golden (M3-VEC-10)
+                # its tie evidence: the shared run's, bound to this golden (M3-VEC-11)
                 ev = st_read(evid)
                 if n == 0:
                     ev.pop("greedy_logits", None)
