@@ -381,6 +381,8 @@ int cf_tie_dependent(const char *t, int component_case, int layer, int order);
 int cf_dump_contract_name(const char *t, int L);
 /* The comparison a record of kind k reports. */
 cf_cmp cf_kind_cmp(cf_kind k);
+/* The whole table of dump names (*n entries), in forward order within each scope. */
+const cf_name *cf_name_table(int *n);
 /* The per-layer leaves of the model dump contract in forward order (M3-DUMP-3):
  * *n receives their count; entries are cf_name of scope CF_SCOPE_LAYER. */
 const cf_name *cf_name_layer_leaves(int *n);

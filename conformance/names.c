@@ -147,6 +147,12 @@ cf_cmp cf_kind_cmp(cf_kind k)
     }
 }
 
+const cf_name *cf_name_table(int *n)
+{
+    *n = N_NAMES;
+    return k_names;
+}
+
 const cf_name *cf_name_layer_leaves(int *n)
 {
     int first = 0;
