@@ -717,7 +717,12 @@ static int judge_kind_experts(judge_run *jr, cf_record *rec, const judge_cur *cu
     int rc = judge_sets(rec, jr->ctx, cur->o, g, T, k, T, sc, E, 0, cur->trp, &jr->tl, cur->pos);
     free(sc);
     if (!rc && missing) {
-        snprintf(what, sizeof what, "%sscores and %sbias", prefix, prefix);
+        char sn[240];
+        snprintf(sn, sizeof sn, "%sscores", prefix);
+        if (lookup(jr->ctx, jr->golden, sn))
+            snprintf(what, sizeof what, "%sbias", prefix);
+        else
+            snprintf(what, sizeof what, "%sscores and %sbias", prefix, prefix);
         note_no_evidence(rec, jr->ctx, what);
     }
     return rc;
