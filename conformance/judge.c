@@ -10,7 +10,19 @@
  * (tensors are judged in forward order; the rows that depend on a
  * tie-accepted row of their own layer are left out of the judgement, and in
  * a free-running forward a tensor failing only in rows that a tie of an
- * earlier layer reaches is TieDiverged, neither Pass nor Fail).
+ * earlier layer reaches is TieDiverged, neither Pass nor Fail), M3-TOL-4
+ * (a first differing greedy token within the tie tolerance of the golden
+ * logits), M3-VEC-11 (ties are judged on the golden's stored evidence).
+ *
+ * Design: the judge only judges. Everything it weighs is stored data: the
+ * golden, its tie evidence (block scores, router scores and bias, greedy
+ * logits; evidence.c) and the model's config; it never runs the model.
+ * cf_judge collects the golden tensors with their kind from the table of
+ * dump names (names.c), sorts them in forward order, and hands each, after
+ * the checks every kind shares (declared capabilities, rows, shape, dtype,
+ * the rows earlier ties reach), to the one judging function of its kind.
+ * A golden without evidence is still judged: a differing choice is then
+ * judged strictly, and its record says so (no_evidence).
  */
 #include "conform.h"
 
