@@ -226,6 +226,7 @@ def gen_evidence():
     put("fuzz_evidence", "other_golden.safetensors", st_file(good, dict(meta, **{"m3.golden_sha256": "1" * 64})))
     put("fuzz_evidence", "no_version.safetensors", st_file(good, {"m3.golden_sha256": "0" * 64}))
     put("fuzz_evidence", "missing_bias.safetensors", st_file([good[0], good[2]], meta))
+    put("fuzz_evidence", "missing_greedy.safetensors", st_file(good[:2], meta))
     put("fuzz_evidence", "bad_shape.safetensors",
         st_file([good[0], ("layers.0.moe.bias", "F32", [5], [0.0] * 5), good[2]], meta))
     put("fuzz_evidence", "unknown_name.safetensors", st_file(good + [("layers.0.extra", "F32", [1], [0.0])], meta))
