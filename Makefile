@@ -398,6 +398,17 @@ conform-test: bin/m3-conform bin/m3-ref vectors-big $(BUILD)/tests/cli_helper
 	sh tests/chat_check.sh bin/m3-conform
 	sh tests/conform_port.sh bin/m3-conform bin/m3-ref $(BUILD)/tests/cli_helper $(PYTHON) $(BUILD)/vectors-long
 
+# the kit's JSON results on every vector and mutant with BEFORE (an older
+# bin/m3-conform) and with this one, and their difference (tools/verdicts.py):
+# fails when a result or an exit status changed
+BEFORE ?=
+.PHONY: verdicts-diff
+verdicts-diff: bin/m3-conform
+	@test -n "$(BEFORE)" || { echo "verdicts-diff: name the older kit: make verdicts-diff BEFORE=PATH/m3-conform"; exit 2; }
+	$(PYTHON) tools/verdicts.py collect --conform $(BEFORE) --out $(BUILD)/verdicts/before
+	$(PYTHON) tools/verdicts.py collect --conform bin/m3-conform --out $(BUILD)/verdicts/after
+	$(PYTHON) tools/verdicts.py diff $(BUILD)/verdicts/before $(BUILD)/verdicts/after
+
 # docs/port-bugs.md: its "flagged first" column is the kit's verdict on each
 # published port-bug mutant (tools/port_bugs.py runs m3-conform check on each)
 port-bugs-check: bin/m3-conform

@@ -92,12 +92,14 @@ static int judge_items(const cf_tf_opts *o, const cf_case *cs, const cf_tset *du
             snprintf(label, sizeof label, "teacher-forced layers");
         m3_progress_task(pg, label, M3_UNIT_ROWS, (int64_t)mine * T);
     }
-    const cf_judge_ctx jc = {cs, o->profile, m, NULL, o->unsupported, 1, NULL, T, NULL, NULL, NULL, NULL, NULL};
+    /* each layer's golden is computed here, and its tie evidence with it (M3-VEC-11) */
+    cf_judge_ctx jc = {.c = cs, .profile = o->profile, .model = m, .unsupported = o->unsupported,
+                       .teacher_forced = 1, .want_T = T, .evidence_from = "computed with the teacher-forced golden"};
     for (int k = w; k < nitems; k += jobs) {
         int i = items[k];
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        cf_tset g = {0};
+        cf_tset g = {0}, ev = {0};
         cf_report part;
         memset(&part, 0, sizeof part);
         part.first_fail = part.first_diverged = part.first_tie = -1;
@@ -131,8 +133,12 @@ static int judge_items(const cf_tf_opts *o, const cf_case *cs, const cf_tset *du
             }
         }
         if (!rc)
+            rc = cf_evidence_model(m, o->mode, &g, &ev, e);
+        jc.evidence = &ev;
+        if (!rc)
             rc = cf_judge(&part, &jc, dump, &g, e);
         cf_tset_free(&g);
+        cf_tset_free(&ev);
         for (int q = 0; !rc && q < part.nrec; q++) {
             cf_record *x = cf_report_add(r);
             if (!x)
@@ -241,6 +247,7 @@ int cf_tf_check(const cf_tf_opts *o, cf_report *r, cf_slice *sl, m3_err *e)
     snprintf(r->profile, sizeof r->profile, "%s", o->profile->name);
     snprintf(r->target, sizeof r->target, "dump");
     r->teacher_forced = 1;
+    snprintf(r->evidence, sizeof r->evidence, "computed with the teacher-forced golden");
     r->rows_total = T;
     memset(sl, 0, sizeof *sl);
     snprintf(sl->case_id, sizeof sl->case_id, "%s", o->c->id);

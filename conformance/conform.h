@@ -297,11 +297,10 @@ int cf_ref_component(const cf_case *c, cf_tset *out, m3_err *e);
  * meter whose current task gets the total and one count per row per layer. */
 int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inputs, int chunked,
                  cf_tset *out, m3_progress *pg, m3_err *e);
-/* M3-TOL-4: the reference's logits (case mode) at generated step k, after the
- * prompt of dir/inputs.safetensors and the golden tokens gen[0..k-1]:
- * *margin = logit[gen[k]] - logit[alt], *maxabs = max |logit| of that row. */
-int cf_ref_greedy_margin(const cf_case *c, const m3_model *m, const int32_t *gen, int k, int32_t alt,
-                         double *margin, double *maxabs, m3_err *e);
+/* As cf_ref_model; ev (NULL: none) also receives "greedy_logits" [N, V]: row j
+ * holds the logits greedy step j took its argmax of (the tie evidence of M3-TOL-4). */
+int cf_ref_model_ev(const cf_case *c, const m3_model *m, const cf_tset *inputs, int chunked,
+                    cf_tset *out, cf_tset *ev, m3_progress *pg, m3_err *e);
 /* Teacher-forced: layer `layer` alone from x [T, H] (the residual entering
  * it) on a fresh state; its activations go into out. */
 int cf_ref_layer(const m3_model *m, m3_mode mode, int layer, const float *x, int T, cf_tset *out,
@@ -326,6 +325,94 @@ int cf_ref_teacher_forced(const m3_model *m, m3_mode mode, const cf_tset *feed, 
 int cf_ref_block_scores(const m3_model *m, m3_mode mode, int layer, const float *attn_norm, int T,
                         float **bs_out, int *nb_out, m3_err *e);
 
+/* ---- dump names (names.c, M3-DUMP-3/7/10, M3-VEC-11) ------------------------ */
+/* How a golden tensor is judged: one judging function per kind (judge.c). */
+typedef enum cf_kind {
+    CF_KIND_FLOAT = 0, /* float activations: metrics against a tolerance rule (M3-TOL-1..6) */
+    CF_KIND_BLOCKS,    /* block_indices: sets per (head, row); ties on the block scores (M3-MSA-SELECT-*) */
+    CF_KIND_EXPERTS,   /* topk_index: sets per row; ties on the biased router scores (M3-MOE-ROUTER-2) */
+    CF_KIND_WEIGHTS,   /* topk_weight: float metrics in the port's own expert order (M3-DUMP-7) */
+    CF_KIND_GREEDY,    /* greedy_tokens: exact; a first differing step judged on the golden logits (M3-TOL-4) */
+    CF_KIND_EXACT,     /* other integer tensors: element by element */
+    CF_KIND_SKIP       /* row sets (M3-DUMP-10) and aux.* tensors of a golden: never judged themselves */
+} cf_kind;
+
+/* What a record's comparison reports (the JSON "kind" of a slice, M3-DUMP-12). */
+typedef enum cf_cmp {
+    CF_CMP_METRICS = 0, /* float metrics */
+    CF_CMP_SET = 1,     /* rows compared as sets */
+    CF_CMP_EXACT = 2    /* integers compared element by element */
+} cf_cmp;
+
+/* Where a dump name lives. */
+typedef enum cf_scope {
+    CF_SCOPE_TOP,          /* the whole name (embeddings, logits, vision.patch_embed, ...) */
+    CF_SCOPE_LAYER,        /* after "layers.{i}." */
+    CF_SCOPE_VISION_LAYER, /* after "vision.layers.{j}." */
+    CF_SCOPE_COMPONENT     /* the whole name, in a component case */
+} cf_scope;
+
+/* One entry of the table of dump names: everything the kit knows about a name. */
+typedef struct cf_name {
+    const char *leaf;       /* the name (TOP, COMPONENT) or its part after the layer prefix */
+    cf_scope scope;
+    cf_kind kind;
+    const char *component;  /* localisation label ("msa-select", "moe-router", ...) */
+    int order;              /* forward-order rank: TOP absolute, LAYER / VISION_LAYER within the
+                             * layer, COMPONENT within the case's contract */
+    const char *capability; /* the capability a port may declare absent (M3-DUMP-6), NULL: core */
+    int row_axis;           /* axis of the token rows: 1 for [G, T, ...] block tensors, else 0 */
+    int dump;               /* 1: a name of the model dump contract (M3-DUMP-3) */
+    int tie_dependent;      /* component cases: depends on a tie of the case (M3-TOL-8 (a)) */
+} cf_name;
+
+/* The table entry of tensor name t in a model case (component_case 0) or a
+ * component case (1), NULL when the table has none; *layer (may be NULL)
+ * receives i for "layers.{i}." / j for "vision.layers.{j}." names, else -1. */
+const cf_name *cf_name_find(const char *t, int component_case, int *layer);
+/* The judging kind of a golden tensor t (is_int: it holds integers) in a
+ * model or component case: the table's, by its last name part for names
+ * outside the table; integers are compared exactly where metrics would be. */
+cf_kind cf_name_kind(const char *t, int component_case, int is_int);
+/* M3-TOL-8 (a): whether tensor t (layer, forward rank order) depends on a tie
+ * of its own layer (model) or case (component). */
+int cf_tie_dependent(const char *t, int component_case, int layer, int order);
+/* 1 when t is a name of the model dump contract (M3-DUMP-3) for L layers. */
+int cf_dump_contract_name(const char *t, int L);
+/* The comparison a record of kind k reports. */
+cf_cmp cf_kind_cmp(cf_kind k);
+/* The whole table of dump names (*n entries), in forward order within each scope. */
+const cf_name *cf_name_table(int *n);
+/* The per-layer leaves of the model dump contract in forward order (M3-DUMP-3):
+ * *n receives their count; entries are cf_name of scope CF_SCOPE_LAYER. */
+const cf_name *cf_name_layer_leaves(int *n);
+
+/* ---- tie evidence of a golden (evidence.c, M3-VEC-11) --------------------- */
+#define CF_EVIDENCE_FILE "evidence.safetensors"
+#define CF_EVIDENCE_VERSION "1"
+#define CF_EVIDENCE_MAX_BYTES (4ull << 30) /* size cap of an evidence file */
+
+/* Compute the tie evidence of a model golden from the reference: the raw
+ * block scores of every sparse layer from the golden's attn_norm, and the
+ * router correction bias of every MoE layer (zeros where the config uses
+ * none), into ev. Greedy logits come from cf_ref_model. */
+int cf_evidence_model(const m3_model *m, m3_mode mode, const cf_tset *golden, cf_tset *ev, m3_err *e);
+/* Move the "aux.NAME" tensors of a component case's computed outputs into ev as NAME. */
+int cf_evidence_from_component(cf_tset *out, cf_tset *ev, m3_err *e);
+/* Write ev to path (through a temporary file and a rename), with metadata
+ * m3.evidence_version and m3.golden_sha256 (the sha256 of golden_path). */
+int cf_evidence_write(const cf_tset *ev, const char *path, const char *golden_path, m3_err *e);
+/* Load the evidence file path of the golden golden (read from golden_path):
+ * F32 tensors of the evidence names only, shaped after the golden, with every
+ * tensor the golden's discrete tensors need; verify: its m3.golden_sha256
+ * must be golden_path's sha256. Errors name path and the problem. */
+int cf_evidence_load(cf_tset *ev, const char *path, const cf_tset *golden, const char *golden_path, int verify,
+                     m3_err *e);
+/* As cf_evidence_load for an evidence file image data[0..size) (named path);
+ * golden_sha: the golden's sha256 to compare (NULL: unchecked). */
+int cf_evidence_parse(cf_tset *ev, const void *data, size_t size, const char *path, const cf_tset *golden,
+                      const char *golden_sha, m3_err *e);
+
 /* ---- judging and localisation (judge.c, localise.c) ----------------------- */
 typedef struct cf_record {
     char tensor[160];
@@ -333,7 +420,9 @@ typedef struct cf_record {
     char component[48];     /* localisation component (norm, attention, msa-select, ...) */
     int layer;              /* -1 when not a layer tensor */
     int order;              /* forward-order rank */
-    int kind;               /* 0 float metrics, 1 set, 2 exact */
+    cf_cmp kind;            /* the comparison reported: metrics, sets or exact */
+    int no_evidence;        /* 1: a differing choice could not be judged as a tie: the
+                               golden carries no tie evidence (M3-VEC-11) */
     cf_result result;
     int downstream;         /* after the first failure in forward order */
     int have_metrics;
@@ -377,14 +466,15 @@ typedef struct cf_report {
     long rows_total;        /* positions of the forward (T); 0 unknown */
     long rows_judged;       /* positions some judged tensor covers (M3-DUMP-10 row subsets) */
     char rows_note[160];    /* e.g. the case's row selector */
+    char evidence[2100];    /* where the golden's tie evidence came from; "" none (M3-VEC-11) */
 } cf_report;
 
 /* Everything judging needs besides the two tensor sets. */
 typedef struct cf_judge_ctx {
     const cf_case *c;
     const cf_profile *profile;
-    const m3_model *model;     /* model cases: for block scores and router bias; may be NULL */
-    const cf_tset *aux;        /* extra golden data (ref outputs: block_scores, scores, bias); may be NULL */
+    const m3_model *model;     /* model cases: the config (MoE layers, forced blocks); may be NULL */
+    const cf_tset *evidence;   /* the golden's tie evidence (M3-VEC-11); NULL: it carries none */
     const char *unsupported;   /* comma-separated capabilities the port declared absent */
     int teacher_forced;
     const unsigned char *want; /* NULL, or [want_T]: positions the case wants (params.rows, M3-DUMP-11) */
@@ -394,6 +484,7 @@ typedef struct cf_judge_ctx {
     const char *bad_feed;      /* teacher-forced: the dump's own layer input holding NaN/Inf, or NULL */
     const unsigned char *want_logits; /* NULL, or [want_T]: params.logits_rows, for logits */
     const char *want_logits_sel;
+    const char *evidence_from; /* where evidence came from, for messages and the JSON; may be NULL */
 } cf_judge_ctx;
 
 /* Judge every golden tensor against out, appending records to r, then

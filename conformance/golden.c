@@ -1,8 +1,11 @@
 /* golden.c — a model case's golden outputs from the reference (see golden.h).
  *
- * Spec: M3-VEC-2, M3-VEC-6, M3-DUMP-3. The outputs are cf_ref_model's one-shot run
- * (chunked = 0): every dump tensor (fp32 or int32, as the kit holds them) and
- * greedy_tokens, saved by the reference's safetensors writer (sorted names).
+ * Spec: M3-VEC-2, M3-VEC-6, M3-DUMP-3, M3-VEC-11. The outputs are cf_ref_model's
+ * one-shot run (chunked = 0): every dump tensor (fp32 or int32, as the kit holds
+ * them) and greedy_tokens, saved by the reference's safetensors writer (sorted
+ * names). The tie evidence of the same run (block scores, router bias, greedy
+ * logits) goes into evidence.safetensors beside it, bound to it by its sha256;
+ * the golden's own bytes do not depend on it.
  */
 #include "golden.h"
 
@@ -13,15 +16,15 @@
 
 #include "conform.h"
 
-int cf_golden_write(const char *case_dir, const char *out_path, int verify, m3_progress *pg,
-                    m3_err *e)
+int cf_golden_write(const char *case_dir, const char *out_path, const char *evidence_path, int verify,
+                    m3_progress *pg, m3_err *e)
 {
     cf_case cs;
     if (cf_case_load(&cs, case_dir, verify, e))
         return -1;
     int rc = -1, have_model = 0;
     m3_model model;
-    cf_tset in = {0}, out = {0};
+    cf_tset in = {0}, out = {0}, ev = {0};
     m3_st_writer *w = NULL;
     char p[2400], tmp[2500];
     if (strcmp(cs.component, "model") != 0) {
@@ -37,7 +40,8 @@ int cf_golden_write(const char *case_dir, const char *out_path, int verify, m3_p
     }
     have_model = 1;
     snprintf(p, sizeof p, "%s/inputs.safetensors", cs.dir);
-    if (cf_tset_load(&in, p, e) || cf_ref_model(&cs, &model, &in, 0, &out, pg, e))
+    if (cf_tset_load(&in, p, e) || cf_ref_model_ev(&cs, &model, &in, 0, &out, &ev, pg, e) ||
+        cf_evidence_model(&model, cs.mode, &out, &ev, e))
         goto done;
     if (!(w = m3_st_writer_new())) {
         m3_fail(e, "golden: out of memory");
@@ -59,11 +63,14 @@ int cf_golden_write(const char *case_dir, const char *out_path, int verify, m3_p
         unlink(tmp);
         goto done;
     }
+    if (cf_evidence_write(&ev, evidence_path, out_path, e))
+        goto done;
     rc = 0;
 done:
     m3_st_writer_free(w);
     cf_tset_free(&in);
     cf_tset_free(&out);
+    cf_tset_free(&ev);
     if (have_model)
         m3_model_close(&model);
     cf_case_free(&cs);

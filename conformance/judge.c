@@ -10,49 +10,25 @@
  * (tensors are judged in forward order; the rows that depend on a
  * tie-accepted row of their own layer are left out of the judgement, and in
  * a free-running forward a tensor failing only in rows that a tie of an
- * earlier layer reaches is TieDiverged, neither Pass nor Fail).
+ * earlier layer reaches is TieDiverged, neither Pass nor Fail), M3-TOL-4
+ * (a first differing greedy token within the tie tolerance of the golden
+ * logits), M3-VEC-11 (ties are judged on the golden's stored evidence).
+ *
+ * Design: the judge only judges. Everything it weighs is stored data: the
+ * golden, its tie evidence (block scores, router scores and bias, greedy
+ * logits; evidence.c) and the model's config; it never runs the model.
+ * cf_judge collects the golden tensors with their kind from the table of
+ * dump names (names.c), sorts them in forward order, and hands each, after
+ * the checks every kind shares (declared capabilities, rows, shape, dtype,
+ * the rows earlier ties reach), to the one judging function of its kind.
+ * A golden without evidence is still judged: a differing choice is then
+ * judged strictly, and its record says so (no_evidence).
  */
 #include "conform.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int ends_with(const char *s, const char *suf)
-{
-    size_t n = strlen(s), m = strlen(suf);
-    return n >= m && strcmp(s + n - m, suf) == 0;
-}
-
-const char *cf_capability_of(const char *t)
-{
-    if (ends_with(t, "attn.block_indices"))
-        return "block_indices";
-    if (strstr(t, "moe.topk_index") || strstr(t, "moe.topk_weight") || strstr(t, "moe.scores"))
-        return "router";
-    if (strcmp(t, "eagle3.aux") == 0)
-        return "eagle3";
-    if (strcmp(t, "greedy_tokens") == 0)
-        return "greedy";
-    if (strncmp(t, "vision.", 7) == 0)
-        return "vision";
-    return NULL;
-}
-
-int cf_is_internal(const char *t)
-{
-    if (strncmp(t, "layers.", 7) != 0)
-        return 0;
-    const char *p = t + 7;
-    if (*p < '0' || *p > '9')
-        return 0;
-    while (*p >= '0' && *p <= '9')
-        p++;
-    if (*p != '.')
-        return 0;
-    p++;
-    return strcmp(p, "input") != 0 && strcmp(p, "output") != 0 && strcmp(p, "rows") != 0;
-}
 
 static int declared(const char *list, const char *cap)
 {
@@ -70,108 +46,6 @@ static int declared(const char *list, const char *cap)
         p = q;
     }
     return 0;
-}
-
-/* The sub-name ranks of one layer, in forward order, with their component. */
-static const struct {
-    const char *sub, *component;
-} k_layer_order[] = {
-    {"input", "residual"},           {"attn_norm", "norm"},
-    {"attn.block_scores", "msa-select"}, {"attn.block_indices", "msa-select"},
-    {"attn.output", "attention"},    {"post_attn", "residual"},
-    {"ffn_norm", "norm"},            {"moe.scores", "moe-router"},
-    {"moe.topk_index", "moe-router"}, {"moe.topk_weight", "moe-router"},
-    {"mlp.output", "mlp"},           {"output", "residual"},
-};
-#define N_LAYER_ORDER ((int)(sizeof k_layer_order / sizeof k_layer_order[0]))
-
-/* Contract output order of the component cases (what is computed first). */
-static const char *const k_comp_order[] = {"block_scores", "block_indices", "scores", "topk_index",
-                                           "topk_weight", "cos", "sin", "out", "y", NULL};
-
-/* Vision dump names (M3-DUMP, spec/dump.md): computed before the embeddings,
- * so their ranks are negative. 1 and sets order/component when t is one. */
-static int classify_vision(const char *t, char *component, size_t cap, int *order)
-{
-    static const struct {
-        const char *name, *component;
-        int order;
-    } vis[] = {{"vision.pixel_values", "vision-input", -900000},
-               {"vision.grid_thw", "vision-input", -899999},
-               {"vision.patch_embed", "vision-patch", -800000},
-               {"vision.tower_output", "vision-tower", -300000},
-               {"vision.projected", "vision-projector", -200000},
-               {"vision.image_features", "vision-merge", -100000}};
-    for (size_t k = 0; k < sizeof vis / sizeof vis[0]; k++)
-        if (strcmp(t, vis[k].name) == 0) {
-            snprintf(component, cap, "%s", vis[k].component);
-            *order = vis[k].order;
-            return 1;
-        }
-    if (strncmp(t, "vision.layers.", 14) == 0) {
-        char *end;
-        long j = strtol(t + 14, &end, 10);
-        if (end != t + 14 && strcmp(end, ".output") == 0 && j >= 0 && j < 100000) {
-            snprintf(component, cap, "vision-layer");
-            *order = -700000 + (int)j;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-void cf_classify(const char *t, const char *case_component, int is_moe_layer, char *component,
-                 size_t cap, int *layer, int *order)
-{
-    *layer = -1;
-    if (classify_vision(t, component, cap, order))
-        return;
-    if (strcmp(case_component, "model") != 0) {
-        snprintf(component, cap, "%s", case_component);
-        *order = 90;
-        for (int i = 0; k_comp_order[i]; i++)
-            if (strcmp(t, k_comp_order[i]) == 0)
-                *order = i;
-        return;
-    }
-    if (strcmp(t, "embeddings") == 0) {
-        snprintf(component, cap, "embedding");
-        *order = 0;
-        return;
-    }
-    if (strncmp(t, "layers.", 7) == 0) {
-        char *end;
-        long i = strtol(t + 7, &end, 10);
-        if (end != t + 7 && *end == '.' && i >= 0 && i < M3_MAX_LAYERS) {
-            *layer = (int)i;
-            const char *sub = end + 1;
-            *order = 10 + (int)i * 100 + 50;
-            snprintf(component, cap, "layer");
-            for (int k = 0; k < N_LAYER_ORDER; k++)
-                if (strcmp(sub, k_layer_order[k].sub) == 0) {
-                    *order = 10 + (int)i * 100 + k;
-                    snprintf(component, cap, "%s", k_layer_order[k].component);
-                    if (strcmp(sub, "mlp.output") == 0 && is_moe_layer)
-                        snprintf(component, cap, "moe");
-                }
-            return;
-        }
-    }
-    static const struct {
-        const char *name, *component;
-        int order;
-    } globals[] = {{"final_norm", "final-norm", 1000000},
-                   {"logits", "lm-head", 1000001},
-                   {"greedy_tokens", "decode", 1000002},
-                   {"eagle3.aux", "eagle3", 1000003}};
-    for (size_t k = 0; k < sizeof globals / sizeof globals[0]; k++)
-        if (strcmp(t, globals[k].name) == 0) {
-            snprintf(component, cap, "%s", globals[k].component);
-            *order = globals[k].order;
-            return;
-        }
-    snprintf(component, cap, "other");
-    *order = 2000000;
 }
 
 cf_record *cf_report_add(cf_report *r)
@@ -222,8 +96,8 @@ static void prefix_of(char *p, size_t cap, const char *name, const char *leaf)
 static const cf_tensor *lookup(const cf_judge_ctx *ctx, const cf_tset *golden, const char *name)
 {
     const cf_tensor *t = cf_tset_get(golden, name);
-    if (!t && ctx->aux)
-        t = cf_tset_get(ctx->aux, name);
+    if (!t && ctx->evidence)
+        t = cf_tset_get(ctx->evidence, name);
     return t;
 }
 
@@ -266,7 +140,7 @@ static int tie_add(tie_list *tl, const cf_record *rec, long row)
 /* Row axis of a tensor (M3-DUMP-2): 1 for the [G, T, ...] block tensors, else 0. */
 static int row_axis(const cf_tensor *g)
 {
-    return g->ndim >= 2 && (ends_with(g->name, "block_indices") || ends_with(g->name, "block_scores"));
+    return g->ndim >= 2 && cf_row_axis(g->name);
 }
 
 static long n_rows(const cf_tensor *g)
@@ -349,7 +223,7 @@ static void judge_float(cf_record *rec, const cf_judge_ctx *ctx, const float *o,
             rec->worst_out[k] = o[rec->m.worst[k]];
             rec->worst_ref[k] = g[rec->m.worst[k]];
         }
-    rec->kind = 0;
+    rec->kind = CF_CMP_METRICS;
     rec->rule = rule;
     if (rec->m.n_ref_nan && ctx->teacher_forced && ctx->bad_feed) {
         /* the teacher-forced golden is the reference run on the port's own layer input */
@@ -600,15 +474,32 @@ static int judge_sets(cf_record *rec, const cf_judge_ctx *ctx, const cf_tensor *
     return rc;
 }
 
-/* Golden block scores with forced blocks at +inf, [G*T, NB]; NULL if unknown. */
-static float *block_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const char *prefix,
-                           int layer, int G, int T, int *NB, m3_err *e)
+
+/* M3-VEC-11: a differing choice was judged strictly because the golden carries
+ * no evidence for it; said in the record (and its JSON), never silently. */
+static void note_no_evidence(cf_record *rec, const cf_judge_ctx *ctx, const char *what)
+{
+    if (rec->set.rows_bad + rec->set.rows_masked_bad == 0 && rec->result != CF_FAIL)
+        return;
+    rec->no_evidence = 1;
+    char note[400];
+    snprintf(note, sizeof note, "no tie evidence: the golden carries no %.100s%s%.200s, so a near tie could not "
+             "be settled (M3-VEC-11)", what, ctx->evidence_from ? " in " : "",
+             ctx->evidence_from ? ctx->evidence_from : "");
+    append_msg(rec, "; ", note);
+}
+
+/* ---- tie evidence (M3-VEC-11): the golden's scores of a discrete tensor ------------------- */
+/* Golden block scores with forced blocks at +inf, [G*T, NB]; NULL if unknown
+ * (*missing = 1 when the golden and its evidence lack them). */
+static float *block_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const char *prefix, int G, int T,
+                           int *NB, int *missing, m3_err *e)
 {
     char name[256];
     int B = 0, local = 0, init = 0;
-    float *sc = NULL;
     snprintf(name, sizeof name, "%sblock_scores", prefix);
     const cf_tensor *bs = lookup(ctx, golden, name);
+    *missing = !bs;
     if (strcmp(ctx->c->component, "model") == 0) {
         if (!ctx->model)
             return NULL;
@@ -616,15 +507,6 @@ static float *block_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const
         B = tc->index_block_size;
         local = tc->index_local_blocks;
         init = tc->index_init_blocks;
-        if (!bs) {
-            snprintf(name, sizeof name, "layers.%d.attn_norm", layer);
-            const cf_tensor *xn = cf_tset_get(golden, name);
-            if (!xn || xn->is_int || xn->ndim != 2 || xn->shape[0] != T ||
-                xn->shape[1] != tc->hidden_size)
-                return NULL;
-            if (cf_ref_block_scores(ctx->model, ctx->c->mode, layer, xn->f, T, &sc, NB, e))
-                return NULL;
-        }
     } else {
         double v;
         if (cf_case_num(ctx->c, "block_size", &v, e))
@@ -637,15 +519,13 @@ static float *block_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const
             return NULL;
         init = (int)v;
     }
-    if (!sc) {
-        if (!bs || bs->is_int || bs->ndim != 3 || bs->shape[0] != G || bs->shape[1] != T)
-            return NULL;
-        *NB = (int)bs->shape[2];
-        sc = malloc(bs->n * sizeof *sc);
-        if (!sc)
-            return NULL;
-        memcpy(sc, bs->f, bs->n * sizeof *sc);
-    }
+    if (!bs || bs->is_int || bs->ndim != 3 || bs->shape[0] != G || bs->shape[1] != T)
+        return NULL;
+    *NB = (int)bs->shape[2];
+    float *sc = malloc(bs->n * sizeof *sc);
+    if (!sc)
+        return NULL;
+    memcpy(sc, bs->f, bs->n * sizeof *sc);
     if (B <= 0)
         B = 1;
     for (int g = 0; g < G; g++)
@@ -655,6 +535,34 @@ static float *block_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const
             for (int b = 0; b < *NB; b++)
                 if (b <= qb && (b < init || b > qb - local))
                     row[b] = INFINITY;
+        }
+    return sc;
+}
+
+/* Golden biased router scores [T, E] for a topk_index tensor (the golden's or
+ * its evidence's scores plus the evidence's bias); NULL if unknown (*missing = 1). */
+static float *expert_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const char *prefix, int T, int *E,
+                            int *missing)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%sscores", prefix);
+    const cf_tensor *s = lookup(ctx, golden, name);
+    snprintf(name, sizeof name, "%sbias", prefix);
+    const cf_tensor *bias = ctx->evidence ? cf_tset_get(ctx->evidence, name) : NULL;
+    *missing = !s || !ctx->evidence;
+    if (*missing || s->is_int || s->ndim != 2 || s->shape[0] != T)
+        return NULL;
+    *E = (int)s->shape[1];
+    float *sc = malloc(s->n * sizeof *sc);
+    if (!sc)
+        return NULL;
+    memcpy(sc, s->f, s->n * sizeof *sc);
+    for (int t = 0; t < T; t++)
+        for (int x = 0; x < *E; x++) {
+            float b = 0;
+            if (bias && !bias->is_int && (size_t)x < bias->n)
+                b = bias->f[x];
+            sc[(size_t)t * *E + x] += b;
         }
     return sc;
 }
@@ -673,83 +581,6 @@ static float *take_score_rows(float *sc, int outer, long T, int inner, const int
                        sc + ((size_t)a * (size_t)T + (size_t)pos[j]) * (size_t)inner, (size_t)inner * sizeof *o);
     free(sc);
     return o;
-}
-
-/* gf: the full golden tensor (scores are computed at every position); g: the
- * rows judged (= gf, or gf's rows pos[0..n) of a row-subset dump). */
-static int judge_blocks(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset *golden, const cf_tensor *o,
-                        const cf_tensor *gf, const cf_tensor *g, const int32_t *pos, const tie_rows *tr,
-                        tie_list *tl)
-{
-    rec->kind = 1;
-    if (g->ndim != 3 || gf->ndim != 3) {
-        rec->result = CF_INTERNAL_ERROR;
-        snprintf(rec->msg, sizeof rec->msg, "golden block_indices must be [G, T, K]");
-        return 0;
-    }
-    int G = (int)g->shape[0], T = (int)g->shape[1], K = (int)g->shape[2], NB = 0;
-    char prefix[200];
-    prefix_of(prefix, sizeof prefix, g->name, "block_indices");
-    m3_err e = {{0}};
-    float *sc = block_scores(ctx, golden, prefix, rec->layer, G, (int)gf->shape[1], &NB, &e);
-    sc = take_score_rows(sc, G, (long)gf->shape[1], NB, pos, T);
-    int rc = judge_sets(rec, ctx, o, g, (long)G * T, K, T, sc, NB, 1, tr, tl, pos);
-    free(sc);
-    return rc;
-}
-
-/* Golden biased router scores [T, E] for a topk_index tensor; NULL if unknown. */
-static float *expert_scores(const cf_judge_ctx *ctx, const cf_tset *golden, const char *prefix,
-                            int layer, int T, int *E)
-{
-    char name[256];
-    snprintf(name, sizeof name, "%sscores", prefix);
-    const cf_tensor *s = lookup(ctx, golden, name);
-    if (!s && !prefix[0])
-        s = lookup(ctx, golden, "aux.scores");
-    if (!s || s->is_int || s->ndim != 2 || s->shape[0] != T)
-        return NULL;
-    *E = (int)s->shape[1];
-    float *sc = malloc(s->n * sizeof *sc);
-    if (!sc)
-        return NULL;
-    memcpy(sc, s->f, s->n * sizeof *sc);
-    const cf_tensor *bias = ctx->aux ? cf_tset_get(ctx->aux, "aux.bias") : NULL;
-    const m3_vec *mb = NULL;
-    if (ctx->model && layer >= 0 && layer < ctx->model->cfg.text.num_layers &&
-        ctx->model->w.layers && ctx->model->w.layers[layer].router_bias.data &&
-        ctx->model->cfg.text.use_routing_bias)
-        mb = &ctx->model->w.layers[layer].router_bias;
-    for (int t = 0; t < T; t++)
-        for (int x = 0; x < *E; x++) {
-            float b = 0;
-            if (mb && x < mb->n)
-                b = m3_vec_at(mb, x);
-            else if (bias && !bias->is_int && (size_t)x < bias->n)
-                b = bias->f[x];
-            sc[(size_t)t * *E + x] += b;
-        }
-    return sc;
-}
-
-static int judge_experts(cf_record *rec, const cf_judge_ctx *ctx, const cf_tset *golden, const cf_tensor *o,
-                         const cf_tensor *gf, const cf_tensor *g, const int32_t *pos, const tie_rows *tr,
-                         tie_list *tl)
-{
-    rec->kind = 1;
-    if (g->ndim != 2 || gf->ndim != 2) {
-        rec->result = CF_INTERNAL_ERROR;
-        snprintf(rec->msg, sizeof rec->msg, "golden topk_index must be [T, k]");
-        return 0;
-    }
-    int T = (int)g->shape[0], k = (int)g->shape[1], E = 0;
-    char prefix[200];
-    prefix_of(prefix, sizeof prefix, g->name, "topk_index");
-    float *sc = expert_scores(ctx, golden, prefix, rec->layer, (int)gf->shape[0], &E);
-    sc = take_score_rows(sc, 1, (long)gf->shape[0], E, pos, T);
-    int rc = judge_sets(rec, ctx, o, g, T, k, T, sc, E, 0, tr, tl, pos);
-    free(sc);
-    return rc;
 }
 
 /* topk_weight of the port re-ordered by ascending expert id of its own
@@ -797,49 +628,171 @@ done:
     return w;
 }
 
+/* ---- one judgement run ------------------------------------------------------------------- */
 /* A golden tensor to judge, with its place in forward order. */
 typedef struct judge_item {
     const cf_tensor *g;
+    cf_kind kind;
     int layer, order, moe;
     char component[48];
 } judge_item;
 
-static int cmp_item(const void *a, const void *b)
+/* What every judging function sees: the inputs and the run's tie state. */
+typedef struct judge_run {
+    const cf_judge_ctx *ctx;
+    const cf_tset *out, *golden;
+    int is_model, isolated, vision_case;
+    tie_list tl;           /* accepted ties so far, in forward order (M3-TOL-8) */
+    tie_rows tr;           /* the rows of the current tensor they reach */
+    long mask_cap;
+    long Tf;               /* positions of the forward; 0 unknown */
+    unsigned char *covered; /* [Tf]: positions some judged tensor covers (M3-DUMP-10) */
+} judge_run;
+
+/* The tensor being judged: the golden's rows at the dump's positions. */
+typedef struct judge_cur {
+    const judge_item *it;
+    const cf_tensor *o;    /* the dump's tensor */
+    const cf_tensor *gf;   /* the full golden tensor */
+    const cf_tensor *g;    /* the golden rows judged (gf, or its rows pos[0..npos)) */
+    const int32_t *pos;
+    long npos;
+    const tie_rows *trp;   /* NULL when no earlier tie reaches it */
+} judge_cur;
+
+/* One judging function per kind; -1 only on allocation failure. */
+typedef int (*judge_fn)(judge_run *jr, cf_record *rec, const judge_cur *cur);
+
+static int judge_kind_float(judge_run *jr, cf_record *rec, const judge_cur *cur)
 {
-    const judge_item *x = a, *y = b;
-    if (x->order != y->order)
-        return x->order < y->order ? -1 : 1;
-    return strcmp(x->g->name, y->g->name);
+    if (cur->trp)
+        return judge_float_tie(rec, jr->ctx, cur->g, cur->o->f, cur->trp);
+    judge_float(rec, jr->ctx, cur->o->f, cur->g->f, cur->g->n);
+    return 0;
 }
 
-/* Whether M3-TOL-8 lists the tensor as depending on a tie of its own layer
- * (model: the layer tensors after the discrete record in M3-DUMP-3 order;
- * component cases: the moe output y and the router's topk_weight). */
-static int tie_dependent(int is_model, const judge_item *it)
+/* topk_weight (M3-DUMP-7): the port's weights in ascending expert order. */
+static int judge_kind_weights(judge_run *jr, cf_record *rec, const judge_cur *cur)
 {
-    if (!is_model)
-        return strcmp(it->g->name, "y") == 0 || strcmp(it->g->name, "topk_weight") == 0;
-    return it->layer >= 0 && it->order - 10 - 100 * it->layer < N_LAYER_ORDER;
+    float *w = aligned_weights(jr->out, jr->golden, cur->o, cur->g, cur->pos, cur->npos);
+    if (!w)
+        return -1;
+    int rc = 0;
+    if (cur->trp)
+        rc = judge_float_tie(rec, jr->ctx, cur->g, w, cur->trp);
+    else
+        judge_float(rec, jr->ctx, w, cur->g->f, cur->g->n);
+    free(w);
+    return rc;
 }
 
-/* M3-TOL-4: greedy_tokens first differ at rec->set.first_bad. The reference
- * recomputes the logits of that step on the golden path; a dump token whose
- * golden logit is within tie_tolerance x max|logit| of the golden choice's is
- * accepted, and the continuation (which follows the other token) is not
- * compared. Anything else keeps the Fail, with the margin in the message. */
-static void judge_greedy_tie(cf_record *rec, const cf_judge_ctx *ctx, const cf_tensor *g, const cf_tensor *o)
+/* block_indices (M3-MSA-SELECT-*): (head, row) sets, ties on the block scores. */
+static int judge_kind_blocks(judge_run *jr, cf_record *rec, const judge_cur *cur)
+{
+    const cf_tensor *g = cur->g, *gf = cur->gf;
+    rec->kind = CF_CMP_SET;
+    if (g->ndim != 3 || gf->ndim != 3) {
+        rec->result = CF_INTERNAL_ERROR;
+        snprintf(rec->msg, sizeof rec->msg, "golden block_indices must be [G, T, K]");
+        return 0;
+    }
+    int G = (int)g->shape[0], T = (int)g->shape[1], K = (int)g->shape[2], NB = 0, missing = 0;
+    char prefix[200], what[240];
+    prefix_of(prefix, sizeof prefix, g->name, "block_indices");
+    m3_err e = {{0}};
+    float *sc = block_scores(jr->ctx, jr->golden, prefix, G, (int)gf->shape[1], &NB, &missing, &e);
+    sc = take_score_rows(sc, G, (long)gf->shape[1], NB, cur->pos, T);
+    int rc = judge_sets(rec, jr->ctx, cur->o, g, (long)G * T, K, T, sc, NB, 1, cur->trp, &jr->tl, cur->pos);
+    free(sc);
+    if (!rc && missing) {
+        snprintf(what, sizeof what, "%sblock_scores", prefix);
+        note_no_evidence(rec, jr->ctx, what);
+    }
+    return rc;
+}
+
+/* topk_index (M3-MOE-ROUTER-2): expert sets per row, ties on the biased router scores. */
+static int judge_kind_experts(judge_run *jr, cf_record *rec, const judge_cur *cur)
+{
+    const cf_tensor *g = cur->g, *gf = cur->gf;
+    rec->kind = CF_CMP_SET;
+    if (g->ndim != 2 || gf->ndim != 2) {
+        rec->result = CF_INTERNAL_ERROR;
+        snprintf(rec->msg, sizeof rec->msg, "golden topk_index must be [T, k]");
+        return 0;
+    }
+    int T = (int)g->shape[0], k = (int)g->shape[1], E = 0, missing = 0;
+    char prefix[200], what[440];
+    prefix_of(prefix, sizeof prefix, g->name, "topk_index");
+    float *sc = expert_scores(jr->ctx, jr->golden, prefix, (int)gf->shape[0], &E, &missing);
+    sc = take_score_rows(sc, 1, (long)gf->shape[0], E, cur->pos, T);
+    int rc = judge_sets(rec, jr->ctx, cur->o, g, T, k, T, sc, E, 0, cur->trp, &jr->tl, cur->pos);
+    free(sc);
+    if (!rc && missing) {
+        char sn[240];
+        snprintf(sn, sizeof sn, "%sscores", prefix);
+        if (lookup(jr->ctx, jr->golden, sn))
+            snprintf(what, sizeof what, "%sbias", prefix);
+        else
+            snprintf(what, sizeof what, "%sscores and %sbias", prefix, prefix);
+        note_no_evidence(rec, jr->ctx, what);
+    }
+    return rc;
+}
+
+/* Integers element by element; 1 when they differ (rec then a Fail at the first). */
+static int exact_differs(cf_record *rec, const cf_tensor *g, const cf_tensor *o)
+{
+    rec->result = CF_PASS;
+    for (size_t j = 0; j < g->n; j++)
+        if (o->i[j] != g->i[j]) {
+            rec->result = CF_FAIL;
+            rec->set.first_bad = (long)j;
+            snprintf(rec->msg, sizeof rec->msg, "element %zu is %d, expected %d", j, (int)o->i[j], (int)g->i[j]);
+            return 1;
+        }
+    return 0;
+}
+
+static int judge_kind_exact(judge_run *jr, cf_record *rec, const judge_cur *cur)
+{
+    (void)jr;
+    exact_differs(rec, cur->g, cur->o);
+    return 0;
+}
+
+/* M3-TOL-4: greedy_tokens first differ at rec->set.first_bad. The golden's
+ * evidence holds the logits of that step on the golden path; a dump token
+ * whose golden logit is within tie_tolerance x max|logit| of the golden
+ * choice's is accepted, and the continuation (which follows the other token)
+ * is not compared. Anything else keeps the Fail, with the margin in the message. */
+static void greedy_tie(cf_record *rec, const cf_judge_ctx *ctx, const cf_tensor *g, const cf_tensor *o)
 {
     const long k = rec->set.first_bad;
     if (k < 0 || (size_t)k >= g->n)
         return;
-    double margin = 0.0, maxabs = 0.0;
-    m3_err e = {{0}};
+    const cf_tensor *lg = ctx->evidence ? cf_tset_get(ctx->evidence, "greedy_logits") : NULL;
     char note[400];
-    if (cf_ref_greedy_margin(ctx->c, ctx->model, g->i, (int)k, o->i[k], &margin, &maxabs, &e)) {
-        snprintf(note, sizeof note, "(not judged as a tie, M3-TOL-4: %.300s)", e.msg);
+    if (!lg || lg->is_int || lg->ndim != 2 || lg->shape[0] != (int64_t)g->n) {
+        rec->no_evidence = 1;
+        snprintf(note, sizeof note, "(not judged as a tie, M3-TOL-4: no tie evidence: the golden carries no "
+                 "greedy_logits%s%.200s, so a near tie could not be settled, M3-VEC-11)",
+                 ctx->evidence_from ? " in " : "", ctx->evidence_from ? ctx->evidence_from : "");
         append_msg(rec, " ", note);
         return;
     }
+    const long V = (long)lg->shape[1];
+    if (o->i[k] < 0 || o->i[k] >= V || g->i[k] < 0 || g->i[k] >= V) {
+        snprintf(note, sizeof note, "(not judged as a tie, M3-TOL-4: step %ld: token %d or golden token %d is "
+                 "outside the vocabulary [0, %ld))", k, (int)o->i[k], (int)g->i[k], V);
+        append_msg(rec, " ", note);
+        return;
+    }
+    const float *row = lg->f + (size_t)k * (size_t)V;
+    double maxabs = 0.0;
+    for (long v = 0; v < V; v++)
+        maxabs = fabs((double)row[v]) > maxabs ? fabs((double)row[v]) : maxabs;
+    const double margin = (double)row[g->i[k]] - (double)row[o->i[k]];
     const double tol = ctx->profile->tie_tolerance * maxabs;
     if (margin <= tol) {
         rec->result = CF_PASS;
@@ -853,292 +806,321 @@ static void judge_greedy_tie(cf_record *rec, const cf_judge_ctx *ctx, const cf_t
     }
 }
 
-int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf_tset *golden,
-             m3_err *e)
+/* greedy_tokens (M3-TOL-4, M3-TOL-8): exact, a first differing step judged on
+ * the golden logits; free-running, a continuation after an accepted tie of
+ * the prefill is TieDiverged. */
+static int judge_kind_greedy(judge_run *jr, cf_record *rec, const judge_cur *cur)
 {
-    int is_model = strcmp(ctx->c->component, "model") == 0;
-    /* teacher-forced layers and component cases start from golden inputs:
-     * a tie reaches only its own layer / case (M3-TOL-8) */
-    int isolated = ctx->teacher_forced || !is_model;
-    int rc = 0, ni = 0;
-    r->teacher_forced = ctx->teacher_forced;
-    judge_item *items = malloc((size_t)(golden->n + 1) * sizeof *items);
-    tie_list tl = {NULL, 0, 0};
-    tie_rows tr = {NULL, NULL, 0, 0, NULL, NULL};
-    long mask_cap = 0;
-    cf_tset gsub = {0};
-    /* the positions of the forward, and those some judged tensor covers (M3-DUMP-10) */
-    long Tf = ctx->want_T;
-    const cf_tensor *t0 = cf_tset_get(golden, "layers.0.input");
-    if (!t0)
-        t0 = cf_tset_get(golden, "embeddings");
-    if (Tf <= 0 && is_model && t0 && t0->ndim == 2)
-        Tf = (long)t0->shape[0];
-    unsigned char *covered = Tf > 0 ? calloc((size_t)Tf, 1) : NULL;
-    if (!items || (Tf > 0 && !covered)) {
-        free(items);
-        free(covered);
-        return m3_fail(e, "out of memory for the report of %s", ctx->c->id);
+    const cf_tensor *g = cur->g;
+    if (!exact_differs(rec, g, cur->o))
+        return 0;
+    if (jr->ctx->model)
+        greedy_tie(rec, jr->ctx, g, cur->o);
+    /* free-running: the continuation follows the last row's logits, which every accepted tie reaches */
+    if (rec->result == CF_FAIL && !jr->isolated && jr->tl.n) {
+        const tie_event *t0 = &jr->tl.ev[0];
+        for (int q = 1; q < jr->tl.n; q++)
+            if (jr->tl.ev[q].order < t0->order || (jr->tl.ev[q].order == t0->order && jr->tl.ev[q].row < t0->row))
+                t0 = &jr->tl.ev[q];
+        set_diverged(rec, (long)g->n, t0);
+        char note[300];
+        snprintf(note, sizeof note, "after the tie-accepted row %ld of %.150s (M3-TOL-8)", t0->row, t0->src);
+        append_msg(rec, ", ", note);
     }
-    /* a case with a vision tower cannot be run by a port without vision: NotSupported whole */
-    int vision_case = 0;
-    if (declared(ctx->unsupported, "vision"))
-        for (int k = 0; k < golden->n; k++)
-            vision_case |= strncmp(golden->t[k].name, "vision.", 7) == 0;
+    return 0;
+}
+
+static const judge_fn k_judge[CF_KIND_SKIP] = {
+    [CF_KIND_FLOAT] = judge_kind_float,   [CF_KIND_BLOCKS] = judge_kind_blocks,
+    [CF_KIND_EXPERTS] = judge_kind_experts, [CF_KIND_WEIGHTS] = judge_kind_weights,
+    [CF_KIND_GREEDY] = judge_kind_greedy, [CF_KIND_EXACT] = judge_kind_exact,
+};
+
+static int cmp_item(const void *a, const void *b)
+{
+    const judge_item *x = a, *y = b;
+    if (x->order != y->order)
+        return x->order < y->order ? -1 : 1;
+    return strcmp(x->g->name, y->g->name);
+}
+
+/* The golden tensors this run judges, classified, in forward order (so every
+ * tie is known before the tensors that depend on it); *n receives the count. */
+static judge_item *collect_items(const judge_run *jr, int *n)
+{
+    const cf_judge_ctx *ctx = jr->ctx;
+    const cf_tset *golden = jr->golden;
+    judge_item *items = malloc((size_t)(golden->n + 1) * sizeof *items);
+    int ni = 0;
+    if (!items)
+        return NULL;
     for (int k = 0; k < golden->n; k++) {
         const cf_tensor *g = &golden->t[k];
-        if (strncmp(g->name, "aux.", 4) == 0)
+        cf_kind kind = cf_name_kind(g->name, !jr->is_model, g->is_int);
+        /* aux.* and golden-side row sets (a subset golden, e.g. teacher-forced logits) */
+        if (kind == CF_KIND_SKIP)
             continue;
-        /* teacher forcing re-runs single layers: tokens and taps are not per-layer */
-        if (ctx->teacher_forced && (strcmp(g->name, "greedy_tokens") == 0 || strcmp(g->name, "eagle3.aux") == 0))
-            continue;
-        /* the vision tower runs before the embeddings: judged by the whole-forward run only */
-        if (ctx->teacher_forced && strncmp(g->name, "vision.", 7) == 0)
-            continue;
-        /* a golden-side row set (a subset golden, e.g. teacher-forced logits) is not judged itself */
-        if (strcmp(g->name, "rows") == 0 || ends_with(g->name, ".rows"))
+        /* teacher forcing re-runs single layers: tokens and taps are not per-layer, and the
+         * vision tower runs before the embeddings (judged by the whole-forward run only) */
+        if (ctx->teacher_forced && (strcmp(g->name, "greedy_tokens") == 0 || strcmp(g->name, "eagle3.aux") == 0 ||
+                                    strncmp(g->name, "vision.", 7) == 0))
             continue;
         judge_item *it = &items[ni++];
         it->g = g;
+        it->kind = kind;
         int layer = -1, moe = 0;
         if (strncmp(g->name, "layers.", 7) == 0)
             layer = atoi(g->name + 7);
-        if (is_model && ctx->model && layer >= 0 && layer < ctx->model->cfg.text.num_layers)
+        if (jr->is_model && ctx->model && layer >= 0 && layer < ctx->model->cfg.text.num_layers)
             moe = ctx->model->cfg.text.layer_moe[layer];
-        else if (is_model && layer >= 0) {
+        else if (jr->is_model && layer >= 0) {
             char nm[64];
             snprintf(nm, sizeof nm, "layers.%d.moe.topk_index", layer);
             moe = cf_tset_get(golden, nm) != NULL;
         }
         it->moe = moe;
-        cf_classify(g->name, ctx->c->component, moe, it->component, sizeof it->component, &it->layer,
-                    &it->order);
+        cf_classify(g->name, ctx->c->component, moe, it->component, sizeof it->component, &it->layer, &it->order);
     }
-    /* forward order, so every tie is known before the tensors that depend on it */
     if (ni > 1)
         qsort(items, (size_t)ni, sizeof *items, cmp_item);
-    for (int k = 0; k < ni; k++) {
-        const judge_item *it = &items[k];
-        const cf_tensor *g = it->g;
-        cf_record *rec = cf_report_add(r);
-        if (!rec) {
-            rc = m3_fail(e, "out of memory for the report of %s", ctx->c->id);
-            break;
+    *n = ni;
+    return items;
+}
+
+/* A row-subset dump (M3-DUMP-10): the golden's rows at the dump's positions
+ * into gsub, the positions covered, and the rows the case wants (M3-DUMP-11).
+ * 1 when rec got its verdict here. */
+static int take_rows(judge_run *jr, cf_record *rec, judge_cur *cur, cf_tset *gsub)
+{
+    const cf_judge_ctx *ctx = jr->ctx;
+    const cf_tensor *g = cur->g, *o = cur->o;
+    const cf_tensor *rs = cf_rows_of(jr->out, g->name);
+    char hn[300];
+    snprintf(hn, sizeof hn, "%s.rows", g->name);
+    const cf_tensor *have = cf_tset_get(jr->golden, hn);
+    if (rs && (cf_tensor_subset(o, rs, jr->Tf) || have)) {
+        m3_err te = {{0}};
+        cur->pos = rs->i;
+        cur->npos = (long)rs->n;
+        if (cf_tensor_take_rows(gsub, g, have, cur->pos, cur->npos, &te)) {
+            rec->result = CF_INTERNAL_ERROR;
+            snprintf(rec->msg, sizeof rec->msg, "%.500s", te.msg);
+            return 1;
         }
-        snprintf(rec->tensor, sizeof rec->tensor, "%s", g->name);
-        snprintf(rec->key, sizeof rec->key, "%s/%s", ctx->c->component, g->name);
-        snprintf(rec->component, sizeof rec->component, "%s", it->component);
-        rec->layer = it->layer;
-        rec->order = it->order;
-        const cf_tensor *o = cf_tset_get(out, g->name);
-        if (vision_case) {
-            rec->result = CF_NOT_SUPPORTED;
-            snprintf(rec->msg, sizeof rec->msg, "vision case: capability \"vision\" declared unsupported");
-            continue;
-        }
-        const cf_tensor *ms = !o && ctx->misshaped ? cf_tset_get(ctx->misshaped, g->name) : NULL;
-        if (ms) {
-            char so[96], sg[96];
-            shape_str(so, sizeof so, ms);
-            shape_str(sg, sizeof sg, g);
-            rec->result = CF_FAIL;
-            snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s (refused from the header)", so, sg);
-            continue;
-        }
-        /* a row-subset dump (M3-DUMP-10): the golden's rows at the dump's positions */
-        const cf_tensor *gf = g;
-        const int32_t *pos = NULL;
-        long npos = 0;
-        cf_tset_free(&gsub);
-        if (o && is_model && cf_has_rows(g->name)) {
-            const cf_tensor *rs = cf_rows_of(out, g->name);
-            char hn[300];
-            snprintf(hn, sizeof hn, "%s.rows", g->name);
-            const cf_tensor *have = cf_tset_get(golden, hn);
-            if (rs && (cf_tensor_subset(o, rs, Tf) || have)) {
-                m3_err te = {{0}};
-                pos = rs->i;
-                npos = (long)rs->n;
-                if (cf_tensor_take_rows(&gsub, g, have, pos, npos, &te)) {
-                    rec->result = CF_INTERNAL_ERROR;
-                    snprintf(rec->msg, sizeof rec->msg, "%.500s", te.msg);
-                    continue;
-                }
-                g = &gsub.t[0];
-            }
-            if (covered) {
-                for (long j = 0; j < (pos ? npos : Tf); j++)
-                    if (!pos || (pos[j] >= 0 && pos[j] < Tf))
-                        covered[pos ? pos[j] : j] = 1;
-            }
-            /* the rows the case wants (M3-DUMP-11) */
-            int is_logits = strcmp(g->name, "logits") == 0 && ctx->want_logits;
-            const unsigned char *want = is_logits ? ctx->want_logits : ctx->want;
-            const char *wsel = is_logits ? ctx->want_logits_sel : ctx->want_sel;
-            if (want && (pos || n_rows(o) != ctx->want_T)) {
-                long miss = -1, nmiss = 0, j = 0;
-                for (long p = 0; p < ctx->want_T; p++) {
-                    if (!want[p])
-                        continue;
-                    while (pos && j < npos && pos[j] < p)
-                        j++;
-                    int have_p = pos ? j < npos && pos[j] == p : p < n_rows(o);
-                    if (!have_p && nmiss++ == 0)
-                        miss = p;
-                }
-                if (nmiss) {
-                    rec->result = CF_FAIL;
-                    snprintf(rec->msg, sizeof rec->msg,
-                             "the case wants %ld position%s this dump's rows lack (first: %ld; params.%s \"%.200s\", "
-                             "M3-DUMP-11)", nmiss, plural(nmiss), miss, is_logits ? "logits_rows" : "rows", wsel ? wsel : "");
-                    continue;
-                }
-            }
-        }
-        int discrete = g->is_int || ends_with(g->name, "block_indices") ||
-                       ends_with(g->name, "topk_index") || strcmp(g->name, "greedy_tokens") == 0;
-        rec->kind = discrete ? 2 : 0;
-        if (!o) {
-            const char *cap = cf_capability_of(g->name);
-            if (cap && declared(ctx->unsupported, cap)) {
-                rec->result = CF_NOT_SUPPORTED;
-                snprintf(rec->not_judged, sizeof rec->not_judged, "%s", cap);
-                snprintf(rec->msg, sizeof rec->msg, "capability \"%s\" declared unsupported", cap);
-            } else if (cf_is_internal(g->name) && declared(ctx->unsupported, "internals")) {
-                rec->result = CF_NOT_SUPPORTED;
-                snprintf(rec->not_judged, sizeof rec->not_judged, "internals");
-                snprintf(rec->msg, sizeof rec->msg, "capability \"internals\" declared unsupported");
-            } else if (strcmp(g->name, "embeddings") == 0 && cf_tset_get(out, "layers.0.input")) {
-                rec->result = CF_NOT_SUPPORTED;
-                snprintf(rec->not_judged, sizeof rec->not_judged, "embeddings");
-                snprintf(rec->msg, sizeof rec->msg,
-                         "absent; equal to layers.0.input by definition (M3-DUMP-3), judged there");
-            } else {
-                rec->result = CF_FAIL;
-                snprintf(rec->msg, sizeof rec->msg, "missing from the dump%s%s%s",
-                         cap ? " (a port may declare capability \"" : "", cap ? cap : "",
-                         cap ? "\" absent)" : "");
-            }
-            continue;
-        }
-        int same = o->ndim == g->ndim;
-        for (int d = 0; same && d < g->ndim; d++)
-            same = o->shape[d] == g->shape[d];
-        if (!same) {
-            char so[96], sg[96];
-            shape_str(so, sizeof so, o);
-            shape_str(sg, sizeof sg, g);
-            rec->result = CF_FAIL;
-            const cf_tensor *rs = cf_has_rows(g->name) ? cf_rows_of(out, g->name) : NULL;
-            if (rs && !pos)
-                snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s (all positions) or %zu rows (its row set %s)",
-                         so, sg, rs->n, rs->name);
-            else
-                snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s", so, sg);
-            continue;
-        }
-        /* the rows earlier accepted ties reach (M3-TOL-8) */
-        long rows = n_rows(g);
-        if (rows > mask_cap) {
-            unsigned char *a = realloc(tr.excl, (size_t)rows), *b = a ? realloc(tr.reach, (size_t)rows) : NULL;
-            if (a)
-                tr.excl = a;
-            if (b)
-                tr.reach = b;
-            if (!a || !b) {
-                rc = m3_fail(e, "out of memory for the report of %s", ctx->c->id);
-                break;
-            }
-            mask_cap = rows;
-        }
-        if (rows > 0)
-            tie_masks(&tl, it->layer, it->order, tie_dependent(is_model, it), isolated, rows, pos, &tr);
-        else
-            tr.nexcl = tr.nreach = 0;
-        const tie_rows *trp = tr.nexcl || tr.nreach ? &tr : NULL;
-        if (discrete) {
-            if (!o->is_int || !g->is_int) {
-                rec->result = o->is_int ? CF_INTERNAL_ERROR : CF_FAIL;
-                snprintf(rec->msg, sizeof rec->msg, "%s must be an integer tensor (I32)",
-                         o->is_int ? "golden" : "dump");
-            } else if (ends_with(g->name, "block_indices")) {
-                if (judge_blocks(rec, ctx, golden, o, gf, g, pos, trp, &tl)) {
-                    rc = m3_fail(e, "out of memory");
-                    break;
-                }
-            } else if (ends_with(g->name, "topk_index")) {
-                if (judge_experts(rec, ctx, golden, o, gf, g, pos, trp, &tl)) {
-                    rc = m3_fail(e, "out of memory");
-                    break;
-                }
-            } else {
-                rec->result = CF_PASS;
-                for (size_t j = 0; j < g->n; j++)
-                    if (o->i[j] != g->i[j]) {
-                        rec->result = CF_FAIL;
-                        rec->set.first_bad = (long)j;
-                        snprintf(rec->msg, sizeof rec->msg, "element %zu is %d, expected %d", j,
-                                 (int)o->i[j], (int)g->i[j]);
-                        break;
-                    }
-                if (rec->result == CF_FAIL && strcmp(g->name, "greedy_tokens") == 0 && ctx->model)
-                    judge_greedy_tie(rec, ctx, g, o);
-                /* free-running: the continuation follows the last row's logits,
-                 * which every accepted tie reaches */
-                if (rec->result == CF_FAIL && !isolated && strcmp(g->name, "greedy_tokens") == 0 && tl.n) {
-                    const tie_event *t0 = &tl.ev[0];
-                    for (int q = 1; q < tl.n; q++)
-                        if (tl.ev[q].order < t0->order || (tl.ev[q].order == t0->order && tl.ev[q].row < t0->row))
-                            t0 = &tl.ev[q];
-                    set_diverged(rec, (long)g->n, t0);
-                    char note[300];
-                    snprintf(note, sizeof note, "after the tie-accepted row %ld of %.150s (M3-TOL-8)", t0->row,
-                             t0->src);
-                    append_msg(rec, ", ", note);
-                }
-            }
-            continue;
-        }
-        if (o->is_int || g->is_int) {
-            rec->result = g->is_int ? CF_INTERNAL_ERROR : CF_FAIL;
-            snprintf(rec->msg, sizeof rec->msg, "%s must be a float tensor",
-                     g->is_int ? "golden" : "dump");
-            continue;
-        }
-        float *w = NULL;
-        if (ends_with(g->name, "topk_weight")) {
-            w = aligned_weights(out, golden, o, g, pos, npos);
-            if (!w) {
-                rc = m3_fail(e, "out of memory");
-                break;
-            }
-        }
-        const float *of = w ? w : o->f;
-        if (trp) {
-            if (judge_float_tie(rec, ctx, g, of, trp)) {
-                free(w);
-                rc = m3_fail(e, "out of memory");
-                break;
-            }
-        } else {
-            judge_float(rec, ctx, of, g->f, g->n);
-        }
-        free(w);
+        cur->g = g = &gsub->t[0];
     }
+    const int32_t *pos = cur->pos;
+    long npos = cur->npos;
+    if (jr->covered) {
+        for (long j = 0; j < (pos ? npos : jr->Tf); j++)
+            if (!pos || (pos[j] >= 0 && pos[j] < jr->Tf))
+                jr->covered[pos ? pos[j] : j] = 1;
+    }
+    /* the rows the case wants (M3-DUMP-11) */
+    int is_logits = strcmp(g->name, "logits") == 0 && ctx->want_logits;
+    const unsigned char *want = is_logits ? ctx->want_logits : ctx->want;
+    const char *wsel = is_logits ? ctx->want_logits_sel : ctx->want_sel;
+    if (!want || (!pos && n_rows(o) == ctx->want_T))
+        return 0;
+    long miss = -1, nmiss = 0, j = 0;
+    for (long p = 0; p < ctx->want_T; p++) {
+        if (!want[p])
+            continue;
+        while (pos && j < npos && pos[j] < p)
+            j++;
+        int have_p = pos ? j < npos && pos[j] == p : p < n_rows(o);
+        if (!have_p && nmiss++ == 0)
+            miss = p;
+    }
+    if (!nmiss)
+        return 0;
+    rec->result = CF_FAIL;
+    snprintf(rec->msg, sizeof rec->msg,
+             "the case wants %ld position%s this dump's rows lack (first: %ld; params.%s \"%.200s\", "
+             "M3-DUMP-11)", nmiss, plural(nmiss), miss, is_logits ? "logits_rows" : "rows", wsel ? wsel : "");
+    return 1;
+}
+
+/* A golden tensor the dump lacks (M3-DUMP-6): NotSupported for a declared capability, else a Fail. */
+static void judge_missing(judge_run *jr, cf_record *rec, const cf_tensor *g)
+{
+    const char *unsupported = jr->ctx->unsupported;
+    const char *cap = cf_capability_of(g->name);
+    if (cap && declared(unsupported, cap)) {
+        rec->result = CF_NOT_SUPPORTED;
+        snprintf(rec->not_judged, sizeof rec->not_judged, "%s", cap);
+        snprintf(rec->msg, sizeof rec->msg, "capability \"%s\" declared unsupported", cap);
+    } else if (cf_is_internal(g->name) && declared(unsupported, "internals")) {
+        rec->result = CF_NOT_SUPPORTED;
+        snprintf(rec->not_judged, sizeof rec->not_judged, "internals");
+        snprintf(rec->msg, sizeof rec->msg, "capability \"internals\" declared unsupported");
+    } else if (strcmp(g->name, "embeddings") == 0 && cf_tset_get(jr->out, "layers.0.input")) {
+        rec->result = CF_NOT_SUPPORTED;
+        snprintf(rec->not_judged, sizeof rec->not_judged, "embeddings");
+        snprintf(rec->msg, sizeof rec->msg, "absent; equal to layers.0.input by definition (M3-DUMP-3), judged there");
+    } else {
+        rec->result = CF_FAIL;
+        snprintf(rec->msg, sizeof rec->msg, "missing from the dump%s%s%s", cap ? " (a port may declare capability \"" : "",
+                 cap ? cap : "", cap ? "\" absent)" : "");
+    }
+}
+
+/* 1 (rec a Fail) when the dump's tensor has another shape than the golden rows judged. */
+static int judge_shape(judge_run *jr, cf_record *rec, const judge_cur *cur)
+{
+    const cf_tensor *o = cur->o, *g = cur->g;
+    int same = o->ndim == g->ndim;
+    for (int d = 0; same && d < g->ndim; d++)
+        same = o->shape[d] == g->shape[d];
+    if (same)
+        return 0;
+    char so[96], sg[96];
+    shape_str(so, sizeof so, o);
+    shape_str(sg, sizeof sg, g);
+    rec->result = CF_FAIL;
+    const cf_tensor *rs = cf_has_rows(g->name) ? cf_rows_of(jr->out, g->name) : NULL;
+    if (rs && !cur->pos)
+        snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s (all positions) or %zu rows (its row set %s)", so,
+                 sg, rs->n, rs->name);
+    else
+        snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s", so, sg);
+    return 1;
+}
+
+/* 1 (rec given its verdict) when the dtype of dump or golden does not fit the kind. */
+static int judge_dtype(cf_record *rec, const judge_cur *cur)
+{
+    const cf_tensor *o = cur->o, *g = cur->g;
+    if (cf_kind_cmp(cur->it->kind) != CF_CMP_METRICS) {
+        if (o->is_int && g->is_int)
+            return 0;
+        rec->result = o->is_int ? CF_INTERNAL_ERROR : CF_FAIL;
+        snprintf(rec->msg, sizeof rec->msg, "%s must be an integer tensor (I32)", o->is_int ? "golden" : "dump");
+        return 1;
+    }
+    if (!o->is_int && !g->is_int)
+        return 0;
+    rec->result = g->is_int ? CF_INTERNAL_ERROR : CF_FAIL;
+    snprintf(rec->msg, sizeof rec->msg, "%s must be a float tensor", g->is_int ? "golden" : "dump");
+    return 1;
+}
+
+/* The rows of the current tensor that earlier accepted ties reach (M3-TOL-8) into jr->tr. */
+static int tie_rows_of(judge_run *jr, judge_cur *cur)
+{
+    long rows = n_rows(cur->g);
+    if (rows > jr->mask_cap) {
+        unsigned char *a = realloc(jr->tr.excl, (size_t)rows), *b = a ? realloc(jr->tr.reach, (size_t)rows) : NULL;
+        if (a)
+            jr->tr.excl = a;
+        if (b)
+            jr->tr.reach = b;
+        if (!a || !b)
+            return -1;
+        jr->mask_cap = rows;
+    }
+    const judge_item *it = cur->it;
+    if (rows > 0)
+        tie_masks(&jr->tl, it->layer, it->order, cf_tie_dependent(it->g->name, !jr->is_model, it->layer, it->order),
+                  jr->isolated, rows, cur->pos, &jr->tr);
+    else
+        jr->tr.nexcl = jr->tr.nreach = 0;
+    cur->trp = jr->tr.nexcl || jr->tr.nreach ? &jr->tr : NULL;
+    return 0;
+}
+
+/* Judge one golden tensor into a new record of r; -1 only on allocation failure. */
+static int judge_one(judge_run *jr, cf_report *r, const judge_item *it, cf_tset *gsub)
+{
+    const cf_judge_ctx *ctx = jr->ctx;
+    const cf_tensor *g = it->g;
+    cf_record *rec = cf_report_add(r);
+    if (!rec)
+        return -1;
+    snprintf(rec->tensor, sizeof rec->tensor, "%s", g->name);
+    snprintf(rec->key, sizeof rec->key, "%s/%s", ctx->c->component, g->name);
+    snprintf(rec->component, sizeof rec->component, "%s", it->component);
+    rec->layer = it->layer;
+    rec->order = it->order;
+    judge_cur cur = {it, cf_tset_get(jr->out, g->name), g, g, NULL, 0, NULL};
+    if (jr->vision_case) {
+        rec->result = CF_NOT_SUPPORTED;
+        snprintf(rec->msg, sizeof rec->msg, "vision case: capability \"vision\" declared unsupported");
+        return 0;
+    }
+    const cf_tensor *ms = !cur.o && ctx->misshaped ? cf_tset_get(ctx->misshaped, g->name) : NULL;
+    if (ms) {
+        char so[96], sg[96];
+        shape_str(so, sizeof so, ms);
+        shape_str(sg, sizeof sg, g);
+        rec->result = CF_FAIL;
+        snprintf(rec->msg, sizeof rec->msg, "shape %s, expected %s (refused from the header)", so, sg);
+        return 0;
+    }
+    cf_tset_free(gsub);
+    if (cur.o && jr->is_model && cf_has_rows(g->name) && take_rows(jr, rec, &cur, gsub))
+        return 0;
+    rec->kind = cf_kind_cmp(it->kind) == CF_CMP_METRICS ? CF_CMP_METRICS : CF_CMP_EXACT;
+    if (!cur.o) {
+        judge_missing(jr, rec, g);
+        return 0;
+    }
+    if (judge_shape(jr, rec, &cur))
+        return 0;
+    if (tie_rows_of(jr, &cur))
+        return -1;
+    if (judge_dtype(rec, &cur))
+        return 0;
+    return k_judge[it->kind](jr, rec, &cur);
+}
+
+int cf_judge(cf_report *r, const cf_judge_ctx *ctx, const cf_tset *out, const cf_tset *golden, m3_err *e)
+{
+    judge_run jr;
+    memset(&jr, 0, sizeof jr);
+    jr.ctx = ctx;
+    jr.out = out;
+    jr.golden = golden;
+    jr.is_model = strcmp(ctx->c->component, "model") == 0;
+    /* teacher-forced layers and component cases start from golden inputs:
+     * a tie reaches only its own layer / case (M3-TOL-8) */
+    jr.isolated = ctx->teacher_forced || !jr.is_model;
+    r->teacher_forced = ctx->teacher_forced;
+    snprintf(r->evidence, sizeof r->evidence, "%s", ctx->evidence_from ? ctx->evidence_from : "");
+    /* the positions of the forward, and those some judged tensor covers (M3-DUMP-10) */
+    jr.Tf = ctx->want_T;
+    const cf_tensor *t0 = cf_tset_get(golden, "layers.0.input");
+    if (!t0)
+        t0 = cf_tset_get(golden, "embeddings");
+    if (jr.Tf <= 0 && jr.is_model && t0 && t0->ndim == 2)
+        jr.Tf = (long)t0->shape[0];
+    jr.covered = jr.Tf > 0 ? calloc((size_t)jr.Tf, 1) : NULL;
+    /* a case with a vision tower cannot be run by a port without vision: NotSupported whole */
+    if (declared(ctx->unsupported, "vision"))
+        for (int k = 0; k < golden->n; k++)
+            jr.vision_case |= strncmp(golden->t[k].name, "vision.", 7) == 0;
+    int ni = 0, rc = 0;
+    judge_item *items = collect_items(&jr, &ni);
+    if (!items || (jr.Tf > 0 && !jr.covered))
+        rc = m3_fail(e, "out of memory for the report of %s", ctx->c->id);
+    cf_tset gsub = {0};
+    for (int k = 0; !rc && k < ni; k++)
+        if (judge_one(&jr, r, &items[k], &gsub))
+            rc = m3_fail(e, "out of memory for the report of %s", ctx->c->id);
     free(items);
-    free(tl.ev);
-    free(tr.excl);
-    free(tr.reach);
+    free(jr.tl.ev);
+    free(jr.tr.excl);
+    free(jr.tr.reach);
     cf_tset_free(&gsub);
-    if (covered) {
-        r->rows_total = Tf;
+    if (jr.covered && !rc) {
+        r->rows_total = jr.Tf;
         r->rows_judged = 0;
-        for (long p = 0; p < Tf; p++)
-            r->rows_judged += covered[p];
+        for (long p = 0; p < jr.Tf; p++)
+            r->rows_judged += jr.covered[p];
         if (ctx->want_sel && !r->rows_note[0])
             snprintf(r->rows_note, sizeof r->rows_note, "the case wants params.rows \"%.100s\"", ctx->want_sel);
     }
-    free(covered);
+    free(jr.covered);
     if (rc)
         return rc;
     cf_localise(r);

@@ -73,7 +73,7 @@ static void usage(FILE *f)
             "  m3-conform rows --case DIR [--logits]   the positions the case wants in a dump\n"
             "                 (params.rows / params.logits_rows, M3-DUMP-11), comma-separated\n"
             "  m3-conform synth --layers N --seed S --out DIR [options]   (synth --help)\n"
-            "  m3-conform golden --case DIR [--out FILE]   (write a model case's golden with the\n"
+            "  m3-conform golden --case DIR [--out FILE] [--evidence FILE]   (write a model case's golden with the\n"
             "                    reference; default FILE: DIR/expected.safetensors)\n"
             "  m3-conform chat-check --model DIR --conversation FILE --ids FILE|LIST\n"
             "                 [--thinking adaptive|enabled|disabled] [--print-expected]\n"
@@ -461,26 +461,51 @@ static void internal_error(cf_report *r, const m3_err *e)
     r->first_fail = r->first_diverged = r->first_tie = -1;
 }
 
-/* Golden outputs of a case: expected.safetensors if present, else the reference's
- * (reported to pg's current task). */
-static int golden_of(const cf_case *cs, const m3_model *m, cf_tset *golden, int *computed,
-                     m3_progress *pg, m3_err *e)
+/* The tie evidence beside a case's expected.safetensors (M3-VEC-11), when present,
+ * into ev (verify: bound to the golden by its sha256); ev_from[cap] receives its path,
+ * "" when the golden has none. */
+static int evidence_of(const cf_case *cs, int verify, const cf_tset *golden, cf_tset *ev, char *ev_from,
+                       size_t cap, m3_err *e)
+{
+    char p[2300], q[2300];
+    snprintf(p, sizeof p, "%s/expected.safetensors", cs->dir);
+    snprintf(q, sizeof q, "%s/%s", cs->dir, CF_EVIDENCE_FILE);
+    ev_from[0] = 0;
+    if (!exists(q))
+        return 0;
+    if (cf_evidence_load(ev, q, golden, p, verify, e))
+        return -1;
+    snprintf(ev_from, cap, "%.2000s", q);
+    return 0;
+}
+
+/* Golden outputs of a case and their tie evidence (M3-VEC-11): expected.safetensors
+ * (its evidence then read by evidence_of, after the golden's own checks; defer 0:
+ * here), else both computed by the reference (reported to pg's current task).
+ * ev_from[cap] receives where the evidence came from, "" when the golden has none. */
+static int golden_of(const cf_case *cs, const m3_model *m, int verify, cf_tset *golden, int *computed, cf_tset *ev,
+                     char *ev_from, size_t cap, int defer, m3_progress *pg, m3_err *e)
 {
     char p[2300];
     snprintf(p, sizeof p, "%s/expected.safetensors", cs->dir);
     *computed = 0;
-    if (exists(p))
-        return cf_tset_load(golden, p, e);
+    ev_from[0] = 0;
+    if (exists(p)) {
+        if (cf_tset_load(golden, p, e))
+            return -1;
+        return defer ? 0 : evidence_of(cs, verify, golden, ev, ev_from, cap, e);
+    }
     *computed = 1;
+    snprintf(ev_from, cap, "computed with the golden by the reference");
     if (strcmp(cs->component, "model") != 0)
-        return cf_ref_component(cs, golden, e);
+        return cf_ref_component(cs, golden, e) || cf_evidence_from_component(golden, ev, e) ? -1 : 0;
     cf_tset in = {0};
     snprintf(p, sizeof p, "%s/inputs.safetensors", cs->dir);
     int rc = cf_tset_load(&in, p, e);
     if (!rc)
-        rc = cf_ref_model(cs, m, &in, 0, golden, pg, e);
+        rc = cf_ref_model_ev(cs, m, &in, 0, golden, ev, pg, e) || cf_evidence_model(m, cs->mode, golden, ev, e);
     cf_tset_free(&in);
-    return rc;
+    return rc ? -1 : 0;
 }
 
 static int open_model(m3_model *m, const cf_case *cs, m3_err *e)
@@ -574,10 +599,10 @@ static int check_golden_shapes(const cf_case *cs, const m3_model *m, const cf_ts
  * the reference run on the dump's own layer inputs), print and keep the report, and store its
  * verdict. Returns -1 with e set on bad input or allocation failure. */
 static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m3_model *model,
-                      const cf_tset *golden, const cf_tset *ref_out, const char *path, int tf,
+                      const cf_tset *golden, const cf_tset *ev, const char *ev_from, const char *path, int tf,
                       const char *unsupported_in, cf_result *verdict, m3_err *e)
 {
-    cf_tset dump = {0}, tf_golden = {0};
+    cf_tset dump = {0}, tf_golden = {0}, tf_ev = {0};
     char meta[512], unsupported[1024];
     unsigned char *want = NULL, *want_logits = NULL;
     cf_report r;
@@ -619,9 +644,12 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
             goto out;
     }
     const char *bad_feed = tf ? nonfinite_feed(&dump, model) : NULL;
-    const cf_judge_ctx jc = {cs, prof, model, ref_out, unsupported, tf, want, T,
-                             cJSON_IsString(sel) ? sel->valuestring : NULL, &misshaped, bad_feed,
-                             want_logits, cJSON_IsString(lsel) ? lsel->valuestring : NULL};
+    cf_judge_ctx jc = {.c = cs, .profile = prof, .model = model, .evidence = ev_from[0] ? ev : NULL,
+                       .unsupported = unsupported, .teacher_forced = tf, .want = want, .want_T = T,
+                       .want_sel = cJSON_IsString(sel) ? sel->valuestring : NULL, .misshaped = &misshaped,
+                       .bad_feed = bad_feed, .want_logits = want_logits,
+                       .want_logits_sel = cJSON_IsString(lsel) ? lsel->valuestring : NULL,
+                       .evidence_from = ev_from[0] ? ev_from : NULL};
     if (tf && model) {
         /* teacher forcing runs each layer from the dump's own input: every position of it */
         for (int i = 0; i < model->cfg.text.num_layers; i++) {
@@ -645,6 +673,11 @@ static int judge_dump(ctx *c, const cf_case *cs, const cf_profile *prof, const m
         const cf_tensor *emb = cf_tset_get(golden, "embeddings");
         if (emb && cf_tset_add_f(&tf_golden, "embeddings", emb->ndim, emb->shape, emb->f, e))
             goto out;
+        /* the teacher-forced golden's tie evidence, computed with it (M3-VEC-11) */
+        if (cf_evidence_model(model, cs->mode, &tf_golden, &tf_ev, e))
+            goto out;
+        jc.evidence = &tf_ev;
+        jc.evidence_from = "computed with the teacher-forced golden";
         if (cf_judge(&r, &jc, &dump, &tf_golden, e))
             goto out;
     } else if (cf_judge(&r, &jc, &dump, golden, e)) {
@@ -664,6 +697,7 @@ out:
         cf_report_free(&r);
     cf_tset_free(&dump);
     cf_tset_free(&tf_golden);
+    cf_tset_free(&tf_ev);
     free(want);
     free(want_logits);
     return rc;
@@ -835,7 +869,8 @@ static int cmd_check(ctx *c)
         return 2;
     }
     int rc = 2, is_model = strcmp(cs.component, "model") == 0, computed = 0;
-    cf_tset golden = {0}, aux = {0};
+    cf_tset golden = {0}, ev = {0};
+    char ev_from[2100];
     m3_model model;
     int have_model = 0;
     cf_result res = CF_INTERNAL_ERROR;
@@ -859,7 +894,8 @@ static int cmd_check(ctx *c)
         }
     }
     m3_progress_task(&c->pg, "golden", M3_UNIT_ROWS, 0);
-    int grc = golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &c->pg, &e);
+    int grc = golden_of(&cs, have_model ? &model : NULL, !o->no_hash, &golden, &computed, &ev, ev_from,
+                        sizeof ev_from, 1, &c->pg, &e);
     m3_progress_end(&c->pg);
     if (grc)
         goto bad;
@@ -872,11 +908,10 @@ static int cmd_check(ctx *c)
         keep(c, &ir);
         goto bad;
     }
-    if (!is_model && !computed && cf_ref_component(&cs, &aux, &e))
+    if (!computed && evidence_of(&cs, !o->no_hash, &golden, &ev, ev_from, sizeof ev_from, &e))
         goto bad;
     const m3_model *mp = have_model ? &model : NULL;
-    const cf_tset *ref_out = computed ? &golden : &aux;
-    if (judge_dump(c, &cs, prof, mp, &golden, ref_out, o->dump, o->teacher_forced, o->unsupported,
+    if (judge_dump(c, &cs, prof, mp, &golden, &ev, ev_from, o->dump, o->teacher_forced, o->unsupported,
                    &res, &e))
         goto bad;
     rc = check_status(res);
@@ -889,7 +924,7 @@ static int cmd_check(ctx *c)
         snprintf(caps, sizeof caps, "%s", o->unsupported);
         append_caps(caps, sizeof caps, "greedy");
         printf("m3-conform: TieDiverged; settling it teacher-forced (M3-TOL-8): %s\n", tf_path);
-        if (judge_dump(c, &cs, prof, mp, &golden, ref_out, tf_path, 1, caps, &res, &e))
+        if (judge_dump(c, &cs, prof, mp, &golden, &ev, ev_from, tf_path, 1, caps, &res, &e))
             goto bad;
         rc = check_status(res) == 0 ? 0 : check_status(res) == 2 ? 2 : 1;
         printf("m3-conform: %s\n",
@@ -908,7 +943,7 @@ bad_quiet:
     rc = 2;
 done:
     cf_tset_free(&golden);
-    cf_tset_free(&aux);
+    cf_tset_free(&ev);
     if (have_model)
         m3_model_close(&model);
     cf_case_free(&cs);
@@ -1020,21 +1055,24 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
     }
     const cf_profile *prof = pick_profile(c, &cs, o->profile, &e);
     int is_model = strcmp(cs.component, "model") == 0;
-    cf_tset golden = {0}, out = {0}, in = {0};
+    cf_tset golden = {0}, out = {0}, in = {0}, ev = {0};
+    char ev_from[2100] = "";
+    int computed = 0;
     m3_model model;
     int have_model = 0;
     char p[2300];
     snprintf(p, sizeof p, "%s/expected.safetensors", cs.dir);
     init_report(&r, &cs, "", prof ? prof->name : "?", "ref");
-    if (!prof || (exists(p) && cf_tset_load(&golden, p, &e))) {
+    if (!prof || (exists(p) && golden_of(&cs, NULL, !o->no_hash, &golden, &computed, &ev, ev_from, sizeof ev_from,
+                                         0, &c->pg, &e))) {
         internal_error(&r, &e);
         goto finish;
     }
     if (!exists(p)) { /* as check does: the reference's own outputs are the golden */
-        int computed = 0;
         m3_model gm;
         int hm = is_model && open_model(&gm, &cs, &e) == 0;
-        int grc = (is_model && !hm) || golden_of(&cs, hm ? &gm : NULL, &golden, &computed, &c->pg, &e);
+        int grc = (is_model && !hm) || golden_of(&cs, hm ? &gm : NULL, !o->no_hash, &golden, &computed, &ev, ev_from,
+                                                 sizeof ev_from, 0, &c->pg, &e);
         if (hm)
             m3_model_close(&gm);
         if (grc) {
@@ -1045,12 +1083,14 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
             printf("note: %s has no expected.safetensors; judged against the reference's own run\n",
                    cs.dir);
     }
+    const cf_tset *evp = ev_from[0] ? &ev : NULL;
+    const char *evf = ev_from[0] ? ev_from : NULL;
     if (!is_model) {
         if (cf_ref_component(&cs, &out, &e)) {
             internal_error(&r, &e);
             goto finish;
         }
-        cf_judge_ctx jc = {&cs, prof, NULL, &out, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+        cf_judge_ctx jc = {.c = &cs, .profile = prof, .evidence = evp, .unsupported = "", .evidence_from = evf};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
         goto finish;
@@ -1062,7 +1102,8 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         goto finish;
     }
     {
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+        cf_judge_ctx jc = {.c = &cs, .profile = prof, .model = &model, .evidence = evp, .unsupported = "",
+                           .evidence_from = evf};
         if (cf_judge(&r, &jc, &out, &golden, &e))
             internal_error(&r, &e);
     }
@@ -1076,7 +1117,8 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset ch = {0};
         init_report(&r, &cs, "#chunked", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+        cf_judge_ctx jc = {.c = &cs, .profile = prof, .model = &model, .evidence = evp, .unsupported = "",
+                           .evidence_from = evf};
         snprintf(label, sizeof label, "case %d/%d %.100s, chunked", idx + 1, total, dir);
         m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
         if (cf_ref_model(&cs, &model, &in, 1, &ch, &c->pg, &e) || cf_judge(&r, &jc, &ch, &golden, &e))
@@ -1092,7 +1134,9 @@ static void run_case(ctx *c, const char *dir, tally *t, int idx, int total)
         t0 = now();
         cf_tset tf = {0};
         init_report(&r, &cs, "#teacher-forced", prof->name, "ref");
-        cf_judge_ctx jc = {&cs, prof, &model, NULL, "", 1, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+        /* the reference run teacher-forced from the golden's layer inputs, judged against the golden */
+        cf_judge_ctx jc = {.c = &cs, .profile = prof, .model = &model, .evidence = evp, .unsupported = "",
+                           .teacher_forced = 1, .evidence_from = evf};
         const cf_tensor *emb = cf_tset_get(&out, "embeddings");
         snprintf(label, sizeof label, "case %d/%d %.100s, teacher-forced", idx + 1, total, dir);
         m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
@@ -1111,6 +1155,7 @@ finish:
     emit(c, &r, !o->quiet && (o->verbose || !cf_result_conforms(r.result)), o->verbose);
     keep(c, &r);
     cf_tset_free(&golden);
+    cf_tset_free(&ev);
     cf_tset_free(&out);
     cf_tset_free(&in);
     if (have_model)
@@ -1127,7 +1172,8 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
     cf_case cs;
     cf_report r;
     int ok = 0, have_case = 0, have_model = 0;
-    cf_tset dump = {0}, golden = {0}, aux = {0};
+    cf_tset dump = {0}, golden = {0}, aux = {0}, ev = {0};
+    char ev_from[2100] = "";
     m3_model model;
     double t0 = now();
     memset(&r, 0, sizeof r);
@@ -1161,17 +1207,18 @@ static int run_mutant(ctx *c, const char *dir, const char *root, tally *t, char 
     char label[300];
     snprintf(label, sizeof label, "mutant %.200s: golden", mu.id);
     m3_progress_task(&c->pg, label, M3_UNIT_ROWS, 0);
-    int grc = golden_of(&cs, have_model ? &model : NULL, &golden, &computed, &c->pg, &e) ||
+    int grc = golden_of(&cs, have_model ? &model : NULL, !o->no_hash, &golden, &computed, &ev, ev_from,
+                        sizeof ev_from, 0, &c->pg, &e) ||
               load_dump(&dump, &aux, mu.dump, &golden, r.unrecognised, sizeof r.unrecognised, caps,
                         sizeof caps, &e);
     m3_progress_end(&c->pg);
     if (grc)
         goto ierr;
     cf_tset_free(&aux); /* mis-shaped tensors of a mutant dump: judged missing */
-    if (!have_model && !computed && cf_ref_component(&cs, &aux, &e))
-        goto ierr;
     {
-        cf_judge_ctx jc = {&cs, prof, have_model ? &model : NULL, computed ? &golden : &aux, caps, 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+        cf_judge_ctx jc = {.c = &cs, .profile = prof, .model = have_model ? &model : NULL,
+                           .evidence = ev_from[0] ? &ev : NULL, .unsupported = caps,
+                           .evidence_from = ev_from[0] ? ev_from : NULL};
         if (cf_judge(&r, &jc, &dump, &golden, &e))
             goto ierr;
     }
@@ -1236,6 +1283,7 @@ verdict:
 done:
     cf_tset_free(&dump);
     cf_tset_free(&golden);
+    cf_tset_free(&ev);
     cf_tset_free(&aux);
     if (have_model)
         m3_model_close(&model);
@@ -1325,21 +1373,24 @@ static int cmd_run(ctx *c)
 /* ---- golden ----------------------------------------------------------------------------- */
 static int cmd_golden(int argc, char **argv)
 {
-    const char *dir = NULL, *out = NULL;
+    const char *dir = NULL, *out = NULL, *evp = NULL;
     int verify = 1, quiet = 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--quiet") == 0) {
             quiet = 1;
-        } else if ((strcmp(argv[i], "--case") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
+        } else if ((strcmp(argv[i], "--case") == 0 || strcmp(argv[i], "--out") == 0 ||
+                    strcmp(argv[i], "--evidence") == 0) && i + 1 < argc) {
             if (argv[i][2] == 'c')
                 dir = argv[++i];
-            else
+            else if (argv[i][2] == 'o')
                 out = argv[++i];
+            else
+                evp = argv[++i];
         } else if (strcmp(argv[i], "--no-hash") == 0) {
             verify = 0;
         } else {
             fprintf(stderr, "m3-conform golden: unexpected argument \"%s\"; usage: m3-conform golden "
-                            "--case DIR [--out FILE] [--no-hash] [--quiet]\n", argv[i]);
+                            "--case DIR [--out FILE] [--evidence FILE] [--no-hash] [--quiet]\n", argv[i]);
             return 2;
         }
     }
@@ -1347,16 +1398,21 @@ static int cmd_golden(int argc, char **argv)
         fprintf(stderr, "m3-conform golden: needs --case DIR\n");
         return 2;
     }
-    char def[2300];
+    char def[2300], edef[2400];
     if (!out) {
         snprintf(def, sizeof def, "%s/expected.safetensors", dir);
         out = def;
+    }
+    if (!evp) { /* beside the golden (M3-VEC-11) */
+        const char *slash = strrchr(out, '/');
+        snprintf(edef, sizeof edef, "%.*s%s", slash ? (int)(slash - out + 1) : 0, out, CF_EVIDENCE_FILE);
+        evp = edef;
     }
     m3_err e = {{0}};
     m3_progress pg;
     m3_progress_init_stderr(&pg, "m3-conform golden", quiet);
     m3_progress_task(&pg, "golden", M3_UNIT_ROWS, 0);
-    int rc = cf_golden_write(dir, out, verify, &pg, &e);
+    int rc = cf_golden_write(dir, out, evp, verify, &pg, &e);
     m3_progress_end(&pg);
     if (rc) {
         fprintf(stderr, "m3-conform: %s\n", e.msg);
@@ -1364,6 +1420,7 @@ static int cmd_golden(int argc, char **argv)
     }
     m3_progress_summary(&pg, out);
     printf("golden: %s\n", out);
+    printf("tie evidence: %s\n", evp);
     return 0;
 }
 

@@ -130,12 +130,12 @@ void cf_print_report(FILE *f, const cf_report *r, int verbose, int color)
             fmt_num(nm, sizeof nm, x->m.nmse);
             fmt_num(ma, sizeof ma, x->m.max_abs);
             snprintf(co, sizeof co, "%.9f", x->m.cos);
-        } else if (x->kind == 1 && x->set.rows) {
+        } else if (x->kind == CF_CMP_SET && x->set.rows) {
             snprintf(nm, sizeof nm, "sets");
             snprintf(ma, sizeof ma, "%ld/%ld", x->set.rows - x->set.rows_bad, x->set.rows);
             snprintf(co, sizeof co, "ties %ld", x->set.rows_tie);
         } else {
-            snprintf(nm, sizeof nm, x->kind ? "exact" : "-");
+            snprintf(nm, sizeof nm, x->kind != CF_CMP_METRICS ? "exact" : "-");
             snprintf(ma, sizeof ma, "-");
             snprintf(co, sizeof co, "-");
         }
@@ -268,7 +268,7 @@ void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
                 add_num(b, "cos_min", x->rule->cos_min);
             cJSON_AddStringToObject(b, "match", x->rule->match);
         }
-        if (x->kind == 1) {
+        if (x->kind == CF_CMP_SET) {
             cJSON_AddNumberToObject(o, "rows", (double)x->set.rows);
             cJSON_AddNumberToObject(o, "rows_tie", (double)x->set.rows_tie);
             cJSON_AddNumberToObject(o, "rows_bad", (double)x->set.rows_bad);
@@ -294,6 +294,8 @@ void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
             cJSON_AddStringToObject(mk, "tie_tensor", x->reach_tie);
             cJSON_AddNumberToObject(mk, "tie_row", (double)x->reach_tie_row);
         }
+        if (x->no_evidence) /* M3-VEC-11: a differing choice judged strictly, never silently */
+            cJSON_AddStringToObject(o, "tie_evidence", "absent");
         cJSON_AddStringToObject(o, "msg", x->msg);
         emit(f, o);
     }
@@ -310,6 +312,9 @@ void cf_write_jsonl(FILE *f, const cf_report *r, const char *suite)
     cJSON_AddStringToObject(o, "result", cf_result_name(r->result));
     cJSON_AddBoolToObject(o, "conforms", cf_result_conforms(r->result));
     cJSON_AddNumberToObject(o, "tensors", r->nrec);
+    /* where the golden's tie evidence came from (M3-VEC-11): a file, computed, or none */
+    if (strcmp(r->target, "mutant-verdict") != 0)
+        cJSON_AddStringToObject(o, "tie_evidence", r->evidence[0] ? r->evidence : "none");
     if (r->first_fail >= 0) {
         const cf_record *x = &r->rec[r->first_fail];
         cJSON *d = cJSON_AddObjectToObject(o, "first_divergence");
@@ -499,12 +504,25 @@ static void ramp(double v, unsigned char out[3])
     cf_viridis((v + 16.0) / 16.0, out);
 }
 
-/* Row names of a model panel, in forward order. */
-static const char *const k_rows[] = {"embeddings", "input", "attn_norm", "attn.block_indices", "attn.output",
-                                     "post_attn", "ffn_norm", "moe.scores", "moe.topk_index",
-                                     "moe.topk_weight", "mlp.output", "output", "final_norm", "logits",
-                                     "greedy_tokens", "eagle3.aux"};
-#define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
+/* Row names of a model panel, in forward order, from the table of dump names
+ * (names.c): the embeddings, every per-layer name but the float block scores,
+ * then the head's and the decode's names. */
+#define MAX_ROWS 32
+static int panel_rows(const char **rows)
+{
+    int n = 0, nt = 0, nl = 0;
+    const cf_name *t = cf_name_table(&nt), *l = cf_name_layer_leaves(&nl);
+    for (int k = 0; k < nt; k++)
+        if (t[k].scope == CF_SCOPE_TOP && t[k].order == 0)
+            rows[n++] = t[k].leaf;
+    for (int k = 0; k < nl && n < MAX_ROWS; k++)
+        if (!(l[k].kind == CF_KIND_FLOAT && l[k].row_axis))
+            rows[n++] = l[k].leaf;
+    for (int k = 0; k < nt && n < MAX_ROWS; k++)
+        if (t[k].scope == CF_SCOPE_TOP && t[k].order > 0 && t[k].kind != CF_KIND_SKIP)
+            rows[n++] = t[k].leaf;
+    return n;
+}
 
 enum { CELL_W = 24, CELL_H = 14, MARGIN = 12, LINE = 10 };
 
@@ -513,11 +531,13 @@ typedef struct panel {
     int nreps;
     int model;                     /* 1: rows = tensor types, cols = layers */
     int ncols, nrows, label_w;
-    int rows_used[N_ROWS];
+    const char *rows[MAX_ROWS];    /* model panels: panel_rows */
+    int nall;
+    int rows_used[MAX_ROWS];
     int w, h;
 } panel;
 
-static const cf_record *find_cell(const cf_report *r, int row, int layer)
+static const cf_record *find_cell(const cf_report *r, const char *row, int layer)
 {
     for (int i = 0; i < r->nrec; i++) {
         const cf_record *x = &r->rec[i];
@@ -525,9 +545,9 @@ static const cf_record *find_cell(const cf_report *r, int row, int layer)
             if (x->layer != layer)
                 continue;
             const char *sub = strchr(x->tensor + 7, '.');
-            if (sub && strcmp(sub + 1, k_rows[row]) == 0)
+            if (sub && strcmp(sub + 1, row) == 0)
                 return x;
-        } else if (x->layer < 0 && strcmp(x->tensor, k_rows[row]) == 0) {
+        } else if (x->layer < 0 && strcmp(x->tensor, row) == 0) {
             return x;
         }
     }
@@ -581,10 +601,11 @@ static void panel_layout(panel *p)
                 maxl = r->rec[i].layer;
         p->ncols = maxl + 2; /* column 0: tensors outside layers */
         p->nrows = 0;
-        for (int k = 0; k < N_ROWS; k++) {
+        p->nall = panel_rows(p->rows);
+        for (int k = 0; k < p->nall; k++) {
             p->rows_used[k] = 0;
             for (int l = -1; l <= maxl && !p->rows_used[k]; l++)
-                p->rows_used[k] = find_cell(r, k, l) != NULL;
+                p->rows_used[k] = find_cell(r, p->rows[k], l) != NULL;
             p->nrows += p->rows_used[k];
         }
         p->label_w = 20 * 6 + 8;
@@ -638,12 +659,12 @@ static void panel_draw(cf_canvas *c, const panel *p, int y0)
             cf_text(c, gx + (l + 1) * CELL_W + 2, y, buf, 1, dark);
         }
         y += LINE;
-        for (int k = 0; k < N_ROWS; k++) {
+        for (int k = 0; k < p->nall; k++) {
             if (!p->rows_used[k])
                 continue;
-            cf_text(c, x0, y + 3, k_rows[k], 1, black);
+            cf_text(c, x0, y + 3, p->rows[k], 1, black);
             for (int col = 0; col < p->ncols; col++) {
-                const cf_record *rec = find_cell(r, k, col - 1);
+                const cf_record *rec = find_cell(r, p->rows[k], col - 1);
                 int first = rec && r->first_fail >= 0 && rec == &r->rec[r->first_fail];
                 if (col == 0 && !rec)
                     continue;

@@ -16,23 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int ends_with(const char *s, const char *suf)
-{
-    size_t n = strlen(s), m = strlen(suf);
-    return n >= m && strcmp(s + n - m, suf) == 0;
-}
-
-int cf_row_axis(const char *name)
-{
-    return ends_with(name, "block_indices") || ends_with(name, "block_scores");
-}
-
-int cf_has_rows(const char *name)
-{
-    return strcmp(name, "greedy_tokens") != 0 && strncmp(name, "vision.", 7) != 0 &&
-           strcmp(name, "rows") != 0 && !ends_with(name, ".rows") && strcmp(name, "input_ids") != 0;
-}
-
 const cf_tensor *cf_rows_of(const cf_tset *s, const char *name)
 {
     char nm[300];
@@ -68,7 +51,7 @@ int cf_rows_validate(const cf_tset *s, const char *path, long T, m3_err *e)
         if (strcmp(r->name, "rows") == 0) {
             if (check_set(r, path, T, e))
                 return -1;
-        } else if (ends_with(r->name, ".rows")) {
+        } else if (strlen(r->name) > 5 && strcmp(r->name + strlen(r->name) - 5, ".rows") == 0) {
             if (check_set(r, path, T, e))
                 return -1;
             char nm[300];

@@ -1225,6 +1225,12 @@ static int prompt_embeds(const cf_case *c, const m3_model *m, const cf_tset *inp
 int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inp, int chunked, cf_tset *out,
                  m3_progress *pg, m3_err *e)
 {
+    return cf_ref_model_ev(c, m, inp, chunked, out, NULL, pg, e);
+}
+
+int cf_ref_model_ev(const cf_case *c, const m3_model *m, const cf_tset *inp, int chunked, cf_tset *out,
+                    cf_tset *ev, m3_progress *pg, m3_err *e)
+{
     const cf_tensor *ids = cf_tset_get(inp, "input_ids");
     if (!ids || !ids->is_int || ids->ndim != 1 || ids->n == 0)
         return m3_fail(e, "%s/inputs.safetensors: needs \"input_ids\", a non-empty integer vector [T]",
@@ -1258,12 +1264,13 @@ int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inp, int ch
     }
     float *logits = malloc((size_t)maxchunk * V * sizeof *logits);
     int32_t *gen = malloc((size_t)(N ? N : 1) * sizeof *gen);
+    float *glog = ev && N > 0 ? malloc((size_t)N * V * sizeof *glog) : NULL;
     int rc = -1, off = 0, last = 0;
     if (pg) { /* the prompt and N - 1 decode steps, each row through every layer */
         m3_progress_set_total(pg, ((int64_t)T + (N > 1 ? N - 1 : 0)) * m->cfg.text.num_layers);
         m3_state_set_progress(s, pg);
     }
-    if (!logits || !gen) {
+    if (!logits || !gen || (ev && N > 0 && !glog)) {
         m3_fail(e, "out of memory for logits [%d, %d]", maxchunk, V);
         goto done;
     }
@@ -1292,6 +1299,8 @@ int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inp, int ch
         const float *row = logits + (size_t)last * V;
         for (int j = 0; j < N; j++) {
             gen[j] = m3_argmax(row, V);
+            if (glog)
+                memcpy(glog + (size_t)j * V, row, (size_t)V * sizeof *glog);
             if (j + 1 < N) {
                 if (m3_forward(m, s, &gen[j], 1, logits, NULL, e))
                     goto done;
@@ -1301,66 +1310,17 @@ int cf_ref_model(const cf_case *c, const m3_model *m, const cf_tset *inp, int ch
         int64_t gd[1] = {N};
         if (cf_tset_add_i(out, "greedy_tokens", 1, gd, gen, e))
             goto done;
+        int64_t ld[2] = {N, V};
+        if (glog && cf_tset_add_f(ev, "greedy_logits", 2, ld, glog, e))
+            goto done;
     }
     rc = 0;
 done:
     m3_state_free(s);
     free(logits);
+    free(glog);
     free(gen);
     free(x);
-    return rc;
-}
-
-int cf_ref_greedy_margin(const cf_case *c, const m3_model *m, const int32_t *gen, int k, int32_t alt,
-                         double *margin, double *maxabs, m3_err *e)
-{
-    char path[2300];
-    snprintf(path, sizeof path, "%s/inputs.safetensors", c->dir);
-    cf_tset in = {0};
-    if (cf_tset_load(&in, path, e))
-        return -1;
-    const cf_tensor *ids = cf_tset_get(&in, "input_ids");
-    const int V = m->cfg.text.vocab_size;
-    if (!ids || !ids->is_int || ids->ndim != 1 || ids->n == 0) {
-        cf_tset_free(&in);
-        return m3_fail(e, "%s: needs \"input_ids\", a non-empty integer vector [T]", path);
-    }
-    if (k < 0 || alt < 0 || alt >= V || gen[k] < 0 || gen[k] >= V) {
-        cf_tset_free(&in);
-        return m3_fail(e, "step %d: token %d or golden token %d is outside the vocabulary [0, %d)", k,
-                       (int)alt, k >= 0 ? (int)gen[k] : -1, V);
-    }
-    const int T = (int)ids->n;
-    float *x = NULL, *logits = malloc((size_t)T * V * sizeof *logits);
-    m3_state *s = NULL;
-    int rc = -1;
-    if (!logits) {
-        m3_fail(e, "out of memory for logits [%d, %d]", T, V);
-        goto done;
-    }
-    if (prompt_embeds(c, m, &in, ids, &x, NULL, e))
-        goto done;
-    if (!(s = m3_state_new(m, (int64_t)T + k + 1, c->mode, e)))
-        goto done;
-    if (x ? m3_forward_embeds(m, s, x, T, logits, NULL, e) : m3_forward(m, s, ids->i, T, logits, NULL, e))
-        goto done;
-    const float *row = logits + (size_t)(T - 1) * V;
-    for (int j = 0; j < k; j++) {
-        if (m3_forward(m, s, &gen[j], 1, logits, NULL, e))
-            goto done;
-        row = logits;
-    }
-    double mx = 0.0;
-    for (int v = 0; v < V; v++)
-        mx = fabs((double)row[v]) > mx ? fabs((double)row[v]) : mx;
-    *margin = (double)row[gen[k]] - (double)row[alt];
-    *maxabs = mx;
-    rc = 0;
-done:
-    m3_state_free(s);
-    free(logits);
-    free(x);
-    cf_tset_free(&in);
     return rc;
 }
 

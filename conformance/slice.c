@@ -226,7 +226,7 @@ static int record_from_json(cf_record *x, const cJSON *o, const cf_profile *p, r
     get_str(r, o, "component", x->component, sizeof x->component);
     x->layer = (int)get_long(r, o, "layer", -1, M3_MAX_LAYERS - 1);
     x->order = (int)get_long(r, o, "order", -1e9, 1e9);
-    x->kind = (int)get_long(r, o, "kind", 0, 2);
+    x->kind = (cf_cmp)get_long(r, o, "kind", 0, 2);
     char res[32] = "";
     get_str(r, o, "result", res, sizeof res);
     get_str(r, o, "msg", x->msg, sizeof x->msg);
@@ -557,6 +557,7 @@ int cf_slice_merge(cf_report *out, const cf_slice *sl, int n, m3_err *e)
     snprintf(out->profile, sizeof out->profile, "%s", a->profile);
     snprintf(out->target, sizeof out->target, "dump");
     out->teacher_forced = 1;
+    snprintf(out->evidence, sizeof out->evidence, "computed with the teacher-forced golden");
     for (int k = 0; k < n; k++) {
         for (int i = 0; i < sl[k].rep.nrec; i++) {
             cf_record *x = cf_report_add(out);

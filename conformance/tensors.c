@@ -209,18 +209,6 @@ int cf_tset_from_writer(cf_tset *s, const m3_st_writer *w, m3_err *e)
     return rc;
 }
 
-static int row_axis(const char *name)
-{
-    size_t n = strlen(name);
-    static const char *const g_first[] = {"block_indices", "block_scores"};
-    for (size_t k = 0; k < 2; k++) {
-        size_t m = strlen(g_first[k]);
-        if (n >= m && strcmp(name + n - m, g_first[k]) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 int cf_tset_append_rows(cf_tset *dst, const cf_tset *src, m3_err *e)
 {
     for (int k = 0; k < src->n; k++) {
@@ -233,7 +221,7 @@ int cf_tset_append_rows(cf_tset *dst, const cf_tset *src, m3_err *e)
                 return -1;
             continue;
         }
-        int ax = row_axis(b->name);
+        int ax = cf_row_axis(b->name);
         if (a->ndim != b->ndim || a->is_int != b->is_int || b->ndim <= ax)
             return m3_fail(e, "chunk dumps disagree on tensor %s (rank or type)", b->name);
         for (int d = 0; d < a->ndim; d++)
@@ -377,30 +365,6 @@ static int edit_distance(const char *a, const char *b)
     return prev[m];
 }
 
-/* A name of the dump contract (M3-DUMP-3) for a model with L layers. */
-static int contract_name(const char *n, int L)
-{
-    static const char *const top[] = {"embeddings", "final_norm", "logits", "eagle3.aux", "greedy_tokens"};
-    static const char *const sub[] = {"input", "attn_norm", "attn.output", "attn.block_indices",
-                                      "attn.block_scores", "post_attn", "ffn_norm", "mlp.output",
-                                      "moe.topk_index", "moe.topk_weight", "moe.scores", "output"};
-    for (size_t k = 0; k < sizeof top / sizeof top[0]; k++)
-        if (strcmp(n, top[k]) == 0)
-            return 1;
-    if (strncmp(n, "vision.", 7) == 0)
-        return 1;
-    if (strncmp(n, "layers.", 7) != 0 || n[7] < '0' || n[7] > '9' || (n[7] == '0' && n[8] != '.'))
-        return 0;
-    char *end;
-    long l = strtol(n + 7, &end, 10);
-    if (*end != '.' || l < 0 || l >= L)
-        return 0;
-    for (size_t k = 0; k < sizeof sub / sizeof sub[0]; k++)
-        if (strcmp(end + 1, sub[k]) == 0)
-            return 1;
-    return 0;
-}
-
 int cf_tset_load_dump(cf_tset *s, cf_tset *misshaped, const char *path, const cf_tset *golden,
                       char *unrec, size_t cap, m3_err *e)
 {
@@ -458,7 +422,7 @@ int cf_tset_from_dump_store(cf_tset *s, cf_tset *misshaped, const m3_store *st, 
             break;
         }
         if (!g && !is_rows) { /* never widened: only the tensors judged are read */
-            if (!model || contract_name(t->name, L))
+            if (!model || cf_dump_contract_name(t->name, L))
                 continue;
             if (nunrec < 6) {
                 const char *best = NULL;

@@ -16,6 +16,10 @@
 #   --tie-dump the golden file       0  a port's own teacher-forced dump that conforms
 #   --tie-dump with a layer-1 error  1
 #   usage errors                     2
+# and the golden's tie evidence (spec/vectors.md M3-VEC-11), on copies of the case:
+#   a golden without evidence        1  the near tie is judged strictly, and said so
+#   evidence of another golden       2  refused, naming the file
+#   an unknown evidence name         2  refused, naming the file
 set -u
 conform=$1 helper=$2 py=$3
 case=vectors/model/tiny_fp32
@@ -74,5 +78,38 @@ expect 2 "--tie-dump with --no-settle" --dump "$tmp/tie.st" --tie-dump "$tmp/tie
 expect 2 "--tie-dump with --teacher-forced" --dump "$tmp/tie.st" --tie-dump "$tmp/tie.st" --teacher-forced
 expect 2 "--tie-dump missing" --dump "$tmp/tie.st" --profile bf16 --tie-dump "$tmp/none.st"
 has "none.st" "--tie-dump missing"
+# ---- the golden's tie evidence (M3-VEC-11) ----
+mkcase() { # dir: a copy of the case; the rest: python that edits it (d = the dir)
+  d=$1; shift
+  mkdir -p "$d" && cp $case/* "$d/" && "$py" -c "import json, hashlib, os, sys
+sys.path.insert(0, 'tools')
+import st
+d = sys.argv[1]
+$*
+c = json.load(open(os.path.join(d, 'case.json')))
+c['files'] = {f: hashlib.sha256(open(os.path.join(d, f), 'rb').read()).hexdigest()
+              for f in c['files'] if os.path.exists(os.path.join(d, f))}
+json.dump(c, open(os.path.join(d, 'case.json'), 'w'))" "$d" || { echo "conform-settle: FAILED: mkcase $d"; exit 1; }
+}
+mkcase "$tmp/old" "os.remove(os.path.join(d, 'evidence.safetensors'))"
+mkcase "$tmp/other" "import shutil; shutil.copy('vectors/model/tiny_bf16/evidence.safetensors', os.path.join(d, 'evidence.safetensors'))"
+mkcase "$tmp/badname" "ev = st.load(os.path.join(d, 'evidence.safetensors')); ev['layers.4.moe.extra'] = ev['layers.4.moe.bias']
+open(os.path.join(d, 'evidence.safetensors'), 'wb').write(st.dumps(ev, {'m3.evidence_version': '1', 'm3.golden_sha256': hashlib.sha256(open(os.path.join(d, 'expected.safetensors'), 'rb').read()).hexdigest()}))"
+gold=$case
+case=$tmp/old
+expect 1 "bf16, a golden without tie evidence: the near tie is judged strictly" --dump "$tmp/tie.st" --profile bf16 \
+  --no-settle --json "$tmp/old.json"
+has "no tie evidence: the golden carries no layers.4.moe.bias" "no evidence"
+grep -q '"tie_evidence":"absent"' "$tmp/old.json" && grep -q '"type":"case".*"tie_evidence":"none"' "$tmp/old.json" ||
+  { echo "conform-settle: FAILED: no evidence: the JSON lacks tie_evidence absent / none"; fails=$((fails + 1)); }
+case=$tmp/other
+expect 2 "evidence of another golden" --dump "$tmp/tie.st" --profile bf16
+has "evidence.safetensors: m3.golden_sha256" "evidence of another golden"
+has "belongs to another golden" "evidence of another golden"
+case=$tmp/badname
+expect 2 "an unknown evidence name" --dump "$tmp/tie.st" --profile bf16
+has "evidence.safetensors: tensor \"layers.4.moe.extra\" is not a tie evidence name" "unknown evidence name"
+case=$gold
+
 [ $fails -eq 0 ] || { echo "conform-settle: $fails FAILED"; exit 1; }
 echo "conform-settle: all passed"

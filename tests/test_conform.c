@@ -379,7 +379,7 @@ static void test_localise_first_divergence(void **st)
         add_rows(&g, names[i], (float)i, 0);
         add_rows(&o, names[i], (float)i, i >= 3 ? 1.0f : 0.0f);
     }
-    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     m3_err e = {{0}};
@@ -429,7 +429,7 @@ static void test_missing_and_capabilities(void **st)
     int32_t toks[3] = {5, 6, 7};
     int64_t n3[1] = {3};
     assert_int_equal(cf_tset_add_i(&g, "greedy_tokens", 1, n3, toks, &e), 0);
-    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "eagle3", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "eagle3", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);
@@ -472,7 +472,7 @@ static void test_warning_and_shape(void **st)
     /* near: d = 5e-5, nmse = 2.5e-9 / 4 = 6.25e-10 <= 9.3e-10 but > 9.3e-11: QualityWarning;
      * max-abs 5e-5 <= 1e-4 */
     assert_int_equal(cf_tset_add_f(&o, "y", 1, sh, near, &e), 0);
-    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);
@@ -511,12 +511,12 @@ static void test_expert_ties_in_judge(void **st)
     assert_int_equal(cf_tset_add_i(&g, "topk_index", 2, s1, gi, &e), 0);
     assert_int_equal(cf_tset_add_f(&g, "topk_weight", 2, s1, w, &e), 0);
     assert_int_equal(cf_tset_add_f(&g, "scores", 2, s3, scores, &e), 0);
-    assert_int_equal(cf_tset_add_f(&aux, "aux.bias", 1, b3, bias, &e), 0);
+    assert_int_equal(cf_tset_add_f(&aux, "bias", 1, b3, bias, &e), 0);
     assert_int_equal(cf_tset_add_i(&o, "topk_index", 2, s1, oi, &e), 0);
     assert_int_equal(cf_tset_add_f(&o, "topk_weight", 2, s1, w, &e), 0);
     assert_int_equal(cf_tset_add_f(&o, "scores", 2, s3, scores, &e), 0);
     /* biased: 0.6 vs 0.60001 -> gap 1e-5 <= 1e-4 * 0.60001: a tie */
-    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, &aux, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, &aux, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);
@@ -525,11 +525,19 @@ static void test_expert_ties_in_judge(void **st)
     /* without the bias the gap is 0.1: a real difference, localised to the router */
     cf_tset_free(&aux);
     memset(&r, 0, sizeof r);
-    ctx.aux = NULL;
     assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);
     assert_int_equal(r.result, CF_FAIL);
     assert_string_equal(r.rec[r.first_fail].tensor, "topk_index");
     assert_string_equal(r.rec[r.first_fail].component, "router");
+    assert_int_equal(r.rec[r.first_fail].no_evidence, 0);
+    cf_report_free(&r);
+    /* a golden without tie evidence (M3-VEC-11): judged strictly, and the record says so */
+    memset(&r, 0, sizeof r);
+    ctx.evidence = NULL;
+    assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);
+    assert_int_equal(r.result, CF_FAIL);
+    assert_int_equal(r.rec[r.first_fail].no_evidence, 1);
+    assert_non_null(strstr(r.rec[r.first_fail].msg, "no tie evidence"));
     cf_report_free(&r);
     cf_tset_free(&g);
     cf_tset_free(&o);
@@ -631,7 +639,7 @@ static void test_slice_round_trip(void **st)
         add_rows(&g, names[i], (float)i, 0);
         add_rows(&o, names[i], (float)i, i == 1 ? 0.5f : 0.0f);
     }
-    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "", 1, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&g_tol, "fp32"), NULL, NULL, "", 1, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     m3_err e = {{0}};

@@ -1,8 +1,9 @@
 /* test_conform_greedy.c — a first differing greedy token within the tie
  * tolerance (M3-TOL-4).
  *
- * On the committed vector model/tiny_fp32 (prompt and golden
- * greedy_tokens), the test computes with the reference library the logits
+ * On the committed vector model/tiny_fp32 (prompt, golden greedy_tokens and
+ * the golden's tie evidence, whose greedy_logits the kit judges on), the test
+ * computes with the reference library the logits
  * of a generated step k on the golden path (prompt, then golden tokens
  * 0..k-1), takes the runner-up token and its margin to the golden choice,
  * and hands the kit a dump whose greedy_tokens pick the runner-up at step
@@ -33,6 +34,8 @@ typedef struct fixture {
     m3_model m;
     cf_tset golden; /* expected.safetensors */
     cf_tset in;     /* inputs.safetensors */
+    cf_tset ev;     /* evidence.safetensors: the golden's greedy logits (M3-VEC-11) */
+    int use_ev;     /* 0: judge as a golden without tie evidence */
 } fixture;
 
 static int setup(void **state)
@@ -42,10 +45,13 @@ static int setup(void **state)
     m3_model_opts mo = {0, 1};
     if (!f || cf_case_load(&f->c, CASE_DIR, 0, &e) || m3_model_open(&f->m, CASE_DIR, &mo, &e) ||
         cf_tset_load(&f->golden, CASE_DIR "/expected.safetensors", &e) ||
-        cf_tset_load(&f->in, CASE_DIR "/inputs.safetensors", &e)) {
+        cf_tset_load(&f->in, CASE_DIR "/inputs.safetensors", &e) ||
+        cf_evidence_load(&f->ev, CASE_DIR "/evidence.safetensors", &f->golden, CASE_DIR "/expected.safetensors", 1,
+                         &e)) {
         fprintf(stderr, "setup: %s\n", e.msg);
         return -1;
     }
+    f->use_ev = 1;
     *state = f;
     return 0;
 }
@@ -55,6 +61,7 @@ static int teardown(void **state)
     fixture *f = *state;
     cf_tset_free(&f->golden);
     cf_tset_free(&f->in);
+    cf_tset_free(&f->ev);
     cf_case_free(&f->c);
     m3_model_close(&f->m);
     free(f);
@@ -127,7 +134,8 @@ static cf_record judge_token(fixture *f, int k, int32_t tok, double tie_tol)
             gt = &port.t[i];
     assert_non_null(gt);
     gt->i[k] = tok;
-    cf_judge_ctx ctx = {&f->c, cf_tol_profile(&t, "fp32"), &f->m, NULL, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+    cf_judge_ctx ctx = {.c = &f->c, .profile = cf_tol_profile(&t, "fp32"), .model = &f->m,
+                        .evidence = f->use_ev ? &f->ev : NULL, .unsupported = ""};
     cf_report r;
     memset(&r, 0, sizeof r);
     assert_int_equal(cf_judge(&r, &ctx, &port, &f->golden, &e), 0);
@@ -186,12 +194,29 @@ static void test_token_outside_vocabulary(void **st)
     assert_non_null(strstr(r.msg, "outside the vocabulary"));
 }
 
+/* A golden without tie evidence (M3-VEC-11): the first differing token stays a
+ * Fail even within any tolerance, and the record says the tie could not be settled. */
+static void test_no_evidence(void **st)
+{
+    fixture *f = *st;
+    int32_t alt;
+    double margin, mx;
+    step_runner_up(f, 0, &alt, &margin, &mx);
+    f->use_ev = 0;
+    cf_record r = judge_token(f, 0, alt, 1.0);
+    f->use_ev = 1;
+    assert_int_equal(r.result, CF_FAIL);
+    assert_int_equal(r.no_evidence, 1);
+    assert_non_null(strstr(r.msg, "no tie evidence"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_first_token_tie),
         cmocka_unit_test(test_last_token_tie),
         cmocka_unit_test(test_token_outside_vocabulary),
+        cmocka_unit_test(test_no_evidence),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

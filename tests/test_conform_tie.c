@@ -157,7 +157,7 @@ static int teardown(void **state)
 
 static void judge(fixture *f, const cf_tset *port, int teacher_forced, cf_report *r)
 {
-    cf_judge_ctx ctx = {&f->c, cf_tol_profile(&f->tol, "fp32"), f->m, &f->aux, "", teacher_forced, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+    cf_judge_ctx ctx = {&f->c, cf_tol_profile(&f->tol, "fp32"), f->m, &f->aux, "", teacher_forced, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     m3_err e = {{0}};
     memset(r, 0, sizeof *r);
     assert_int_equal(cf_judge(r, &ctx, port, &f->golden, &e), 0);
@@ -553,7 +553,7 @@ static void test_component_moe_tie(void **st)
     int32_t gi[2] = {0, 1}, oi[2] = {0, 0};
     int64_t s21[2] = {2, 1};
     float w[2] = {1, 1};
-    add_f(&aux, "aux.scores", 2, E, sc);
+    add_f(&aux, "scores", 2, E, sc);
     assert_int_equal(cf_tset_add_i(&g, "topk_index", 2, s21, gi, &e), 0);
     assert_int_equal(cf_tset_add_i(&o, "topk_index", 2, s21, oi, &e), 0);
     add_f(&g, "topk_weight", 2, 1, w);
@@ -561,7 +561,7 @@ static void test_component_moe_tie(void **st)
     add_pattern(&g, "y", 2, H, 1.0f);
     add_pattern(&o, "y", 2, H, 1.0f);
     bump(&o, "y", 1, 1.0f);
-    cf_judge_ctx ctx = {&c, cf_tol_profile(&tol, "fp32"), NULL, &aux, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+    cf_judge_ctx ctx = {&c, cf_tol_profile(&tol, "fp32"), NULL, &aux, "", 0, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     cf_report r;
     memset(&r, 0, sizeof r);
     assert_int_equal(cf_judge(&r, &ctx, &o, &g, &e), 0);

@@ -214,6 +214,26 @@ def gen_jpeg():
 
 
 # ---- conformance texts ----------------------------------------------------
+def gen_evidence():
+    """fuzz_evidence: tie evidence files (M3-VEC-11) for fuzz/fuzz_evidence.c's golden
+    (block_indices [1, 2, 2], 4 experts, 3 greedy tokens over 8)."""
+    inf = float("-inf")
+    meta = {"m3.evidence_version": "1", "m3.golden_sha256": "0" * 64}
+    good = [("layers.0.attn.block_scores", "F32", [1, 2, 2], [0.5, inf, 0.25, 0.75]),
+            ("layers.0.moe.bias", "F32", [4], [0.0, 0.1, -0.1, 0.0]),
+            ("greedy_logits", "F32", [3, 8], [0.125 * i for i in range(24)])]
+    put("fuzz_evidence", "good.safetensors", st_file(good, meta))
+    put("fuzz_evidence", "other_golden.safetensors", st_file(good, dict(meta, **{"m3.golden_sha256": "1" * 64})))
+    put("fuzz_evidence", "no_version.safetensors", st_file(good, {"m3.golden_sha256": "0" * 64}))
+    put("fuzz_evidence", "missing_bias.safetensors", st_file([good[0], good[2]], meta))
+    put("fuzz_evidence", "missing_greedy.safetensors", st_file(good[:2], meta))
+    put("fuzz_evidence", "bad_shape.safetensors",
+        st_file([good[0], ("layers.0.moe.bias", "F32", [5], [0.0] * 5), good[2]], meta))
+    put("fuzz_evidence", "unknown_name.safetensors", st_file(good + [("layers.0.extra", "F32", [1], [0.0])], meta))
+    put("fuzz_evidence", "bf16.safetensors",
+        st_file([("layers.0.attn.block_scores", "BF16", [1, 2, 2], [0.5, 0.5, 0.25, 0.75])] + good[1:], meta))
+
+
 def gen_conformance():
     case = {"id": "rmsnorm-fp32-001", "description": "seed", "clauses": ["M3-NORM-1"],
             "component": "rmsnorm", "mode": "fp32", "profile": "fp32", "seed": 1,
@@ -343,6 +363,7 @@ if __name__ == "__main__":
     gen_png()
     gen_jpeg()
     gen_conformance()
+    gen_evidence()
     gen_port()
     gen_text()
     gen_tokenizer()

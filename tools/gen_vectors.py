@@ -96,12 +96,39 @@ def clauses(comp, mode, extra=()):
     return sorted(set(c))
 
 
-def comp_case(component, mode, seed, desc, params, inputs, expected, extra_clauses=()):
+def evidence_file(expected_bytes, ev):
+    """evidence.safetensors (spec/vectors.md M3-VEC-11): the golden's tie
+    evidence as F32, bound to the golden by its sha256."""
+    return st.dumps({k: np.asarray(v, F32) for k, v in ev.items()},
+                    {"m3.evidence_version": "1", "m3.golden_sha256": hashlib.sha256(expected_bytes).hexdigest()})
+
+
+def with_evidence(files, ev):
+    """files{} of a case plus the evidence of its expected.safetensors (none when ev is empty)."""
+    if ev:
+        files["evidence.safetensors"] = evidence_file(files["expected.safetensors"], ev)
+    return files
+
+
+def model_evidence(cfg, W, scores, greedy_rows):
+    """The tie evidence of a model golden (M3-VEC-11): raw block scores of the
+    sparse layers, the correction bias of the MoE layers, the logits rows the
+    greedy steps took their argmax of."""
+    ev = dict(scores)
+    for i in range(cfg.L):
+        if cfg.moe[i]:
+            ev["layers.%d.moe.bias" % i] = W[m3np.P + "layers.%d.block_sparse_moe.e_score_correction_bias" % i]
+    if greedy_rows:
+        ev["greedy_logits"] = np.stack(greedy_rows)
+    return ev
+
+
+def comp_case(component, mode, seed, desc, params, inputs, expected, extra_clauses=(), evidence=None):
     return {"meta": {"component": component, "mode": mode, "profile": mode, "seed": seed,
                      "description": desc, "params": params,
                      "clauses": clauses(component, mode, extra_clauses)},
-            "files": {"inputs.safetensors": st.dumps(inputs),
-                      "expected.safetensors": st.dumps(expected)}}
+            "files": with_evidence({"inputs.safetensors": st.dumps(inputs),
+                                    "expected.safetensors": st.dumps(expected)}, evidence)}
 
 
 def maybe_bf16(a, mode):
@@ -179,7 +206,8 @@ def _msa_select(seed, T, G, d, B, topk, local, init, desc, scores=True, ints=Fal
     if scores:
         exp["block_scores"] = bs
     p = {"block_size": B, "topk": topk, "local_blocks": local, "init_blocks": init}
-    return comp_case("msa_select", "fp32", seed, desc, p, {"iq": iq, "ik": ik}, exp, extra)
+    return comp_case("msa_select", "fp32", seed, desc, p, {"iq": iq, "ik": ik}, exp, extra,
+                     evidence=None if scores else {"block_scores": bs})
 
 
 case("msa_select/basic")(lambda: _msa_select(401, 23, 2, 16, 4, 3, 1, 0, "random scores, B 4, top 3, local 1"))
@@ -236,7 +264,7 @@ def _router(seed, T, H, E, k, desc, ties=False):
     idx, wt, sc = m3np.router(x, w, b, k, Num("fp32"))
     extra = ["M3-DECISION-5"] if ties else []
     return comp_case("router", "fp32", seed, desc, {"topk": k}, {"x": x, "weight": w, "bias": b},
-                     {"topk_index": idx, "topk_weight": wt, "scores": sc}, extra)
+                     {"topk_index": idx, "topk_weight": wt, "scores": sc}, extra, evidence={"bias": b})
 
 
 case("router/e8_top2")(lambda: _router(601, 9, 32, 8, 2, "sigmoid router, bias for choice only, 8 experts top 2"))
@@ -301,12 +329,12 @@ def _moe(mode, seed, T, H, E, I, Is, k, desc):
     sg = bf16_round(nrm(r, (Is, H), 1 / np.sqrt(H)))
     su = bf16_round(nrm(r, (Is, H), 1 / np.sqrt(H)))
     sd = bf16_round(nrm(r, (H, Is), 1 / np.sqrt(Is)))
-    y, idx, wt, _ = m3np.moe(x, rw, rb, w1, w3, w2, sg, su, sd, k, 2.0, 1.702, 7.0, 1.0, Num(mode))
+    y, idx, wt, sc = m3np.moe(x, rw, rb, w1, w3, w2, sg, su, sd, k, 2.0, 1.702, 7.0, 1.0, Num(mode))
     return comp_case("moe", mode, seed, desc,
                      {"topk": k, "routed_scaling_factor": 2.0, "alpha": 1.702, "limit": 7.0, "beta": 1.0},
                      {"x": x, "router": rw, "bias": rb, "w1": st.BF16(w1), "w3": st.BF16(w3), "w2": st.BF16(w2),
                       "sh_gate": st.BF16(sg), "sh_up": st.BF16(su), "sh_down": st.BF16(sd)},
-                     {"y": y, "topk_index": idx, "topk_weight": wt})
+                     {"y": y, "topk_index": idx, "topk_weight": wt}, evidence={"bias": rb, "scores": sc})
 
 
 for _m in ("fp32", "bf16"):
@@ -334,21 +362,29 @@ def _tiny():
 
 
 _RUNS = {}
+_EVIDENCE = {}
+
+
+def _run_key(model, ids, mode, n_new):
+    return (hashlib.sha256(model[3]).hexdigest(), np.asarray(ids).tobytes(), mode, n_new)
 
 
 def run_model(model, ids, mode, n_new):
     """(full dump, greedy tokens, min greedy margin) — prefill then greedy decode
-    from the same state; cached per (model, ids, mode, n_new)."""
+    from the same state; cached per (model, ids, mode, n_new). The run's tie
+    evidence (run_evidence) is kept beside it."""
     cfg, W, cj, mst = model
-    key = (hashlib.sha256(mst).hexdigest(), np.asarray(ids).tobytes(), mode, n_new)
+    key = _run_key(model, ids, mode, n_new)
     if key not in _RUNS:
         num = Num(mode)
         state = m3np.State(cfg)
         full = {}
-        lg = m3np.forward(cfg, W, ids, num, state, full)
-        toks, margins = [], []
+        lg = m3np.forward(cfg, W, ids, num, state, full, want_scores=True)
+        scores = {k: full.pop(k) for k in sorted(full) if k.endswith("attn.block_scores")}
+        toks, margins, rows = [], [], []
         for step in range(n_new):
             row = lg[-1]
+            rows.append(np.array(row, F32))
             s = np.sort(row)
             margins.append(float(s[-1] - s[-2]))
             t = int(np.argmax(row))
@@ -356,7 +392,14 @@ def run_model(model, ids, mode, n_new):
             if step + 1 < n_new:
                 lg = m3np.forward(cfg, W, np.array([t]), num, state)
         _RUNS[key] = (full, np.array(toks, np.int32), min(margins) if margins else None)
+        _EVIDENCE[key] = model_evidence(cfg, W, scores, rows)
     return _RUNS[key]
+
+
+def run_evidence(model, ids, mode, n_new):
+    """The tie evidence of run_model's golden (M3-VEC-11)."""
+    run_model(model, ids, mode, n_new)
+    return _EVIDENCE[_run_key(model, ids, mode, n_new)]
 
 
 def pick_ids(model, seed, T, n_new, accept=None):
@@ -403,9 +446,10 @@ def model_case(desc, mode, seed, model, ids, n_new, chunks, extra_clauses=(), tr
     ec += CL["dense_model"] if not all(cfg.moe) else []
     return {"meta": {"component": "model", "mode": mode, "profile": mode, "seed": seed, "description": desc,
                      "params": params, "clauses": clauses("model", mode, ec), "notes": notes},
-            "files": {"config.json": cj, "model.safetensors": mst,
-                      "inputs.safetensors": st.dumps({"input_ids": np.asarray(ids, np.int32)}),
-                      "expected.safetensors": st.dumps(exp)}}
+            "files": with_evidence({"config.json": cj, "model.safetensors": mst,
+                                    "inputs.safetensors": st.dumps({"input_ids": np.asarray(ids, np.int32)}),
+                                    "expected.safetensors": st.dumps(exp)},
+                                   run_evidence(model, ids, mode, n_new))}
 
 
 TINY_IDS_SEED = 1001
@@ -782,7 +826,7 @@ for _n in sorted(PORT_BUG):
 
 # vision cases and mutants (tools/gen_vectors_vision.py)
 import gen_vectors_vision  # noqa: E402
-gen_vectors_vision.register(case)
+gen_vectors_vision.register(case, sys.modules[__name__])
 
 # image decoding cases, expectations from PIL (tools/gen_vectors_decode.py)
 import gen_vectors_decode  # noqa: E402

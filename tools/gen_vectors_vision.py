@@ -270,14 +270,19 @@ def mm_inputs():
     return np.array(ids, np.int32), pixels_for(1312, MM_GRID)
 
 
-def mm_forward(mode, flags=(), vflags=()):
+def mm_forward(mode, flags=(), vflags=(), scores=None):
+    """The multimodal forward's dump; scores (a dict, optional) receives the raw
+    block scores of the sparse layers (tie evidence, not part of the dump)."""
     cfg, c, Wt, VW, _ = _MM()
     ids, px = mm_inputs()
     d = run_vision(c, VW, px, MM_GRID, mode, vflags)
     num = Num(mode, flags)
     emb = num.r(Wt[m3np.P + "embed_tokens.weight"][ids.astype(np.int64)])
     emb = mv.scatter(emb, ids.tolist(), d["vision.image_features"], (IMG_ID, VID_ID))
-    m3np.forward(m3np.Config(cfg), Wt, ids, num, dump=d, embeds=emb)
+    m3np.forward(m3np.Config(cfg), Wt, ids, num, dump=d, embeds=emb, want_scores=scores is not None)
+    for k in sorted(d):
+        if k.endswith("attn.block_scores"):
+            scores[k] = d.pop(k)
     return d
 
 
@@ -291,9 +296,11 @@ def _MM():
 
 
 def _model_case(mode):
+    gv = _GEN["gv"]
     cfg, c, Wt, VW, tensors = _MM()
     ids, px = mm_inputs()
-    d = mm_forward(mode)
+    scores = {}
+    d = mm_forward(mode, scores=scores)
     m3c = m3np.Config(cfg)
     order = ["vision.patch_embed"] + ["vision.layers.%d.output" % j for j in range(c["num_layers"])] + \
         ["vision.tower_output", "vision.projected", "vision.image_features"] + m3np.dump_order(m3c)
@@ -305,11 +312,12 @@ def _model_case(mode):
                                 "placeholders": "ids 250/251 stand in for start/end of image (the tiny "
                                                 "vocabulary has 256 ids); image_token_id = %d" % IMG_ID}),
             "generator": GENERATOR, "generator_version": GENERATOR_VERSION,
-            "files": {"config.json": (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode(),
-                      "model.safetensors": st.dumps(tensors, {"format": "pt"}),
-                      "inputs.safetensors": st.dumps({"input_ids": ids, "pixel_values": px,
-                                                      "image_grid_thw": np.array(MM_GRID, np.int32)}),
-                      "expected.safetensors": st.dumps(d)}}
+            "files": gv.with_evidence({"config.json": (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode(),
+                                       "model.safetensors": st.dumps(tensors, {"format": "pt"}),
+                                       "inputs.safetensors": st.dumps({"input_ids": ids, "pixel_values": px,
+                                                                       "image_grid_thw": np.array(MM_GRID, np.int32)}),
+                                       "expected.safetensors": st.dumps(d)},
+                                      gv.model_evidence(m3c, Wt, scores, []))}
 
 
 def _nmse(a, b):
@@ -350,8 +358,13 @@ def mutant_case(name):
 
 # ------------------------------------------------------------------ registration
 
-def register(case):
-    """Register every vision case with gen_vectors.case (a decorator factory)."""
+_GEN = {}
+
+
+def register(case, gen=None):
+    """Register every vision case with gen_vectors.case (a decorator factory);
+    gen: the gen_vectors module (its evidence helpers)."""
+    _GEN["gv"] = gen
     V = "vision/"
     case(V + "resize_down_smooth")(lambda: _resize(1401, 61, 90, 28, 56, True,
                                                    "antialiased bicubic downscale 61x90 -> 28x56 (smooth + edges)"))

@@ -68,9 +68,11 @@ def st_read(path, names=None):
     return out
 
 
-def st_write(path, tensors):
+def st_write(path, tensors, metadata=None):
     """Write {name: (dtype, shape, bytes)} (names sorted, header padded to 8)."""
     head, off, blobs = {}, 0, []
+    if metadata:
+        head["__metadata__"] = dict(metadata)
     for k in sorted(tensors):
         dt, shape, data = tensors[k]
         head[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(data)]}
@@ -218,7 +220,10 @@ def main():
         want = json.dumps([case0["files"], n0, open(os.path.join(ckdir[key[0]], ".synth-args")).read()])
         if a.no_golden:
             continue
-        if os.path.exists(gold) and os.path.exists(stamp) and open(stamp).read() == want:
+        # a golden computed before goldens carried their tie evidence is computed again
+        # (same bytes; the evidence beside it is new, spec/vectors.md M3-VEC-11)
+        evid = os.path.join(d0, "evidence.safetensors")
+        if os.path.exists(gold) and os.path.exists(evid) and os.path.exists(stamp) and open(stamp).read() == want:
             print("real_suite: golden of %s already computed" % c0)
         else:
             print("real_suite: computing the golden of %s with the reference (%d tokens%s)..." % (
@@ -238,7 +243,14 @@ def main():
                     sys.exit("real_suite: %s and %s share a prompt but want %d and %d greedy tokens"
                              % (c, c0, n, n0))
                 st_write(g, t)
+                # its tie evidence: the shared run's, bound to this golden (M3-VEC-11)
+                ev = st_read(evid)
+                if n == 0:
+                    ev.pop("greedy_logits", None)
+                st_write(os.path.join(d, "evidence.safetensors"), ev,
+                         {"m3.evidence_version": "1", "m3.golden_sha256": sha256(g)})
             case["files"]["expected.safetensors"] = sha256(g)
+            case["files"]["evidence.safetensors"] = sha256(os.path.join(d, "evidence.safetensors"))
             write_json(os.path.join(d, "case.json"), case)
             lines.append("%s  %s/expected.safetensors" % (case["files"]["expected.safetensors"], c))
     write_json(os.path.join(out, "manifest.json"),
