@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" {
 #include "cli_opts.h"
@@ -93,10 +94,39 @@ static void print_top5(const float *last, int V)
     printf("\n");
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The streaming figures of this run on stderr: prefill rate, bytes streamed,
+ * the copies' own rate, and the link measured now (pinned and pageable). */
+static int stream_report(dev_model *dm, int T, double prefill_s, m3_err *e)
+{
+    m3g_wstream *ws = dm->ws;
+    double pinned = 0, pageable = 0;
+    if (m3g_wstream_sync(ws, e) || m3g_h2d_bandwidth((size_t)1 << 30, 1, &pinned, e) ||
+        m3g_h2d_bandwidth((size_t)1 << 30, 0, &pageable, e))
+        return -1;
+    const double gb = (double)ws->bytes_copied / 1e9;
+    fprintf(stderr,
+            "m3-gpu forward: streamed weights: prefill of %d tokens in %.3f s (%.1f tokens/s); "
+            "%lld layer loads, %.2f GB, copies %.3f s of device time (%.1f GB/s); "
+            "host-to-device now: pinned %.1f GB/s, pageable %.1f GB/s\n",
+            T, prefill_s, prefill_s > 0 ? T / prefill_s : 0.0, (long long)ws->fetches, gb,
+            ws->copy_ms / 1e3, ws->copy_ms > 0 ? gb / (ws->copy_ms / 1e3) : 0.0, pinned, pageable);
+    return 0;
+}
+
 int forward_run(const char *dir, const char *const *toks, int n, int mode, int lenient,
                 const char *dumpp, const char *tf_path, const m3g_vision_request *vreq,
-                int quiet)
+                int quiet, const fwd_opts *x)
 {
+    int *chunk = NULL, nchunk = 0, cmax = 0;
+    int32_t *gen = NULL;
+    double prefill_s = 0;
     m3_progress pg; /* the weight upload, then the summary line */
     m3_progress_init_stderr(&pg, "m3-gpu forward", quiet);
     int rc = M3G_EXIT_RUN, Ttot = 0, Tmax = 0, L = 0;
@@ -142,7 +172,7 @@ int forward_run(const char *dir, const char *const *toks, int n, int mode, int l
         m3_fail_prefix(&e, "no usable GPU");
         goto fail;
     }
-    if (dev_model_upload(&dm, &m, 0, &pg, &e) != 0) {
+    if (dev_model_upload(&dm, &m, x->stream, &pg, &e) != 0) {
         m3_fail_prefix(&e, "uploading the weights of %s", dir);
         goto fail;
     }
@@ -179,6 +209,16 @@ int forward_run(const char *dir, const char *const *toks, int n, int mode, int l
             goto fail;
         }
     }
+    if (x->chunks) { /* one prompt (the command line checks it) */
+        if (m3_cli_parse_chunks(x->chunks, T[0], &chunk, &nchunk, &e) != 0)
+            goto fail;
+        for (int i = 0; i < nchunk; i++)
+            cmax = chunk[i] > cmax ? chunk[i] : cmax;
+    }
+    if (x->max_new > 0 && !(gen = (int32_t *)malloc((size_t)x->max_new * sizeof *gen))) {
+        m3_fail(&e, "out of host memory");
+        goto fail;
+    }
     logits = (float *)malloc((size_t)Ttot * (size_t)m.cfg.text.vocab_size * sizeof(float));
     if (!logits) {
         m3_fail(&e, "out of host memory for the logits of %d tokens", Ttot);
@@ -196,16 +236,59 @@ int forward_run(const char *dir, const char *const *toks, int n, int mode, int l
             wmax = cand[i] > wmax ? cand[i] : wmax;
         blas = m3g_blas_new(st, (size_t)Ttot * wmax); /* NULL: fallback kernels */
     }
-    if (gpu_sess_init(&sess, &m, &dm, Ttot, Tmax, n, mode, blas, st, &e) != 0)
+    /* rows per call: the whole batch, or the largest chunk; positions: the
+     * longest prompt and its continuation */
+    if (gpu_sess_init(&sess, &m, &dm, chunk ? cmax : Ttot, Tmax + x->max_new, n, mode, blas, st,
+                      &e) != 0)
         goto fail;
     have_sess = 1;
     sess.vis = vis.n > 0 ? &vis : NULL; /* placed into sequence 0's embeddings */
     {
-        const gpu_batch bt = {n, (const int32_t *const *)ids, T, pos0, slot,
-                              dumpp ? w : NULL, (const float *const *)tf};
-        if (gpu_step_batch(&sess, &bt, logits, 0, &e) != 0)
+        const double t0 = now_s();
+        if (!chunk) {
+            const gpu_batch bt = {n, (const int32_t *const *)ids, T, pos0, slot,
+                                  dumpp ? w : NULL, (const float *const *)tf};
+            if (gpu_step_batch(&sess, &bt, logits, 0, &e) != 0)
+                goto fail;
+        }
+        for (int i = 0, p = 0; chunk && i < nchunk; p += chunk[i], i++) {
+            const int32_t *ci = ids[0] + p;
+            const gpu_batch bt = {1, &ci, &chunk[i], &p, slot, dumpp ? w : NULL, NULL};
+            if (gpu_step_batch(&sess, &bt, logits + (size_t)p * m.cfg.text.vocab_size, 0, &e)) {
+                m3_fail_prefix(&e, "chunk %d (%d tokens at position %d)", i, chunk[i], p);
+                goto fail;
+            }
+        }
+        prefill_s = now_s() - t0;
+    }
+    if (x->max_new > 0) { /* greedy continuation of the one prompt (M3-SAMPLE-1) */
+        const int V = m.cfg.text.vocab_size;
+        float *step = (float *)malloc((size_t)V * sizeof(float));
+        if (!step) {
+            m3_fail(&e, "out of host memory");
+            goto fail;
+        }
+        const float *row = logits + (size_t)(T[0] - 1) * V;
+        for (int j = 0; j < x->max_new; j++) {
+            gen[j] = m3_argmax(row, V);
+            if (j + 1 == x->max_new)
+                break;
+            const int one = 1, p = T[0] + j;
+            const int32_t *gi = &gen[j];
+            const gpu_batch bt = {1, &gi, &one, &p, slot, NULL, NULL};
+            if (gpu_step_batch(&sess, &bt, step, 1, &e) != 0) {
+                free(step);
+                goto fail;
+            }
+            row = step;
+        }
+        free(step);
+        const int64_t gd[1] = {x->max_new};
+        if (dumpp && m3_st_writer_add(w[0], "greedy_tokens", M3_I32, 1, gd, gen, &e) != 0)
             goto fail;
     }
+    if (dm.ws && stream_report(&dm, Ttot, prefill_s, &e) != 0)
+        goto fail;
     for (int s = 0; s < n && dumpp; s++) {
         char buf[32], path[4200], bi[32];
         snprintf(buf, sizeof buf, "%d", T[s]);
@@ -227,6 +310,8 @@ int forward_run(const char *dir, const char *const *toks, int n, int mode, int l
         printf("T=%d%s", T[s], tf_path ? " (teacher-forced)" : "");
         print_top5(logits + (size_t)(r + T[s] - 1) * V, V);
     }
+    for (int j = 0; j < x->max_new; j++)
+        printf("%s%d%s", j ? "," : "greedy: ", (int)gen[j], j + 1 == x->max_new ? "\n" : "");
     {
         char sum[96];
         snprintf(sum, sizeof sum, "%d prompt%s, %d tokens, %d layers", n, n > 1 ? "s" : "", Ttot,
@@ -260,6 +345,8 @@ out:
     free(pos0);
     free(slot);
     free(logits);
+    free(chunk);
+    free(gen);
     m3_model_close(&m);
     return rc;
 }

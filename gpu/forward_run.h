@@ -8,6 +8,12 @@
  * (teacher forcing: each layer from its golden input, the head on the last
  * layer's own output).
  *
+ * A single prompt may be prefilled in chunks (each call continues the
+ * caches; the dump concatenates their rows, M3-DUMP-2), continued greedily
+ * (M3-SAMPLE-1: greedy_tokens), and run with streamed weights, which prints
+ * the prefill rate, the bytes streamed and the host-to-device bandwidth
+ * measured in the same run.
+ *
  * Design: one batch context with one cache region per prompt; dumps per
  * prompt (OUT itself for one prompt, else OUT with .S inserted before a
  * final .safetensors). bf16 batches of more than 8 rows use the vendor
@@ -27,11 +33,19 @@ extern "C" {
 #define M3G_EXIT_RUN 1   /* the model or the run failed */
 #define M3G_EXIT_USAGE 2 /* bad command line (bad ids included) */
 
+/* The forward command's options beyond the prompts (all zero: one pass, resident weights). */
+typedef struct fwd_opts {
+    const char *chunks; /* --chunks N1,N2,...: one prompt prefilled in these pieces */
+    int stream;         /* --stream-weights: layers streamed (gpu/weight_stream.h) */
+    int max_new;        /* --max-new-tokens N: greedy continuation, dumped as greedy_tokens */
+} fwd_opts;
+
 /* The forward command: n --tokens lists toks as one batch (dumps when dumpp; tf_path:
- * teacher forcing, n == 1; vreq: vision of one prompt or NULL). Returns the exit status. */
+ * teacher forcing, n == 1; vreq: vision of one prompt or NULL; x: chunks, streaming,
+ * continuation of one prompt). Returns the exit status. */
 int forward_run(const char *dir, const char *const *toks, int n, int mode, int lenient,
                 const char *dumpp, const char *tf_path, const m3g_vision_request *vreq,
-                int quiet);
+                int quiet, const fwd_opts *x);
 
 /* Open DIR as bin/m3-ref does (lenient: unknown config.json keys warn), printing the
  * warnings, or the error as "m3-gpu CMD: ...". 0, or -1 after printing. */

@@ -384,7 +384,7 @@ int generate_run(const gen_opts *go)
             m3_fail(&e, "out of host memory");
             goto fail;
         }
-        if (dev_model_upload(&dm, &m, 0, &pg, &e) != 0) {
+        if (dev_model_upload(&dm, &m, go->stream, &pg, &e) != 0) {
             m3_fail_prefix(&e, "uploading the weights of %s", dir);
             goto fail;
         }

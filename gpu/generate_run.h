@@ -44,6 +44,7 @@ typedef struct gen_opts {
     const m3g_vision_request *vreq; /* images / video / pixels of a single prompt, or NULL */
     const char *draft;              /* --draft DIR (Eagle3 speculative decoding), or NULL */
     long long spec_k;               /* --spec-tokens K (default 3) */
+    int stream;                     /* --stream-weights (gpu/weight_stream.h) */
 } gen_opts;
 
 /* The generate command for go (see gen_opts); prints as bin/m3-ref

@@ -42,6 +42,7 @@ static const char *HELP_FORWARD =
     "                      [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
     "                      [--vision-joint] [--quiet] [--lenient-config]   (as bin/m3-ref "
     "forward)\n"
+    "                      [--chunks N1,N2,...] [--max-new-tokens N] [--stream-weights]\n"
     "forward: run the T token ids through the model on the GPU in one pass (positions\n"
     "0..T-1); print T and the top-5 of the last row; --dump writes the activations under the\n"
     "names of bin/m3-ref forward (spec/dump.md), to be judged by bin/m3-conform.\n"
@@ -55,7 +56,15 @@ static const char *HELP_FORWARD =
     "cache region. forward prints one line per prompt ('seq S: T=...'; S from 0 in\n"
     "command-line order) and --dump OUT writes one file per prompt: OUT with .S inserted\n"
     "before a final .safetensors, else appended (out.safetensors -> out.0.safetensors,\n"
-    "out.1.safetensors, ...). Each prompt's dump equals its run alone (fp32: bitwise).\n";
+    "out.1.safetensors, ...). Each prompt's dump equals its run alone (fp32: bitwise).\n"
+    "One prompt only: --chunks N1,N2,... prefills it in these pieces (summing to T), each\n"
+    "continuing the KV and index-K caches, as a serving engine with chunked prefill or a\n"
+    "reused prefix does; the dump holds the rows of all chunks in order. --max-new-tokens N\n"
+    "continues greedily and prints the ids ('greedy: ...'); the dump gets greedy_tokens.\n"
+    "--stream-weights (forward and generate): only two layers' weights are on the device at\n"
+    "a time, each uploaded from the mapped checkpoint while the one before it computes (for\n"
+    "models larger than device memory; bitwise equal to resident weights); forward then\n"
+    "prints the prefill rate, the bytes streamed and the host-to-device bandwidth.\n";
 
 static const char *HELP_VISION_CASE =
     "usage: m3-gpu vision-case --case DIR --dump OUT.safetensors   (vision component vectors)\n"
@@ -66,7 +75,7 @@ static const char *HELP_GENERATE =
     "usage: m3-gpu generate --model DIR (--tokens IDS | --prompt TEXT)... [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
     "                       [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
-    "                       [--vision-joint]\n"
+    "                       [--vision-joint] [--stream-weights]\n"
     "                       [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]\n"
     "                       [--print-ids] [--dtype fp32|bf16] [--quiet] [--lenient-config]\n"
     "                       [--draft DIR [--spec-tokens K]]\n"
@@ -125,7 +134,8 @@ static int cmd_forward(int argc, char **argv)
     m3_err e = {{0}};
     if (m3_cli_parse(argc - 2, argv + 2,
                      M3_CLI_TOKENS | M3_CLI_BATCH | M3_CLI_TEACHER | M3_CLI_DUMP | M3_CLI_DTYPE |
-                         M3_CLI_VISION, &o, &e) != 0)
+                         M3_CLI_VISION | M3_CLI_CHUNKS | M3_CLI_STREAM | M3_CLI_CONTINUE,
+                     &o, &e) != 0)
         return usage_err("forward", e.msg);
     if (o.help) {
         fputs(HELP_FORWARD, stdout);
@@ -141,9 +151,13 @@ static int cmd_forward(int argc, char **argv)
         return usage_err("forward", "a batch (several --tokens) or --teacher-forced takes no "
                                     "vision input, and --teacher-forced takes exactly one "
                                     "--tokens");
+    if ((o.chunks || o.max_new > 0) && (o.n_src != 1 || o.teacher || vis))
+        return usage_err("forward", "--chunks and --max-new-tokens take one --tokens, without "
+                                    "--teacher-forced or vision input");
     const m3g_vision_request vreq = vision_request(&o);
+    const fwd_opts x = {o.chunks, o.stream_weights, o.have_max_new ? (int)o.max_new : 0};
     return forward_run(o.model, o.src, o.n_src, m3_cli_bf16(&o), o.lenient, o.dump, o.teacher,
-                       vis ? &vreq : NULL, o.quiet);
+                       vis ? &vreq : NULL, o.quiet, &x);
 }
 
 static int cmd_generate(int argc, char **argv)
@@ -152,7 +166,7 @@ static int cmd_generate(int argc, char **argv)
     m3_err e = {{0}};
     if (m3_cli_parse(argc - 2, argv + 2,
                      M3_CLI_TOKENS | M3_CLI_PROMPT | M3_CLI_BATCH | M3_CLI_DTYPE | M3_CLI_GEN |
-                         M3_CLI_VISION, &o, &e) != 0)
+                         M3_CLI_VISION | M3_CLI_STREAM, &o, &e) != 0)
         return usage_err("generate", e.msg);
     if (o.help) {
         fputs(HELP_GENERATE, stdout);
@@ -178,6 +192,7 @@ static int cmd_generate(int argc, char **argv)
     gen_opts go;
     memset(&go, 0, sizeof go);
     go.dir = o.model;
+    go.stream = o.stream_weights;
     go.srcs = o.src;
     go.is_text = o.src_text;
     go.n = o.n_src;

@@ -119,10 +119,18 @@ int m3_cli_parse(int argc, char *const *argv, unsigned allow, m3_cli_opts *o, m3
             if (strcmp(val, "fp32") && strcmp(val, "bf16"))
                 return m3_fail(e, "--dtype must be fp32 or bf16 (got '%s')", val);
             o->dtype = val;
-        } else if (!strcmp(a, "--max-new-tokens") && (allow & M3_CLI_GEN)) {
+        } else if (!strcmp(a, "--max-new-tokens") && (allow & (M3_CLI_GEN | M3_CLI_CONTINUE))) {
             TAKES_VALUE();
             if (m3_cli_parse_ll(val, 0, INT_MAX, &o->max_new))
                 return m3_fail(e, "--max-new-tokens needs an integer >= 0 (got '%s')", val);
+            o->have_max_new = 1;
+        } else if (!strcmp(a, "--chunks") && (allow & M3_CLI_CHUNKS)) {
+            TAKES_VALUE();
+            if (!*val)
+                return m3_fail(e, "--chunks: empty list");
+            o->chunks = val;
+        } else if (!strcmp(a, "--stream-weights") && (allow & M3_CLI_STREAM)) {
+            o->stream_weights = 1;
         } else if (!strcmp(a, "--greedy") && (allow & M3_CLI_GEN)) {
             o->greedy = 1;
         } else if (!strcmp(a, "--temperature") && (allow & M3_CLI_GEN)) {
@@ -204,6 +212,40 @@ int m3_cli_parse(int argc, char *const *argv, unsigned allow, m3_cli_opts *o, m3
     if (!o->model)
         return m3_fail(e, "%s is required", allow & M3_CLI_CASE ? "--model DIR (or --case DIR)"
                                                                 : "--model DIR");
+    return 0;
+}
+
+int m3_cli_parse_chunks(const char *s, int T, int **out, int *n, m3_err *e)
+{
+    int32_t *v = NULL;
+    int k = 0;
+    *out = NULL;
+    *n = 0;
+    if (m3_cli_parse_tokens(s, &v, &k, e) != 0)
+        return m3_fail_prefix(e, "--chunks");
+    long long sum = 0;
+    for (int i = 0; i < k; i++) {
+        if (v[i] < 1) {
+            free(v);
+            return m3_fail(e, "--chunks: chunk %d has %d tokens (every chunk needs at least 1)",
+                           i, (int)v[i]);
+        }
+        sum += v[i];
+    }
+    if (sum != T) {
+        free(v);
+        return m3_fail(e, "--chunks sum to %lld tokens, but the prompt has %d", sum, T);
+    }
+    int *c = malloc((size_t)k * sizeof *c);
+    if (!c) {
+        free(v);
+        return m3_fail(e, "--chunks: out of memory");
+    }
+    for (int i = 0; i < k; i++)
+        c[i] = (int)v[i];
+    free(v);
+    *out = c;
+    *n = k;
     return 0;
 }
 

@@ -40,7 +40,10 @@ enum {
     M3_CLI_STRICT = 128,       /* --strict */
     M3_CLI_CONVERSATION = 256, /* --conversation FILE */
     M3_CLI_BATCH = 512,        /* --tokens / --prompt repeatable: the prompts of a batch */
-    M3_CLI_TEACHER = 1024      /* --teacher-forced GOLDEN */
+    M3_CLI_TEACHER = 1024,     /* --teacher-forced GOLDEN */
+    M3_CLI_CHUNKS = 2048,      /* --chunks N1,N2,... (prefill in pieces, continuing the caches) */
+    M3_CLI_STREAM = 4096,      /* --stream-weights (layer weights streamed to the device) */
+    M3_CLI_CONTINUE = 8192     /* --max-new-tokens N alone: a greedy continuation in the dump */
 };
 
 /* The parsed options; zero / NULL means "not given" unless said. */
@@ -54,6 +57,9 @@ typedef struct m3_cli_opts {
     const char *dump;
     const char *dtype;    /* "fp32" or "bf16" */
     long long max_new;    /* default 32 */
+    int have_max_new;     /* --max-new-tokens given */
+    const char *chunks;   /* --chunks, as given (m3_cli_parse_chunks) */
+    int stream_weights;   /* --stream-weights */
     int greedy;           /* --greedy, or --temperature 0 */
     int have_temp, have_top_p, have_top_k, have_seed;
     float temperature, top_p;
@@ -99,6 +105,10 @@ int m3_cli_bf16(const m3_cli_opts *o);
 /* A token id list (ref/tokens.h: ids separated by commas and/or blanks, each
  * in [0, INT32_MAX]) into a fresh array *out [*n]; -1 with the reason in e. */
 int m3_cli_parse_tokens(const char *s, int32_t **out, int *n, m3_err *e);
+
+/* --chunks S for a prompt of T tokens: positive sizes summing to T into a fresh
+ * array *out [*n]; -1 with the reason in e. */
+int m3_cli_parse_chunks(const char *s, int T, int **out, int *n, m3_err *e);
 
 /* Whole-string integer in [lo, hi] (optional '-' when lo < 0, then decimal
  * digits); 0 ok, -1 bad. */
