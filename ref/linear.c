@@ -20,26 +20,30 @@
  *   every product rounded before its add).
  * - One input row (decode, m3_matvec): four weight rows at a time, bf16 or
  *   f32 weights widened in the inner loop; the weights stream once.
- * - Many input rows (prefill, m3_matmul with n >= 2), blocked so that each
- *   weight is widened once per tile of up to NI input rows and each widened
- *   weight and input value, once loaded into a register, serves many
- *   products:
- *   - the n rows are split into tiles of <= NI rows (nearly equal sizes);
- *   - for each tile, a panel of PR consecutive weight rows is widened to fp32
- *     over all columns into a scratch owned by the call (PR * cols floats,
- *     about 192 KiB at 6144 columns: it stays in the L2 cache), and every
- *     block of BI input rows of the tile is multiplied with it;
- *   - a block keeps its BI * PR outputs' BI * PR * 8 partial sums in
- *     registers from the first column to the last: with 16-lane vectors
- *     (AVX-512) one vector holds the partial sums of two outputs, so the
- *     6 x 8 block is 24 vectors, and one 8-column step is 4 panel loads,
- *     6 input loads (duplicated into both halves) and 24 multiply-adds,
- *     each lane still taking its products in ascending column order;
- *   - the input tile (NI rows, about 3 MiB at 6144 columns) is read once
- *     per panel from the L3 cache, the bf16 weights once per tile from
- *     memory.
- *   There are no partial sums in memory and no column tiles: the combine
- *   follows the last column directly.
+ * - Many input rows (prefill, m3_matmul with n >= 2): the blocking makes
+ *   every widened weight serve many input rows, and every value loaded into
+ *   a register serve several products.
+ *   - The n rows are split into tiles of at most NI = 132 rows (nearly equal
+ *     sizes; the ~81 rows routed to one expert at the released shapes are one
+ *     tile). The input tile, 3 MiB at 6144 columns, stays in the L3 cache.
+ *   - For each tile, a panel of PR = 8 consecutive weight rows is widened to
+ *     fp32 over all the columns into a scratch that the call allocates and
+ *     frees (8 * cols floats, 192 KiB at 6144 columns, which stays in the L2
+ *     cache), and every block of BI = 6 input rows of the tile is multiplied
+ *     with it. So each weight is read from memory and widened once per tile,
+ *     i.e. once per call for n <= 132.
+ *   - A block keeps the 8 partial sums of each of its 6 x 8 outputs in
+ *     registers from the first column to the last, then combines them (no
+ *     partial sums in memory, no column tiles). With 16-lane vectors one
+ *     vector holds the partial sums of two outputs (one input row, two
+ *     weight rows), so the block is 24 vectors, and one step of 8 columns is
+ *     4 panel loads, 6 input loads (8 values duplicated into both halves),
+ *     24 multiplies and 24 adds; each lane still takes its products one by
+ *     one in ascending column order.
+ *   - Without 16-lane vectors (no AVX-512) the panel has PR = 4 rows and a
+ *     vector holds one output: 6 x 4 blocks of 8-lane vectors.
+ *   - Should the scratch not be allocated, the rows go one by one through
+ *     the one-row path, which gives the same bits.
  */
 #include "linear.h"
 
@@ -53,7 +57,7 @@
 #define KC 256
 /* Many input rows: weight rows per panel (8 where 16-lane vectors exist,
  * two outputs per vector; else 4), input rows per register block, and input
- * rows per tile at most (a multiple of BI). */
+ * rows per tile at most (a multiple of BI); see the design above. */
 #if defined(__AVX512F__)
 #define PR 8
 #else
@@ -189,25 +193,21 @@ static void widen_row(float *panel, const m3_mat *W, int r, int j)
         panel[panel_at(j, c)] = m3_load_f32(W->data, W->dtype, base + (size_t)c);
 }
 
-/* Y[i * ys + j] = row i of x (stride xs) times panel row j, i < ri <= BI,
- * j < nj <= PR: one register block. Its BI * PR * 8 partial sums (lane l of
- * output (i, j) = columns c = l mod 8) stay in registers over all `cols`
- * columns; the tail columns and the combine follow in plain C. */
+/* acc[i][j][l] = the partial sum l of row i of x (stride xs) times panel
+ * row j over the first `full` columns (a multiple of 8), for i < ri <= BI and
+ * every j < PR: the register block. Its BI * PR * 8 partial sums stay in
+ * registers from the first column to the last. */
 #if defined(__GNUC__) && PR == 8
 /* One 16-lane vector holds the eight partial sums of two outputs: input row
  * i with panel rows 2q and 2q + 1 (16 consecutive panel floats), the 8
- * columns of x duplicated into both halves. a[i][q] += w[q] * x is then
+ * columns of x duplicated into both halves. a[i][q] += w[q] * xv is then
  * exactly sixteen of the order's steps, each in its own lane. */
-typedef float lanes8 __attribute__((vector_size(32)));
 typedef float lanes16 __attribute__((vector_size(64)));
 
-static inline void block(float *Y, size_t ys, const float *x, size_t xs, const float *panel,
-                         int cols, const int ri, int nj)
+static inline void block_sums(float acc[BI][PR][8], const float *x, size_t xs, const float *panel,
+                              int full, const int ri)
 {
     lanes16 a[BI][PR / 2], w[PR / 2], xv;
-    lanes8 x8;
-    float acc[BI][PR][8];
-    const int full = cols & ~7;
     for (int i = 0; i < ri; i++)
         for (int q = 0; q < PR / 2; q++)
             a[i][q] = (lanes16){0};
@@ -216,24 +216,24 @@ static inline void block(float *Y, size_t ys, const float *x, size_t xs, const f
         for (int q = 0; q < PR / 2; q++)
             memcpy(&w[q], p + 16 * q, sizeof w[q]);
         for (int i = 0; i < ri; i++) {
-            memcpy(&x8, x + (size_t)i * xs + (size_t)c, sizeof x8);
-            xv = __builtin_shufflevector(x8, x8, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+            const float *v = x + (size_t)i * xs + (size_t)c;
+            xv = (lanes16){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7],
+                           v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
             for (int q = 0; q < PR / 2; q++)
                 a[i][q] += w[q] * xv;
         }
     }
     for (int i = 0; i < ri; i++)
         memcpy(acc[i], a[i], sizeof acc[i]); /* acc[i][2q + h][l] = a[i][q][8h + l] */
+}
 #elif defined(__GNUC__)
 /* One 8-lane vector holds the eight partial sums of one output. */
 typedef float lanes8 __attribute__((vector_size(32)));
 
-static inline void block(float *Y, size_t ys, const float *x, size_t xs, const float *panel,
-                         int cols, const int ri, int nj)
+static inline void block_sums(float acc[BI][PR][8], const float *x, size_t xs, const float *panel,
+                              int full, const int ri)
 {
     lanes8 a[BI][PR], w[PR], xv;
-    float acc[BI][PR][8];
-    const int full = cols & ~7;
     for (int i = 0; i < ri; i++)
         for (int j = 0; j < PR; j++)
             a[i][j] = (lanes8){0};
@@ -249,19 +249,30 @@ static inline void block(float *Y, size_t ys, const float *x, size_t xs, const f
     }
     for (int i = 0; i < ri; i++)
         memcpy(acc[i], a[i], sizeof acc[i]);
+}
 #else
-static inline void block(float *Y, size_t ys, const float *x, size_t xs, const float *panel,
-                         int cols, const int ri, int nj)
+/* Plain loops, lane by lane: the same steps in the same order. */
+static inline void block_sums(float acc[BI][PR][8], const float *x, size_t xs, const float *panel,
+                              int full, const int ri)
 {
-    float acc[BI][PR][8] = {{{0}}};
-    const int full = cols & ~7;
+    memset(acc, 0, sizeof(float) * BI * PR * 8);
     for (int c = 0; c < full; c += 8)
         for (int i = 0; i < ri; i++)
             for (int j = 0; j < PR; j++)
                 for (int l = 0; l < 8; l++)
                     acc[i][j][l] += panel[(size_t)c * PR + (size_t)j * 8 + (size_t)l] *
                                     x[(size_t)i * xs + (size_t)(c + l)];
+}
 #endif
+
+/* Y[i * ys + j] = row i of x times panel row j for i < ri, j < nj <= PR:
+ * block_sums, then the tail columns (cols % 8, the highest) and the combine. */
+static inline void block(float *Y, size_t ys, const float *x, size_t xs, const float *panel,
+                         int cols, const int ri, int nj)
+{
+    float acc[BI][PR][8];
+    const int full = cols & ~7;
+    block_sums(acc, x, xs, panel, full, ri);
     for (int i = 0; i < ri; i++)
         for (int j = 0; j < nj; j++) {
             for (int c = full; c < cols; c++)
