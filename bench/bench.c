@@ -8,7 +8,8 @@
  *    the LLC); decode: the bf16 matvec's weight bytes per second as a share of
  *    it; prefill: the bf16 6144 x 6144 matmul over 64 rows against the
  *    previous kernel of the reference (baseline_matmul below, the same order
- *    and so the same bits, which the bench checks).
+ *    and so the same bits, which the bench checks), the two alternating run
+ *    by run, medians and bests of up to 7 runs each.
  * 3. With --real DIR: one fp32 forward of --real-tokens (2,600) tokens through
  *    the real-shape checkpoint in DIR (make bench writes a 1 dense + 1 MSA/MoE
  *    layer one with m3-conform synth), against the 300 s target and the matmul
