@@ -179,8 +179,8 @@ hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, co
  * blocks [nkv, T, topk] != NULL (a set per row; -1 = empty), but the caches
  * kc/vc [slots, nkv, hd] are of kv_dtype: M3G_F32, or M3G_BF16 (raw bf16
  * bits). Tensor cores (mma.sync bf16, fp32 accumulate, two passes so that
- * p = bf16(exp(s - M) / L) as ref; a faster one-pass variant is opt-in, see
- * msa_attention.cu's header) when m3g_msa_attention_tc says so, else a
+ * p = bf16(exp(s - M) / L) as ref; the one-pass form is
+ * m3g_msa_attention_prefill_onepass) when m3g_msa_attention_tc says so, else a
  * portable scalar kernel (exact p).
  * Needs hd <= 128. */
 hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc, const void *vc,
@@ -188,14 +188,18 @@ hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc,
                                      int T, int nh, int nkv, int hd, const int32_t *blocks,
                                      int topk, int mode, hipStream_t st);
 
-/* m3g_msa_attention_prefill with a benchmark knob for the tensor-core path:
- * variant 0 = the default (8), 1 = k_msa_tc (two passes, CTA barriers), 2 /
- * 5 = two passes with exact p (ref's rounding), 8 / 11 rows per CTA, 3 / 4 =
- * one pass, 8 / 11 rows, 6 = one pass pipelined, 11 rows, 7 = 5 with its
- * second pass pipelined (bitwise 5's results), 8 = 7 with a cheaper tile
- * prologue (bitwise 5's), 9 = 8 with the row union in ascending block id
- * (exact p, other fp32 sum order); no effect where the scalar path is taken.
- * Results within the bf16 profile for every variant. */
+/* The same with one-pass p rounding (online softmax, FlashAttention style:
+ * p rounded on the running max's scale, within the bf16 profile, M3-TOL-8)
+ * on the tensor-core path; the scalar path's exact p elsewhere. */
+hipError_t m3g_msa_attention_prefill_onepass(float *out, const float *q, const void *kc,
+                                             const void *vc, int kv_dtype,
+                                             const int32_t *page_table, int B, int64_t pos0,
+                                             int T, int nh, int nkv, int hd,
+                                             const int32_t *blocks, int topk, int mode,
+                                             hipStream_t st);
+
+/* For existing callers: variant 0 = m3g_msa_attention_prefill, 6 =
+ * m3g_msa_attention_prefill_onepass, any other hipErrorInvalidValue. */
 hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
                                            const void *vc, int kv_dtype,
                                            const int32_t *page_table, int B, int64_t pos0, int T,
