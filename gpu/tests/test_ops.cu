@@ -17,6 +17,11 @@
  * comparison, every element written. Row-strided outputs also check that
  * the gaps between rows were not written.
  *
+ * Not here (no ref/ function of their own to compare with; the model and
+ * vision vectors of make gpu-emu-test and tools/gpu_device_check.sh judge
+ * them inside the forward): m3g_moe_combine, m3g_vision_attention,
+ * m3g_vision_layer, m3g_linear_bias, m3g_scatter_rows.
+ *
  * Built twice: with nvcc / hipcc for the device (make gpu-test; the
  * tensor-core, cluster and streaming paths) and with g++ against the CPU
  * emulation (make gpu-test-emu, part of make test; the portable paths).
@@ -391,6 +396,17 @@ static void t_residual_rmsnorm(tctx *c, const op_case *k)
           tol_mode(mode));
 }
 
+/* Widen bf16 bits to fp32 words (0xFFFF, the poison, to the fp32 poison). */
+static float *widen16(tctx *c, const uint16_t *g, size_t n)
+{
+    float *f = (float *)halloc(c, n * 4);
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = g[i] == 0xFFFFu ? 0xFFFFFFFFu : (uint32_t)g[i] << 16;
+        memcpy(&f[i], &u, 4);
+    }
+    return f;
+}
+
 /* RoPE tables [T, rd/2] of positions pos0 .. pos0 + T - 1 (ref m3_rope_table). */
 static float *rope_tab(tctx *c, int T, int64_t pos0, int rd, int mode, float **sin_t)
 {
@@ -462,13 +478,86 @@ static void t_headnorm_rope(tctx *c, const op_case *k)
                   m3g_headnorm_rope_bf16(dx, dd, dpt, B, pos0, w.d, 1, T, nh, hd, rd, dc, ds, EPS,
                                          mode, c->st));
         check_guards(c);
-        const uint16_t *g = (const uint16_t *)fetch(c, dd, rows * nh * hd * 2);
-        float *gf = (float *)halloc(c, rows * nh * hd * 4);
-        for (size_t i = 0; i < rows * nh * hd; i++) {
-            const uint32_t u = g[i] == 0xFFFFu ? 0xFFFFFFFFu : (uint32_t)g[i] << 16;
-            memcpy(&gf[i], &u, 4);
+        cmp_f(c, "dst16",
+              widen16(c, (const uint16_t *)fetch(c, dd, rows * nh * hd * 2), rows * nh * hd),
+              wrow, (int64_t)(rows * nh * hd), tol_mode(mode));
+    }
+}
+
+/* p: T, pos0, mode. Four jobs as the attention prologue runs them: q (norm +
+ * RoPE, rows t), k (norm + RoPE, paged fp32 and bf16 caches), v (a copy into
+ * the paged bf16 cache), index k (norm + RoPE, paged bf16, range words). */
+static void t_prologue(tctx *c, const op_case *k)
+{
+    const int T = k->p[0], mode = k->p[2], B = 16, rd = 32, hd = 64;
+    const int64_t pos0 = k->p[1];
+    static const int nhs[4] = {4, 2, 2, 1};
+    static const char *const nm[4][2] = {{"q", "q16"}, {"k", "k16"}, {"v", "v16"}, {"ik", "ik16"}};
+    snprintf(c->shape, sizeof c->shape,
+             "T %d at %lld, q 4 / k 2 / v 2 / index k 1 heads of %d, rotary %d, %s", T,
+             (long long)pos0, hd, rd, mode ? "bf16" : "fp32");
+    float *st, *ct = rope_tab(c, T, pos0, rd, mode, &st);
+    const int npages = (int)((pos0 + T - 1) / B + 1);
+    int32_t *pt = page_table(c, npages);
+    const size_t slots = (size_t)npages * B;
+    m3g_prologue pro;
+    memset(&pro, 0, sizeof pro);
+    pro.njobs = 4, pro.T = T, pro.B = B, pro.rd = rd, pro.mode = mode, pro.pos0 = pos0;
+    pro.page_table = (const int32_t *)din(c, pt, (size_t)npages * 4);
+    pro.cos_t = (const float *)din(c, ct, (size_t)T * rd / 2 * 4);
+    pro.sin_t = (const float *)din(c, st, (size_t)T * rd / 2 * 4);
+    pro.eps = EPS;
+    float *want[4];
+    size_t rows[4];
+    for (int j = 0; j < 4; j++) {
+        const int nh = nhs[j], W = nh * hd;
+        float *x = hrand(c, (size_t)T * W, 3.0f, mode);
+        wt w = hweight(c, hd, 0.3f, 1);
+        const m3_vec wv = rvec(&w, hd);
+        const int paged = j > 0;
+        rows[j] = paged ? slots : (size_t)T;
+        want[j] = (float *)halloc(c, rows[j] * W * 4);
+        memset(want[j], 0xFF, rows[j] * W * 4);
+        for (int t = 0; t < T; t++) {
+            const int64_t p = pos0 + t;
+            float *r = want[j] + (paged ? (size_t)pt[p / B] * B + p % B : (size_t)t) * W;
+            memcpy(r, x + (size_t)t * W, (size_t)W * 4);
+            if (j != 2) { /* v: no norm, no rotation */
+                m3_rmsnorm_heads(r, nh, hd, &wv, EPS, rmode(mode));
+                m3_rope_apply(r, nh, hd, rd, ct + (size_t)t * rd / 2, st + (size_t)t * rd / 2,
+                              rmode(mode));
+            }
         }
-        cmp_f(c, "dst16", gf, wrow, (int64_t)(rows * nh * hd), tol_mode(mode));
+        m3g_pro_job *jb = &pro.job[j];
+        jb->src = (const float *)din(c, x, (size_t)T * W * 4);
+        jb->w = j != 2 ? w.d : NULL;
+        jb->w_dtype = M3G_BF16;
+        jb->nheads = nh, jb->hd = hd;
+        jb->paged = paged ? 3 : 0;
+        if (j <= 1)
+            jb->dst = (float *)dout(c, nm[j][0], rows[j] * W * 4, NULL);
+        if (j >= 1)
+            jb->dst16 = (uint16_t *)dout(c, nm[j][1], rows[j] * W * 2, NULL);
+        if (j == 3) {
+            jb->rng = (unsigned *)dalloc(c, 8);
+            launch_ok(c, "m3g_ik_range_reset", m3g_ik_range_reset(jb->rng, c->st));
+        }
+    }
+    launch_ok(c, "m3g_attn_prologue", m3g_attn_prologue(&pro, c->st));
+    check_guards(c);
+    for (int j = 0; j < 4; j++) {
+        const size_t n = rows[j] * nhs[j] * hd;
+        if (pro.job[j].dst)
+            cmp_f(c, nm[j][0], (const float *)fetch(c, pro.job[j].dst, n * 4), want[j],
+                  (int64_t)n, tol_mode(mode));
+        if (pro.job[j].dst16) {
+            float *w16 = (float *)halloc(c, n * 4); /* the bf16 copy of the result */
+            for (size_t i = 0; i < n; i++)
+                w16[i] = isnan(want[j][i]) ? want[j][i] : m3_round_bf16(want[j][i]);
+            cmp_f(c, nm[j][1], /* bf16 data: the bf16 rule in either mode */
+                  widen16(c, (const uint16_t *)fetch(c, pro.job[j].dst16, n * 2), n), w16,
+                  (int64_t)n, &TOL_BF16);
+        }
     }
 }
 
@@ -808,11 +897,12 @@ static float *matmul_ref(tctx *c, const wt *w, int rows, int cols, const float *
     return y;
 }
 
-/* p: T, rows, cols, mode, bf16 weight, BLAS, extra row stride */
+/* p: T, rows, cols, mode, bf16 weight, BLAS, extra row stride, unrounded
+ * product (m3g_linear_product) */
 static void t_linear(tctx *c, const op_case *k)
 {
     const int T = k->p[0], rows = k->p[1], cols = k->p[2], mode = k->p[3], wb = k->p[4];
-    const int useblas = k->p[5], ld = rows + k->p[6];
+    const int useblas = k->p[5], ld = rows + k->p[6], prod = k->p[7];
     snprintf(c->shape, sizeof c->shape, "T %d, %dx%d, %s, %s weight%s%s", T, rows, cols,
              mode ? "bf16" : "fp32", wb ? "bf16" : "fp32", useblas ? ", BLAS" : "",
              ld > rows ? ", strided Y" : "");
@@ -823,14 +913,19 @@ static void t_linear(tctx *c, const op_case *k)
     }
     wt w = hweight(c, (size_t)rows * cols, 0.05f, wb);
     float *X = hrand(c, (size_t)T * cols, 1.0f, mode);
-    float *want = matmul_ref(c, &w, rows, cols, X, T, mode, 0);
+    /* the product: ref's order and no rounding (bitwise) unless BLAS computes it */
+    float *want = matmul_ref(c, &w, rows, cols, X, T, prod ? 0 : mode, 0);
     float *dy = (float *)dout(c, "Y", (size_t)T * ld * 4, NULL);
-    launch_ok(c, "m3g_linear",
-              m3g_linear(dy, ld, (const float *)din(c, X, (size_t)T * cols * 4),
-                         gmat(&w, rows, cols), T, mode, useblas ? c->blas : NULL, c->st));
+    const float *dX = (const float *)din(c, X, (size_t)T * cols * 4);
+    m3g_blas *b = useblas ? c->blas : NULL;
+    if (prod)
+        launch_ok(c, "m3g_linear_product",
+                  m3g_linear_product(dy, ld, dX, gmat(&w, rows, cols), T, mode, b, c->st));
+    else
+        launch_ok(c, "m3g_linear", m3g_linear(dy, ld, dX, gmat(&w, rows, cols), T, mode, b, c->st));
     check_guards(c);
     cmp_rows(c, "Y", (const float *)fetch(c, dy, (size_t)T * ld * 4), ld, want, T, rows,
-             mode ? &TOL_BF16 : &TOL_BIT);
+             prod ? (useblas ? &TOL_F32 : &TOL_BIT) : mode ? &TOL_BF16 : &TOL_BIT);
 }
 
 /* p: T, cols, mode, rows of segments 0..2 */
@@ -1085,6 +1180,9 @@ static const op_case CASES[] = {
     {"m3g_headnorm_rope", t_headnorm_rope, {3, 3, 64, 32, 0, 37, 0, 1}},
     {"m3g_headnorm_rope", t_headnorm_rope, {1, 2, 80, 80, 0, 1000, 0, 0}},
     {"m3g_headnorm_rope_bf16", t_headnorm_rope, {6, 4, 128, 64, 1, 15, 1, 1}},
+    {"m3g_attn_prologue", t_prologue, {1, 300, 1}},
+    {"m3g_attn_prologue", t_prologue, {5, 13, 1}},
+    {"m3g_attn_prologue", t_prologue, {3, 40, 0}},
     /* attention.cu: dense and sparse decode / short prefill */
     {"m3g_attention", t_attention, {AT_PLAIN, 1, 40, 8, 2, 64, 0, 16, 0, 0}},
     {"m3g_attention", t_attention, {AT_PLAIN, 5, 70, 4, 4, 24, 3, 16, 1, 0}},
@@ -1130,6 +1228,8 @@ static const op_case CASES[] = {
     {"m3g_linear", t_linear, {8, 200, 128, 1, 1, 0, 0}},
     {"m3g_linear", t_linear, {17, 96, 320, 1, 1, 0, 0}},
     {"m3g_linear", t_linear, {33, 256, 512, 1, 1, 1, 0}},
+    {"m3g_linear_product", t_linear, {3, 96, 200, 1, 1, 0, 2, 1}},
+    {"m3g_linear_product", t_linear, {20, 128, 256, 1, 1, 1, 0, 1}},
     {"m3g_linear_multi", t_linear_multi, {1, 512, 1, 256, 64, 96}},
     {"m3g_linear_multi", t_linear_multi, {3, 256, 0, 40, 24, 8}},
     {"m3g_linear_multi", t_linear_multi, {12, 128, 1, 64, 32, 16}},
