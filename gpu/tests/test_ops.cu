@@ -777,15 +777,19 @@ static void t_select(tctx *c, const op_case *k)
           (int64_t)G * T * topk);
 }
 
-/* p: T, pos0, G, d, B, topk, bf16 cache, range words (m3g_msa_indexer_ex) */
+/* p: T, pos0, G, d, B, topk, bf16 cache, range words (m3g_msa_indexer_ex),
+ * probe bits (m3g_msa_indexer_ex) */
 static void t_indexer(tctx *c, const op_case *k)
 {
     const int T = k->p[0], G = k->p[2], d = k->p[3], B = k->p[4], topk = k->p[5], bf = k->p[6];
-    const int ranged = k->p[7], local = 2, init = 1;
+    const int ranged = k->p[7], probe = k->p[8], local = 2, init = 1;
     const int64_t pos0 = k->p[1];
     snprintf(c->shape, sizeof c->shape,
              "T %d at %lld, %d heads of %d, block %d, top %d, %s cache%s", T, (long long)pos0, G,
              d, B, topk, bf ? "bf16" : "fp32", ranged ? ", range words" : "");
+    if (probe & M3G_IDX_FUSED)
+        snprintf(c->shape + strlen(c->shape), sizeof c->shape - strlen(c->shape),
+                 ", the fused kernel");
     const int nbmax = (int)((pos0 + T - 1) / B + 1);
     ikcache ik = ik_make(c, pos0 + T, d, B, bf);
     float *iq = hrand(c, (size_t)T * G * d, 1.0f, 1);
@@ -808,10 +812,11 @@ static void t_indexer(tctx *c, const op_case *k)
     const float *diq = (const float *)din(c, iq, (size_t)T * G * d * 4);
     const int idt = bf ? M3G_BF16 : M3G_F32;
     for (int rep = 0; rep < 2; rep++) /* twice: the tickets must be left zero */
-        launch_ok(c, ranged ? "m3g_msa_indexer_ex" : "m3g_msa_indexer",
-                  ranged ? m3g_msa_indexer_ex(dsel, dbs, diq, ik.d, idt, ik.dpt, B, pos0, T, G, d,
-                                              nbmax, topk, local, init, ctr, ws, wsb, rng, 0,
-                                              c->st)
+        launch_ok(c, ranged || probe ? "m3g_msa_indexer_ex" : "m3g_msa_indexer",
+                  ranged || probe
+                      ? m3g_msa_indexer_ex(dsel, dbs, diq, ik.d, idt, ik.dpt, B, pos0, T, G, d,
+                                           nbmax, topk, local, init, ctr, ws, wsb, rng, probe,
+                                           c->st)
                          : m3g_msa_indexer(dsel, dbs, diq, ik.d, idt, ik.dpt, B, pos0, T, G, d,
                                            nbmax, topk, local, init, ctr, ws, wsb, c->st));
     check_guards(c);
@@ -1194,6 +1199,7 @@ static const op_case CASES[] = {
     {"m3g_attention_sk", t_attention, {AT_SK, 1, 500, 16, 1, 128, 4, 64, 1, 1}},
     {"m3g_attention_sk", t_attention, {AT_SK, 2, 100, 4, 2, 40, 3, 16, 0, 0}},
     {"m3g_attention_sk", t_attention, {AT_SK, 3, 90, 8, 2, 64, 4, 16, 1, 1}},
+    {"m3g_attention_sk", t_attention, {AT_SK, 2, 100, 8, 2, 48, 4, 16, 1, 1}},
     /* msa_attention.cu: sparse prefill, exact p and one pass */
     {"m3g_msa_attention_prefill", t_attention, {AT_MSA, 33, 100, 16, 1, 64, 4, 16, 1, 1}},
     {"m3g_msa_attention_prefill", t_attention, {AT_MSA, 13, 300, 16, 2, 128, 3, 64, 1, 0}},
@@ -1214,6 +1220,7 @@ static const op_case CASES[] = {
     {"m3g_msa_indexer", t_indexer, {1, 90, 1, 24, 8, 4, 1, 0}},
     {"m3g_msa_indexer_ex", t_indexer, {1, 1000, 4, 128, 32, 8, 1, 1}},
     {"m3g_msa_indexer_ex", t_indexer, {2, 2100, 4, 128, 128, 16, 1, 1}},
+    {"m3g_msa_indexer_ex", t_indexer, {2, 1500, 4, 128, 32, 16, 1, 0, M3G_IDX_FUSED}},
     /* moe.cu */
     {"m3g_router", t_router, {1, 256, 64, 4, 1}},
     {"m3g_router", t_router, {5, 200, 24, 3, 2}},
@@ -1226,11 +1233,14 @@ static const op_case CASES[] = {
     {"m3g_linear", t_linear, {1, 512, 1024, 1, 1, 0, 0}},
     {"m3g_linear", t_linear, {5, 300, 264, 1, 1, 0, 5}},
     {"m3g_linear", t_linear, {8, 200, 128, 1, 1, 0, 0}},
+    {"m3g_linear", t_linear, {1, 512, 6144, 1, 1, 0, 0}},
+    {"m3g_linear", t_linear, {1, 2048, 4096, 1, 1, 0, 0}},
     {"m3g_linear", t_linear, {17, 96, 320, 1, 1, 0, 0}},
     {"m3g_linear", t_linear, {33, 256, 512, 1, 1, 1, 0}},
     {"m3g_linear_product", t_linear, {3, 96, 200, 1, 1, 0, 2, 1}},
     {"m3g_linear_product", t_linear, {20, 128, 256, 1, 1, 1, 0, 1}},
     {"m3g_linear_multi", t_linear_multi, {1, 512, 1, 256, 64, 96}},
+    {"m3g_linear_multi", t_linear_multi, {1, 4096, 1, 1024, 128, 128}},
     {"m3g_linear_multi", t_linear_multi, {3, 256, 0, 40, 24, 8}},
     {"m3g_linear_multi", t_linear_multi, {12, 128, 1, 64, 32, 16}},
     {"m3g_linear_swiglu", t_linear_swiglu, {1, 300, 512, 1}},
