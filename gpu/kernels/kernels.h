@@ -192,14 +192,6 @@ hipError_t m3g_msa_attention_prefill_onepass(float *out, const float *q, const v
                                              const int32_t *blocks, int topk, int mode,
                                              hipStream_t st);
 
-/* For existing callers: variant 0 = m3g_msa_attention_prefill, 6 =
- * m3g_msa_attention_prefill_onepass, any other hipErrorInvalidValue. */
-hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
-                                           const void *vc, int kv_dtype,
-                                           const int32_t *page_table, int B, int64_t pos0, int T,
-                                           int nh, int nkv, int hd, const int32_t *blocks,
-                                           int topk, int mode, int variant, hipStream_t st);
-
 /* 1 iff m3g_msa_attention_prefill takes the tensor-core path for these shapes
  * (NVIDIA build, mode 1, hd in {16, 32, 64, 128}, nh/nkv <= 16, B <= 128,
  * topk <= 32), else 0 (host only). */

@@ -878,15 +878,3 @@ hipError_t m3g_msa_attention_prefill_onepass(float *out, const float *q, const v
     return msa_prefill(out, q, kc, vc, kv_dtype, page_table, B, pos0, T, nh, nkv, hd, blocks,
                        topk, mode, 1, st);
 }
-
-hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
-                                           const void *vc, int kv_dtype,
-                                           const int32_t *page_table, int B, int64_t pos0, int T,
-                                           int nh, int nkv, int hd, const int32_t *blocks,
-                                           int topk, int mode, int variant, hipStream_t st)
-{
-    if (variant != 0 && variant != 6)
-        return hipErrorInvalidValue;
-    return msa_prefill(out, q, kc, vc, kv_dtype, page_table, B, pos0, T, nh, nkv, hd, blocks,
-                       topk, mode, variant == 6, st);
-}
