@@ -111,7 +111,7 @@ check: all unit-test cli-test coverage-check
 	bin/m3-conform run vectors/manifest.json --teacher-forced --quiet
 	@echo "m3: quick checks passed (make test runs everything)"
 
-test: all unit-test cli-test synth-test progress-test install-test coverage-check vectors-check conform-test port-bugs-check hf-check demo-check eagle-check tour-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test
+test: all unit-test cli-test synth-test progress-test install-test coverage-check vectors-check conform-test port-bugs-check hf-check demo-check eagle-check tour-check fuzz-smoke asan-test valgrind-test gpu-check gpu-emu-test gpu-test-emu
 	@echo "m3: all tests passed"
 
 # progress and summary lines in a real terminal (a tmux pane), in a log, under
@@ -421,13 +421,17 @@ port-bugs-check: bin/m3-conform
 #                 gfx90a/gfx940 with hipcc (Debian's clang 14 has no gfx942);
 #                 says plainly which compiler was absent and so not checked
 # make bench-gpu  gpu/bench.cu on the device (needs a GPU), clocks first
+# make gpu-test   gpu/tests/test_ops.cu on the device: every kernel launcher
+#                 against its ref/ function, guarded buffers (needs a GPU)
+# make gpu-test-emu  the same cases built against the CPU emulation (no GPU;
+#                 part of make test: the portable kernel paths)
 NVCC  ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 HIPCC ?= $(shell command -v hipcc 2>/dev/null)
 GPU_BUILD   := gpu/build
 GPU_KSRC    := $(sort $(wildcard gpu/kernels/*.cu))
 GPU_HDR     := gpu/hip_compat.h $(wildcard gpu/kernels/*.h gpu/kernels/*.cuh)
 GPU_HOST    := m3-gpu forward_run generate_run forward batch_context weight_upload weight_stream vision_host drafter
-GPU_ALLSRC  := $(GPU_KSRC) $(patsubst %,gpu/%.cu,$(GPU_HOST)) gpu/bench.cu
+GPU_ALLSRC  := $(GPU_KSRC) $(patsubst %,gpu/%.cu,$(GPU_HOST)) gpu/bench.cu gpu/tests/test_ops.cu
 HIP_ARCHS   ?= gfx90a gfx940
 # --fmad=false / -ffp-contract=off: no fused multiply-add, as the reference (-ffp-contract=off)
 NVCC_FLAGS  := -std=c++17 -O2 -arch=sm_90 --fmad=false -DM3_HAVE_BLAS \
@@ -452,7 +456,7 @@ endif
 GPU_KOBJ    := $(patsubst gpu/kernels/%.cu,$(GPU_BUILD)/$(GPU_TC)/%.o,$(GPU_KSRC))
 GPU_HOSTOBJ := $(patsubst %,$(GPU_BUILD)/$(GPU_TC)/%.o,$(GPU_HOST))
 
-.PHONY: gpu gpu-check bench-gpu
+.PHONY: gpu gpu-check bench-gpu gpu-test gpu-test-emu
 
 ifneq ($(GPU_TC),)
 $(GPU_BUILD)/$(GPU_TC)/%.o: gpu/kernels/%.cu $(GPU_HDR)
@@ -466,8 +470,10 @@ gpu: $(GPU_KOBJ) $(GPU_HOSTOBJ) $(LIB)
 	$(GPU_LINK) -o bin/m3-gpu $(GPU_HOSTOBJ) $(GPU_KOBJ) $(LIB) $(GPU_LIBS) $(LDLIBS)
 $(GPU_BUILD)/bench-gpu: $(GPU_KOBJ) $(GPU_BUILD)/$(GPU_TC)/bench.o
 	$(GPU_LINK) -o $@ $^ $(GPU_LIBS) -lm
+$(GPU_BUILD)/test-ops: $(GPU_KOBJ) $(GPU_BUILD)/$(GPU_TC)/tests/test_ops.o $(LIB)
+	$(GPU_LINK) -o $@ $(GPU_KOBJ) $(GPU_BUILD)/$(GPU_TC)/tests/test_ops.o $(LIB) $(GPU_LIBS) $(LDLIBS)
 else
-gpu $(GPU_BUILD)/bench-gpu:
+gpu $(GPU_BUILD)/bench-gpu $(GPU_BUILD)/test-ops:
 	@echo "make gpu: neither nvcc nor hipcc found; install the CUDA toolkit or 'apt-get install hipcc'"; exit 1
 endif
 
@@ -484,6 +490,9 @@ gpu-check:
 	  echo "gpu-check: hipcc $(HIP_ARCHS): $(words $(GPU_ALLSRC)) files compiled"; ok=1; \
 	else echo "gpu-check: SKIPPED the AMD build: hipcc not found (not checked)"; fi; \
 	[ $$ok = 1 ] || echo "gpu-check: SKIPPED entirely: neither nvcc nor hipcc is installed; nothing was compiled"
+
+gpu-test: $(GPU_BUILD)/test-ops
+	$(GPU_BUILD)/test-ops
 
 bench-gpu: $(GPU_BUILD)/bench-gpu
 	-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit --format=csv
@@ -502,6 +511,14 @@ $(GPU_BUILD)/emu/m3-gpu-emu: $(GPU_KSRC) $(GPU_HOSTSRC) $(wildcard gpu/*.h) gpu/
 	@mkdir -p $(@D)
 	$(CXX) -std=c++20 -O2 -ffp-contract=off -DM3_EMU -Wall -Wextra -Werror -Igpu -Iref -I/usr/include/cjson \
 	  -x c++ $(GPU_KSRC) $(GPU_HOSTSRC) -x none $(LIB) $(LDLIBS) -pthread -o $@
+
+$(GPU_BUILD)/emu/test-ops: $(GPU_KSRC) gpu/tests/test_ops.cu gpu/emu/hip_emu.h $(GPU_HDR) $(LIB)
+	@mkdir -p $(@D)
+	$(CXX) -std=c++20 -O2 -ffp-contract=off -DM3_EMU -Wall -Wextra -Werror -Igpu -Iref -I/usr/include/cjson \
+	  -x c++ $(GPU_KSRC) gpu/tests/test_ops.cu -x none $(LIB) $(LDLIBS) -pthread -o $@
+
+gpu-test-emu: $(GPU_BUILD)/emu/test-ops
+	$(GPU_BUILD)/emu/test-ops
 
 .PHONY: gpu-emu-test
 gpu-emu-test: $(GPU_BUILD)/emu/m3-gpu-emu bin/m3-conform bin/m3-ref

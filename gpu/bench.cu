@@ -11,19 +11,16 @@
  *  - report the median, min, max and coefficient of variation, the logical
  *    bytes / FLOPs of one launch, and the ratio to the H200 limits
  *    (4.8 TB/s HBM, 989 TFLOP/s dense bf16);
- *  - the same binary checks one result against the fallback path (GEMV vs
- *    GEMM) so a fast but wrong kernel cannot pass.
  * The torch comparison (torch.matmul / F.scaled_dot_product_attention at the
  * same shapes) is tools/bench_torch.py, run on the same machine right after;
  * the GPU clocks are printed by the make target (nvidia-smi).
  *
- *   bench-gpu [--reps N] [--case NAME]   (NAME: a prefix of a case name)
+ *   bench-gpu [--reps N] [--case PREFIX]   (the cases whose names start with PREFIX)
  *
- * Before timing, the decode attention and indexer results are checked at
- * M3 shapes against host goldens (check_attention, check_indexer), and the
- * MSA prefill kernels on 6 rows of each 128K case (slab or whole prefill)
- * and on six edge shapes per kernel variant (check_msa_prefill,
- * check_msa_prefill_edges; nmse <= 1e-5).
+ * The cases are the table CASES below (name, kind, shape, the case whose
+ * device data a variant reuses); the speed targets are the table TARGETS,
+ * judged as ratios to the hardware limit. Correctness is not checked here:
+ * gpu/tests/test_ops.cu compares every launcher with ref/ (make gpu-test).
  */
 #include <math.h>
 #include <stdint.h>
@@ -306,11 +303,7 @@ static int make_moe_shared(bench_case *bc, const bench_case *routed)
  * path 0: m3g_attention_sk, bf16 cache (bin/m3-gpu's bf16 decode path: the
  * one-launch tensor-core cluster kernel on NVIDIA); 1: m3g_attention_sk, fp32
  * cache (two launches); 2: m3g_attention_split (3 launches, fp32 cache: the
- * previous path); 3: m3g_attention_sk's two-launch path with the bf16 cache;
- * 4: its scalar cluster kernel (the default before the tensor-core one);
- * the tensor-core kernel (default: PDL launch, the next kernel released
- * before its last cluster barrier) 5: released at its start instead;
- * 6: launched without PDL; 7: one block per SM. */
+ * previous path); 3: m3g_attention_sk's two-launch path with the bf16 cache. */
 typedef struct att_ctx {
     float *q, *out, *kc, *vc;
     uint16_t *kc16, *vc16;
@@ -333,9 +326,8 @@ static hipError_t att_run(const att_ctx *a, int path, int r, hipStream_t st)
     return m3g_attention_sk_tuned(a->out, a->q, f32 ? (const void *)a->kc : (const void *)a->kc16,
                                   f32 ? (const void *)a->vc : (const void *)a->vc16,
                                   f32 ? M3G_F32 : M3G_BF16, a->pages, BLK, pos0, 1, NH, NKV, HD,
-                                  bl, TOPK_B, 1, a->ws, a->ws_n,
-                                  path == 3 ? 1 : path == 4 ? 2 : path == 5 ? 4 : path == 6 ? 8
-                                                                : path == 7 ? 16 : 0, st);
+                                  bl, TOPK_B, 1, a->ws, a->ws_n, path == 3 ? M3G_SK_TWO_LAUNCH : 0,
+                                  st);
 }
 
 static hipError_t att_launch(void *c, int r, hipStream_t st)
@@ -410,10 +402,8 @@ typedef struct idx_ctx {
     size_t ws_n;
     int ctx_len, nb;
     int old;     /* 1: the two-launch path (m3g_msa_block_scores + m3g_msa_select) */
-    int variant; /* m3g_msa_indexer_tuned variant */
-    struct idx_ctx *base; /* owner of the data and of the host golden (NULL: this one) */
-    float *gold_bs;       /* host golden [G][nb], computed once per base */
-    int32_t *gold_sel;    /* [G][TOPK_B] */
+    int probe;   /* m3g_msa_indexer_ex's probe bits (0: the default) */
+    int norange; /* 1: no range words (multiply then add, no FMA) */
 } idx_ctx;
 
 /* One decode indexer step: block scores AND the top-16 selection. */
@@ -429,7 +419,7 @@ static hipError_t idx_launch(void *c, int r, hipStream_t st)
     }
     return m3g_msa_indexer_ex(x->sel, x->bs, x->iq, x->ikc[r], M3G_BF16, x->pages, BLK,
                               x->ctx_len - 1, 1, G, IHD, x->nb, TOPK_B, 1, 0, x->ctr, x->ws,
-                              x->ws_n, x->ikr[r], x->variant, st);
+                              x->ws_n, x->norange ? NULL : x->ikr[r], x->probe, st);
 }
 
 /* A second case on the data of `base` (another path or variant). */
@@ -448,15 +438,17 @@ static void *clone_case(bench_case *bc, const char *name, const bench_case *base
     return ctx;
 }
 
-static int make_indexer_alt(bench_case *bc, const char *name, const bench_case *base, int old,
-                            int variant)
+/* alt: IX_OLD the two-launch path, IX_NORANGE multiply then add, ORed with
+ * m3g_msa_indexer_ex probe bits. */
+enum { IX_OLD = 1 << 20, IX_NORANGE = 1 << 21 };
+static int make_indexer_alt(bench_case *bc, const char *name, const bench_case *base, int alt)
 {
     idx_ctx *x = (idx_ctx *)clone_case(bc, name, base, sizeof *x);
     if (!x)
         return -1;
-    x->base = (idx_ctx *)base->ctx;
-    x->old = old;
-    x->variant = variant;
+    x->old = (alt & IX_OLD) != 0;
+    x->norange = (alt & IX_NORANGE) != 0;
+    x->probe = alt & ~(IX_OLD | IX_NORANGE);
     return 0;
 }
 
@@ -516,15 +508,15 @@ typedef struct pf_ctx {
     void *kc[2], *vc[2];
     int32_t *pages, *blocks, *hb; /* hb: host copy of blocks [NKV, T, TOPK_B] */
     int T, ctx_len;
-    int variant; /* m3g_msa_attention_prefill_tuned's (0 = the default) */
+    int onepass; /* 1: m3g_msa_attention_prefill_onepass, 0: the default (exact p) */
 } pf_ctx;
 
 static hipError_t pf_launch(void *c, int r, hipStream_t st)
 {
     pf_ctx *p = (pf_ctx *)c;
-    return m3g_msa_attention_prefill_tuned(p->out, p->q, p->kc[r], p->vc[r], M3G_BF16, p->pages,
-                                           BLK, p->ctx_len - p->T, p->T, NH, NKV, HD, p->blocks,
-                                           TOPK_B, 1, p->variant, st);
+    return (p->onepass ? m3g_msa_attention_prefill_onepass : m3g_msa_attention_prefill)(
+        p->out, p->q, p->kc[r], p->vc[r], M3G_BF16, p->pages, BLK, p->ctx_len - p->T, p->T, NH, NKV,
+        HD, p->blocks, TOPK_B, 1, st);
 }
 
 static uint32_t pf_rng(uint64_t *s)
@@ -550,15 +542,13 @@ static void pf_distinct(int32_t *dst, int n, int lo, int hi, const int32_t *avoi
 }
 
 /* T query rows ending at PF_CTX - 1 (T = PF_CTX: the whole prefill; rows
- * whose query block has fewer than 14 earlier blocks select all of them);
- * variant: m3g_msa_attention_prefill_tuned's. */
-static int make_msa_prefill(bench_case *bc, const char *name, int pool, int T, int variant)
+ * whose query block has fewer than 14 earlier blocks select all of them). */
+static int make_msa_prefill(bench_case *bc, const char *name, int pool, int T)
 {
     pf_ctx *p = (pf_ctx *)calloc(1, sizeof *p);
     if (!p)
         return -1;
     const int npages = PF_CTX / BLK;
-    p->variant = variant;
     const int64_t pos0 = PF_CTX - T;
     const size_t nkv = (size_t)PF_CTX * NKV * HD;
     p->T = T;
@@ -637,690 +627,23 @@ static int make_msa_prefill(bench_case *bc, const char *name, int pool, int T, i
     return 0;
 }
 
-/* The case src (a make_msa_prefill case) through another kernel variant:
+/* The case src (a make_msa_prefill case) through the one-pass kernel:
  * same device buffers, same selections. */
-static int make_msa_prefill_alt(bench_case *bc, const char *name, const bench_case *src,
-                                int variant)
+static int make_msa_prefill_onepass(bench_case *bc, const char *name, const bench_case *src)
 {
     pf_ctx *p = (pf_ctx *)clone_case(bc, name, src, sizeof *p);
     if (!p)
         return -1;
-    p->variant = variant;
+    p->onepass = 1;
     return 0;
-}
-
-/* ---- self-check of the decode MSA kernels at M3 shapes (host golden) ------ */
-
-static float h_round_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        u = ((u >> 16) | 0x40u) << 16;
-    else
-        u = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Decode attention on rotation 0 against a host copy of ref/attention.c
- * (bf16 mode): m3g_attention_sk with the bf16 cache (its default path, run
- * twice: deterministic), its two-launch path with the bf16 cache and with
- * the fp32 cache holding the same values (those two must be bitwise equal),
- * and the previous split path. */
-static int check_attention(att_ctx *a, hipStream_t st)
-{
-    const size_t rows = (size_t)NKV * TOPK_B * BLK; /* rotation 0 reads pages 0 .. 63 */
-    const size_t nkvel = rows * NKV * HD, no = (size_t)NH * HD;
-    float *q = (float *)malloc(4 * no), *k = (float *)malloc(4 * nkvel),
-          *v = (float *)malloc(4 * nkvel), *o = (float *)malloc(4 * 9 * no),
-          *sc = (float *)malloc(4 * TOPK_B * BLK);
-    int32_t hb[NKV * TOPK_B];
-    if (!q || !k || !v || !o || !sc)
-        return -1;
-    const int paths[9] = {0, 0, 3, 1, 2, 4, 5, 6, 7};
-    for (int i = 0; i < 9; i++) {
-        M3_HIP_CHECK(hipMemset(a->out, 0xff, 4 * no)); /* NaN: every output must be written */
-        M3_HIP_CHECK(att_run(a, paths[i], 0, st));
-        M3_HIP_CHECK(hipStreamSynchronize(st));
-        M3_HIP_CHECK(hipMemcpy(o + i * no, a->out, 4 * no, hipMemcpyDeviceToHost));
-    }
-    M3_HIP_CHECK(hipMemcpy(q, a->q, 4 * no, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(k, a->kc, 4 * nkvel, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(v, a->vc, 4 * nkvel, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(hb, a->blocks, sizeof hb, hipMemcpyDeviceToHost));
-    const float scale = (float)(1.0 / sqrt((double)HD));
-    double e[8] = {0, 0, 0, 0, 0, 0, 0, 0}, mx = 0;
-    long nd[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int h = 0; h < NH; h++) {
-        const int g = h / (NH / NKV);
-        int n = 0;
-        float m = -INFINITY, sum = 0.0f;
-        for (int i = 0; i < TOPK_B; i++) /* identity pages; pos = ctx_len-1 sees every key */
-            for (int j = 0; j < BLK; j++) {
-                const float *kr = k + ((size_t)(hb[g * TOPK_B + i] * BLK + j) * NKV + g) * HD;
-                float dot = 0.0f;
-                for (int d = 0; d < HD; d++)
-                    dot += q[h * HD + d] * kr[d];
-                sc[n] = dot * scale;
-                m = sc[n] > m ? sc[n] : m;
-                n++;
-            }
-        for (int i = 0; i < n; i++)
-            sum += (sc[i] = expf(sc[i] - m));
-        float acc[HD] = {0};
-        n = 0;
-        for (int i = 0; i < TOPK_B; i++)
-            for (int j = 0; j < BLK; j++, n++) {
-                const float p = h_round_bf16(sc[n] / sum);
-                const float *vr = v + ((size_t)(hb[g * TOPK_B + i] * BLK + j) * NKV + g) * HD;
-                for (int d = 0; d < HD; d++)
-                    acc[d] += p * vr[d];
-            }
-        for (int d = 0; d < HD; d++) {
-            const float r = h_round_bf16(acc[d]);
-            for (int c = 0; c < 8; c++) { /* default, 2-launch bf16, 2-launch fp32, old,
-                                              scalar cluster, tc variants 5, 6, 7 */
-                const float x = o[(c + 1) * no + h * HD + d];
-                e[c] = fabs(x - r) > e[c] || x != x ? (x != x ? INFINITY : fabs(x - r)) : e[c];
-                nd[c] += x != r;
-            }
-            mx = fmax(mx, fabs(r));
-        }
-    }
-    const int det = memcmp(o, o + no, 4 * no) == 0,
-              same = memcmp(o + 2 * no, o + 3 * no, 4 * no) == 0,
-              pdl_same = memcmp(o, o + 6 * no, 4 * no) == 0 &&
-                         memcmp(o, o + 7 * no, 4 * no) == 0 && memcmp(o, o + 8 * no, 4 * no) == 0;
-    printf("check msa decode attention vs host ref (max|ref| %.3g): sk default (%s) max|diff| "
-           "%.3g (%ld of %zu differ), sk 2-launch bf16 cache %.3g (%ld), sk 2-launch fp32 cache "
-           "%.3g (%ld), old split %.3g (%ld); 2-launch bf16 cache == fp32 cache bitwise: %s; "
-           "default repeat bitwise: %s; scalar cluster %.3g (%ld); tc variants PDL early / no "
-           "PDL / 1 block per SM %.3g / %.3g / %.3g, == default bitwise: %s\n",
-           mx, m3g_attention_sk_tc(BLK, NH, NKV, HD, a->blocks, TOPK_B, M3G_BF16, 1)
-                   ? "tensor-core cluster"
-                   : m3g_attention_sk_cluster(BLK, NH, NKV, HD, a->blocks, TOPK_B, M3G_BF16, 1)
-                   ? "cluster" : "2-launch",
-           e[0], nd[0], no, e[1], nd[1], e[2], nd[2], e[3], nd[3], same ? "yes" : "NO",
-           det ? "yes" : "NO", e[4], nd[4], e[5], e[6], e[7], pdl_same ? "yes" : "NO");
-    free(q), free(k), free(v), free(o), free(sc);
-    return e[0] <= 0.02 * mx && e[1] <= 0.02 * mx && e[3] <= 0.02 * mx && e[4] <= 0.02 * mx &&
-                   same && det && pdl_same
-               ? 0
-               : -1;
-}
-
-/* Host golden of the indexer over the bf16 index keys ik [nb * BLK][IHD] (keys
- * at positions >= ctx_len left out) and q iq [G][IHD]: block scores bs [G][nb]
- * (each score one accumulator over d ascending: multiply then add, or fmaf
- * when fma) and the top-16 sel [G][TOPK_B]: the local block nb - 1 first,
- * then descending scores, ties to the lower block id. */
-static void idx_gold(const uint16_t *ik, const float *iq, int nb, int64_t ctx_len, int fma,
-                     float *bs, int32_t *sel)
-{
-    for (int g = 0; g < G; g++) {
-        float *ref = bs + (size_t)g * nb;
-        for (int b = 0; b < nb; b++) {
-            float m = -INFINITY;
-            for (int j = 0; j < BLK && (int64_t)b * BLK + j < ctx_len; j++) {
-                float a = 0.0f;
-                for (int d = 0; d < IHD; d++) {
-                    uint32_t u = (uint32_t)ik[((size_t)b * BLK + j) * IHD + d] << 16;
-                    float kv;
-                    memcpy(&kv, &u, 4);
-                    if (fma)
-                        a = fmaf(iq[g * IHD + d], kv, a);
-                    else
-                        a += iq[g * IHD + d] * kv;
-                }
-                m = a > m ? a : m;
-            }
-            ref[b] = m;
-        }
-        int32_t *pick = sel + g * TOPK_B;
-        int n = 0;
-        pick[n++] = nb - 1;
-        while (n < TOPK_B) {
-            int best = -1;
-            for (int b = 0; b < nb - 1; b++) {
-                int used = 0;
-                for (int i = 1; i < n; i++)
-                    used |= pick[i] == b;
-                if (!used && (best < 0 || ref[b] > ref[best]))
-                    best = b;
-            }
-            pick[n++] = best;
-        }
-    }
-}
-
-/* Indexer: the block scores bitwise against a host loop (one accumulator
- * over d ascending, multiply then add, as ref/msa.c) and the top-16 of all
- * 4 heads against a host golden-order selection (local block 1, no init
- * blocks), on rotation 0, after one launch of the case's own path. The
- * golden is computed once per data set (x->base). */
-static int check_indexer(idx_ctx *x, const char *name, hipStream_t st)
-{
-    idx_ctx *gb = x->base ? x->base : x;
-    const size_t nk = (size_t)x->nb * BLK;
-    if (x->variant & 2048) { /* bandwidth ceiling: streams only, no output */
-        printf("check %s: (bandwidth ceiling, no output to check)\n", name);
-        return 0;
-    }
-    float *bs = (float *)malloc(4 * (size_t)G * x->nb);
-    int32_t sel[G * TOPK_B];
-    if (!bs)
-        return -1;
-    M3_HIP_CHECK(hipMemset(x->bs, 0, 4 * (size_t)G * x->nb));
-    M3_HIP_CHECK(hipMemset(x->sel, 0x7f, sizeof sel));
-    M3_HIP_CHECK(idx_launch(x, 0, st));
-    M3_HIP_CHECK(hipStreamSynchronize(st));
-    M3_HIP_CHECK(hipMemcpy(bs, x->bs, 4 * (size_t)G * x->nb, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(sel, x->sel, sizeof sel, hipMemcpyDeviceToHost));
-    if (!gb->gold_bs) {
-        uint16_t *ik = (uint16_t *)malloc(2 * nk * IHD);
-        float *iq = (float *)malloc(4 * G * IHD);
-        gb->gold_bs = (float *)malloc(4 * (size_t)G * x->nb);
-        gb->gold_sel = (int32_t *)malloc(sizeof sel);
-        if (!ik || !iq || !gb->gold_bs || !gb->gold_sel)
-            return -1;
-        M3_HIP_CHECK(hipMemcpy(ik, x->ikc[0], 2 * nk * IHD, hipMemcpyDeviceToHost));
-        M3_HIP_CHECK(hipMemcpy(iq, x->iq, 4 * G * IHD, hipMemcpyDeviceToHost));
-        idx_gold(ik, iq, x->nb, x->ctx_len, 0, gb->gold_bs, gb->gold_sel);
-        free(ik), free(iq);
-    }
-    long bad = 0, badsel = 0;
-    for (size_t i = 0; i < (size_t)G * x->nb; i++)
-        bad += memcmp(&gb->gold_bs[i], &bs[i], 4) != 0;
-    for (int i = 0; i < G * TOPK_B; i++) /* (variant bits 16, 64: no selection) */
-        badsel += !(x->variant & (16 | 64)) && gb->gold_sel[i] != sel[i];
-    printf("check %s: block scores not bitwise equal to host: %ld of %d; "
-           "top-16 entries differing: %ld of %d (sel head 0: %d %d %d ... %d)\n", name, bad,
-           G * x->nb, badsel, G * TOPK_B, sel[0], sel[1], sel[2], sel[TOPK_B - 1]);
-    free(bs);
-    return bad == 0 && badsel == 0 ? 0 : -1;
-}
-
-/* The FMA default's proof and fallback on crafted 8,192-key caches (64
- * blocks; only keys of positions < 64 * BLK, the last block forced as local):
- * the scores must be bitwise equal to the host's multiply-then-add and the
- * top-16 identical, whichever path the launch takes. (a) random bf16 keys and
- * q in range (range words by m3g_ik_range_scan): FMA is proven, results as
- * mul+add. (b) row R = 37 * BLK + 5 has k0 = -1.5 * 2^127, k1 = 2^127 (the
- * cache's range words out of range), head 0 of q has q0 = 1, q1 = 2: mul+add
- * gives +inf (q1 k1 overflows), fmaf 2^126 (the sum is exact). (c) keys in
- * range with k0 = -1.5, k1 = 1.5 in row R, head 0 of q has q0 = 2^127, q1 =
- * 1.5 * 2^127 (q out of range): mul+add +inf, fmaf 0.75 * 2^127. In (b) and
- * (c) k0 = k1 = 0 in every other row. The writer path m3g_to_bf16_ranged
- * fills (b) and (c). The host fmaf golden must differ from mul+add in (b)
- * and (c) (so each case tells the paths apart), and in (b) the unproven
- * opt-in FMA (variant 1, no range words) must differ on the device too. */
-
-static int check_indexer_fallback(hipStream_t st)
-{
-    const int NBS = 64, NKS = NBS * BLK, ROW = 37 * BLK + 5;
-    const size_t nv = (size_t)NKS * IHD;
-    uint16_t *ik = (uint16_t *)malloc(2 * nv);
-    float *ikf = (float *)malloc(4 * nv), iq[G * IHD], gbs[G * NBS], fbs[G * NBS], dbs[G * NBS];
-    int32_t gsel[G * TOPK_B], fsel[G * TOPK_B], dsel[G * TOPK_B], hp[NBS];
-    uint16_t *d_ik = NULL;
-    float *d_ikf = NULL, *d_iq = NULL, *d_bs = NULL;
-    int32_t *d_pg = NULL, *d_sel = NULL;
-    unsigned *d_ctr = NULL, *d_rng = NULL, rng[2];
-    void *d_ws = NULL;
-    const size_t ws_n = m3g_msa_indexer_ws(1, G, NBS);
-    if (!ik || !ikf)
-        return -1;
-    for (int p = 0; p < NBS; p++)
-        hp[p] = p;
-    M3_HIP_CHECK(hipMalloc((void **)&d_ik, 2 * nv));
-    M3_HIP_CHECK(hipMalloc((void **)&d_ikf, 4 * nv));
-    M3_HIP_CHECK(hipMalloc((void **)&d_iq, sizeof iq));
-    M3_HIP_CHECK(hipMalloc((void **)&d_bs, sizeof dbs));
-    M3_HIP_CHECK(hipMalloc((void **)&d_pg, sizeof hp));
-    M3_HIP_CHECK(hipMalloc((void **)&d_sel, sizeof dsel));
-    M3_HIP_CHECK(hipMalloc((void **)&d_ctr, sizeof(unsigned)));
-    M3_HIP_CHECK(hipMalloc((void **)&d_rng, 2 * sizeof(unsigned)));
-    M3_HIP_CHECK(hipMalloc(&d_ws, ws_n));
-    M3_HIP_CHECK(hipMemset(d_ctr, 0, sizeof(unsigned)));
-    M3_HIP_CHECK(hipMemcpy(d_pg, hp, sizeof hp, hipMemcpyHostToDevice));
-    int fail = 0;
-    for (int cs = 0; cs < 3; cs++) {
-        uint32_t x = 12345u + 977u * (uint32_t)cs;
-        for (size_t i = 0; i < nv; i++) { /* bf16 values in [-1, 1) */
-            x = x * 1664525u + 1013904223u;
-            const float v = h_round_bf16((float)(x >> 8) / 8388608.0f - 1.0f);
-            uint32_t u;
-            memcpy(&u, &v, 4);
-            ik[i] = (uint16_t)(u >> 16);
-        }
-        for (int i = 0; i < G * IHD; i++) {
-            x = x * 1664525u + 1013904223u;
-            iq[i] = h_round_bf16((float)(x >> 8) / 8388608.0f - 1.0f);
-        }
-        if (cs > 0) {
-            for (int r = 0; r < NKS; r++)
-                ik[(size_t)r * IHD] = ik[(size_t)r * IHD + 1] = 0;
-            /* 0xff40 = -1.5 * 2^127, 0x7f00 = 2^127; 0xbfc0 = -1.5, 0x3fc0 = 1.5 */
-            ik[(size_t)ROW * IHD] = cs == 1 ? 0xff40u : 0xbfc0u;
-            ik[(size_t)ROW * IHD + 1] = cs == 1 ? 0x7f00u : 0x3fc0u;
-            iq[0] = cs == 1 ? 1.0f : ldexpf(1.0f, 127);
-            iq[1] = cs == 1 ? 2.0f : ldexpf(1.5f, 127);
-        }
-        unsigned hlo = 0x1ffu, hhi = 0;
-        for (size_t i = 0; i < nv; i++) {
-            const unsigned f = (ik[i] >> 7) & 0xffu, f1 = f > 1u ? f : 1u;
-            if (ik[i] & 0x7fffu)
-                hlo = f1 < hlo ? f1 : hlo;
-            hhi = f > hhi ? f : hhi;
-            uint32_t u = (uint32_t)ik[i] << 16;
-            memcpy(&ikf[i], &u, 4);
-        }
-        M3_HIP_CHECK(hipMemcpy(d_iq, iq, sizeof iq, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(m3g_ik_range_reset(d_rng, st));
-        if (cs == 0) { /* the scan */
-            M3_HIP_CHECK(hipMemcpy(d_ik, ik, 2 * nv, hipMemcpyHostToDevice));
-            M3_HIP_CHECK(m3g_ik_range_scan(d_rng, d_ik, (int64_t)nv, st));
-        } else { /* the writer: two writes, as two decode steps would */
-            M3_HIP_CHECK(hipMemcpy(d_ikf, ikf, 4 * nv, hipMemcpyHostToDevice));
-            M3_HIP_CHECK(hipMemset(d_ik, 0, 2 * nv));
-            M3_HIP_CHECK(m3g_to_bf16_ranged(d_ik, d_ikf, (int64_t)ROW * IHD, d_rng, st));
-            M3_HIP_CHECK(m3g_to_bf16_ranged(d_ik + (size_t)ROW * IHD, d_ikf + (size_t)ROW * IHD,
-                                            (int64_t)(nv - (size_t)ROW * IHD), d_rng, st));
-        }
-        M3_HIP_CHECK(hipStreamSynchronize(st));
-        M3_HIP_CHECK(hipMemcpy(rng, d_rng, sizeof rng, hipMemcpyDeviceToHost));
-        idx_gold(ik, iq, NBS, (int64_t)NBS * BLK, 0, gbs, gsel);
-        idx_gold(ik, iq, NBS, (int64_t)NBS * BLK, 1, fbs, fsel);
-        long hf = 0, dd[2] = {0, 0}, ds = 0;
-        for (int i = 0; i < G * NBS; i++)
-            hf += memcmp(&gbs[i], &fbs[i], 4) != 0;
-        for (int pass = 0; pass < 2; pass++) { /* 0: the default, 1: unproven FMA */
-            if (pass == 1 && cs != 1)
-                break;
-            M3_HIP_CHECK(hipMemset(d_sel, 0x7f, sizeof dsel));
-            M3_HIP_CHECK(m3g_msa_indexer_ex(d_sel, d_bs, d_iq, d_ik, M3G_BF16, d_pg, BLK, NKS - 1, 1,
-                                            G, IHD, NBS, TOPK_B, 1, 0, d_ctr, d_ws, ws_n,
-                                            pass ? NULL : d_rng, pass, st));
-            M3_HIP_CHECK(hipStreamSynchronize(st));
-            M3_HIP_CHECK(hipMemcpy(dbs, d_bs, sizeof dbs, hipMemcpyDeviceToHost));
-            M3_HIP_CHECK(hipMemcpy(dsel, d_sel, sizeof dsel, hipMemcpyDeviceToHost));
-            for (int i = 0; i < G * NBS; i++)
-                dd[pass] += memcmp(&gbs[i], &dbs[i], 4) != 0;
-            if (pass == 0)
-                for (int i = 0; i < G * TOPK_B; i++)
-                    ds += gsel[i] != dsel[i];
-        }
-        const int ok = rng[0] == hlo && rng[1] == hhi && dd[0] == 0 && ds == 0 &&
-                       (cs == 0 || hf > 0) && (cs != 1 || dd[1] > 0);
-        printf("check indexer fma %s: range words %u %u (host %u %u); default vs host mul+add: "
-               "%ld of %d block scores, %ld of %d top-16 entries differ; host fmaf differs in "
-               "%ld; unproven fma (variant 1) differs in %ld (b only): %s\n",
-               cs == 0 ? "(a) in range" : cs == 1 ? "(b) keys out of range" : "(c) q out of range",
-               rng[0], rng[1], hlo, hhi, dd[0], G * NBS, ds, G * TOPK_B, hf, dd[1],
-               ok ? "pass" : "FAILED");
-        fail |= !ok;
-    }
-    (void)hipFree(d_ik), (void)hipFree(d_ikf), (void)hipFree(d_iq), (void)hipFree(d_bs);
-    (void)hipFree(d_pg), (void)hipFree(d_sel), (void)hipFree(d_ctr), (void)hipFree(d_rng);
-    (void)hipFree(d_ws);
-    free(ik), free(ikf);
-    return fail ? -1 : 0;
-}
-
-/* Host golden of ref/attention.c (bf16 mode) for one query row t at
- * position pos: o [nh, hd]; q row [nh, hd]; k, v [slots, nkv, hd] (identity
- * pages); list [nkv][stride] of topk entries (a set; -1 empty). */
-static void h_msa_row(float *o, const float *q, const float *k, const float *v,
-                      const int32_t *list, size_t stride, int topk, int B, int64_t pos, int nh,
-                      int nkv, int hd, float *sc)
-{
-    const float scale = (float)(1.0 / sqrt((double)hd));
-    for (int h = 0; h < nh; h++) {
-        const int g = h / (nh / nkv);
-        const int32_t *l = list + (size_t)g * stride;
-        float m = -INFINITY, sum = 0.0f;
-        for (int64_t j = 0; j <= pos; j++) {
-            int ok = 0;
-            for (int i = 0; i < topk; i++)
-                ok |= l[i] >= 0 && l[i] == (int)(j / B);
-            sc[j] = -INFINITY;
-            if (!ok)
-                continue;
-            float dot = 0.0f;
-            for (int d = 0; d < hd; d++)
-                dot += q[h * hd + d] * k[((size_t)j * nkv + g) * hd + d];
-            sc[j] = dot * scale;
-            m = sc[j] > m ? sc[j] : m;
-        }
-        for (int d = 0; d < hd; d++)
-            o[h * hd + d] = 0.0f;
-        if (m == -INFINITY)
-            continue;
-        for (int64_t j = 0; j <= pos; j++)
-            if (sc[j] != -INFINITY)
-                sum += (sc[j] = expf(sc[j] - m));
-        for (int64_t j = 0; j <= pos; j++) {
-            if (sc[j] == -INFINITY)
-                continue;
-            const float pj = h_round_bf16(sc[j] / sum);
-            for (int d = 0; d < hd; d++)
-                o[h * hd + d] += pj * v[((size_t)j * nkv + g) * hd + d];
-        }
-        for (int d = 0; d < hd; d++)
-            o[h * hd + d] = h_round_bf16(o[h * hd + d]);
-    }
-}
-
-static float h_bf16(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* accumulate the error of got vs ref over n values */
-static void h_err(const float *got, const float *ref, size_t n, double *e2, double *r2,
-                  double *emax, double *rmax)
-{
-    for (size_t i = 0; i < n; i++) {
-        const double d = (double)got[i] - ref[i];
-        *e2 += d * d;
-        *r2 += (double)ref[i] * ref[i];
-        *emax = fmax(*emax, fabs(d));
-        *rmax = fmax(*rmax, fabs((double)ref[i]));
-    }
-}
-
-/* The 128K slab: rows 0, 1, T/2 + 3 and T-1 (all 64 heads) against the host
- * golden, on rotation 0. Pass: nmse <= 1e-5 (the bf16 profile's rule for
- * component tensors, spec/tolerances.json). */
-static int check_msa_prefill(pf_ctx *p, const char *name, hipStream_t st)
-{
-    const size_t nkv = (size_t)p->ctx_len * NKV * HD, nr = (size_t)NH * HD;
-    uint16_t *kb = (uint16_t *)malloc(2 * nkv), *vb = (uint16_t *)malloc(2 * nkv);
-    float *k = (float *)malloc(4 * nkv), *v = (float *)malloc(4 * nkv);
-    float *q = (float *)malloc(4 * nr), *o = (float *)malloc(4 * nr);
-    float *ref = (float *)malloc(4 * NH * HD), *sc = (float *)malloc(4 * (size_t)p->ctx_len);
-    if (!kb || !vb || !k || !v || !q || !o || !ref || !sc)
-        return -1;
-    M3_HIP_CHECK(hipMemset(p->out, 0xff, 4 * (size_t)p->T * nr)); /* NaN: no stale result passes */
-    M3_HIP_CHECK(pf_launch(p, 0, st));
-    M3_HIP_CHECK(hipStreamSynchronize(st));
-    M3_HIP_CHECK(hipMemcpy(kb, p->kc[0], 2 * nkv, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(vb, p->vc[0], 2 * nkv, hipMemcpyDeviceToHost));
-    for (size_t i = 0; i < nkv; i++) {
-        k[i] = h_bf16(kb[i]);
-        v[i] = h_bf16(vb[i]);
-    }
-    const int rows[6] = {0, 1, 200 % p->T, p->T / 2 + 3, p->T - 2, p->T - 1};
-    double e2 = 0, r2 = 0, emax = 0, rmax = 0;
-    long same = 0;
-    for (int i = 0; i < 6; i++) {
-        const int t = rows[i];
-        M3_HIP_CHECK(hipMemcpy(o, p->out + (size_t)t * nr, 4 * nr, hipMemcpyDeviceToHost));
-        M3_HIP_CHECK(hipMemcpy(q, p->q + (size_t)t * nr, 4 * nr, hipMemcpyDeviceToHost));
-        h_msa_row(ref, q, k, v, p->hb + (size_t)t * TOPK_B, (size_t)p->T * TOPK_B, TOPK_B, BLK,
-                  p->ctx_len - p->T + t, NH, NKV, HD, sc);
-        h_err(o, ref, NH * HD, &e2, &r2, &emax, &rmax);
-        for (int j = 0; j < NH * HD; j++)
-            same += o[j] == ref[j];
-    }
-    const double nmse = r2 > 0 ? e2 / r2 : e2;
-    printf("check %s (%s path, variant %d) vs host ref, 6 rows x 64 heads: nmse %.3g, max|diff| "
-           "%.3g (max|ref| %.3g), bitwise equal %ld of %d\n", name,
-           m3g_msa_attention_tc(NH, NKV, HD, BLK, TOPK_B, M3G_BF16, 1) ? "tensor-core" : "scalar",
-           p->variant, nmse, emax, rmax, same, 6 * NH * HD);
-    free(kb), free(vb), free(k), free(v), free(q), free(o), free(ref), free(sc);
-    return nmse <= 1e-5 ? 0 : -1;
-}
-
-/* The whole output of case p's variant against variant 5's (two passes,
- * exact p) on rotation 0: the number of output words that are bitwise equal,
- * in 16 MiB chunks. must: the variant claims 5's results bit for bit (7, 8
- * and the default), so any difference fails; else the count is reported. */
-static int check_msa_bitwise(pf_ctx *p, const char *name, int must, hipStream_t st)
-{
-    const size_t nel = (size_t)p->T * NH * HD, ch = (size_t)1 << 22;
-    float *d5 = NULL;
-    uint32_t *a = (uint32_t *)malloc(4 * ch), *b = (uint32_t *)malloc(4 * ch);
-    if (!a || !b)
-        return -1;
-    pf_ctx p5 = *p;
-    p5.variant = 5;
-    M3_HIP_CHECK(hipMalloc((void **)&d5, 4 * nel));
-    M3_HIP_CHECK(hipMemset(p->out, 0xff, 4 * nel));
-    M3_HIP_CHECK(pf_launch(&p5, 0, st));
-    M3_HIP_CHECK(hipStreamSynchronize(st));
-    M3_HIP_CHECK(hipMemcpy(d5, p->out, 4 * nel, hipMemcpyDeviceToDevice));
-    M3_HIP_CHECK(hipMemset(p->out, 0xff, 4 * nel));
-    M3_HIP_CHECK(pf_launch(p, 0, st));
-    M3_HIP_CHECK(hipStreamSynchronize(st));
-    size_t same = 0;
-    for (size_t i = 0; i < nel; i += ch) {
-        const size_t m = nel - i < ch ? nel - i : ch;
-        M3_HIP_CHECK(hipMemcpy(a, d5 + i, 4 * m, hipMemcpyDeviceToHost));
-        M3_HIP_CHECK(hipMemcpy(b, p->out + i, 4 * m, hipMemcpyDeviceToHost));
-        for (size_t j = 0; j < m; j++)
-            same += a[j] == b[j];
-    }
-    (void)hipFree(d5);
-    free(a), free(b);
-    printf("check %s (variant %d) vs variant 5, every output: bitwise equal %zu of %zu%s\n",
-           name, p->variant, same, nel,
-           !must ? " (not claimed)" : same == nel ? ": pass" : ": FAILED");
-    return !must || same == nel ? 0 : -1;
-}
-
-/* Edge shapes of m3g_msa_attention_prefill against the host golden: every
- * row and head; lists with -1, repeated ids and blocks past the query's own
- * block; partial last tiles; fp32 and bf16 caches. */
-static int check_msa_prefill_edges(hipStream_t st, int variant)
-{
-    /* nh, nkv, hd, B, topk, pos0, T, kv bf16 */
-    const int sh[6][8] = {{8, 4, 16, 128, 16, 650, 37, 1},  {64, 4, 128, 4, 5, 40, 29, 1},
-                          {32, 2, 64, 128, 16, 0, 20, 0},   {64, 4, 128, 128, 16, 1900, 100, 1},
-                          {12, 4, 32, 16, 7, 100, 45, 1},   {64, 4, 128, 128, 16, 300, 40, 0}};
-    int bad = 0;
-    uint64_t s = 77;
-    for (int c = 0; c < 6; c++) {
-        const int nh = sh[c][0], nkv = sh[c][1], hd = sh[c][2], B = sh[c][3], K = sh[c][4];
-        const int pos0 = sh[c][5], T = sh[c][6], bf = sh[c][7];
-        const int ctx = pos0 + T, nb = (ctx + B - 1) / B;
-        const size_t nk = (size_t)nb * B * nkv * hd, nq = (size_t)T * nh * hd;
-        float *k = (float *)malloc(4 * nk), *v = (float *)malloc(4 * nk);
-        float *q = (float *)malloc(4 * nq), *o = (float *)malloc(4 * nq);
-        float *ref = (float *)malloc(4 * (size_t)nh * hd), *sc = (float *)malloc(4 * (size_t)ctx);
-        uint16_t *k16 = (uint16_t *)malloc(2 * nk), *v16 = (uint16_t *)malloc(2 * nk);
-        int32_t *bl = (int32_t *)malloc(4 * (size_t)nkv * T * K), *pg = (int32_t *)malloc(4 * (size_t)nb);
-        if (!k || !v || !q || !o || !ref || !sc || !k16 || !v16 || !bl || !pg)
-            return -1;
-        for (size_t i = 0; i < nk; i++) {
-            k[i] = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 1000.0f);
-            v[i] = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 1000.0f);
-            uint32_t u;
-            memcpy(&u, &k[i], 4);
-            k16[i] = (uint16_t)(u >> 16);
-            memcpy(&u, &v[i], 4);
-            v16[i] = (uint16_t)(u >> 16);
-        }
-        for (size_t i = 0; i < nq; i++)
-            q[i] = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 250.0f);
-        for (int i = 0; i < nb; i++)
-            pg[i] = i;
-        for (int g = 0; g < nkv; g++)
-            for (int t = 0; t < T; t++) {
-                const int qb = (pos0 + t) / B;
-                int32_t *row = bl + ((size_t)g * T + t) * K;
-                for (int i = 0; i < K; i++) {
-                    const uint32_t r = pf_rng(&s) % 10;
-                    row[i] = i == 0 ? qb : r == 0 ? -1 : r == 1 && i > 1 ? row[i - 1]
-                                                        : (int)(pf_rng(&s) % (uint32_t)(nb + 1));
-                }
-            }
-        float *dq, *dout;
-        void *dk, *dv;
-        int32_t *dbl, *dpg;
-        const size_t esz = bf ? 2 : 4;
-        M3_HIP_CHECK(hipMalloc((void **)&dq, 4 * nq));
-        M3_HIP_CHECK(hipMalloc((void **)&dout, 4 * nq));
-        M3_HIP_CHECK(hipMalloc(&dk, esz * nk));
-        M3_HIP_CHECK(hipMalloc(&dv, esz * nk));
-        M3_HIP_CHECK(hipMalloc((void **)&dbl, 4 * (size_t)nkv * T * K));
-        M3_HIP_CHECK(hipMalloc((void **)&dpg, 4 * (size_t)nb));
-        M3_HIP_CHECK(hipMemcpy(dq, q, 4 * nq, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemcpy(dk, bf ? (void *)k16 : (void *)k, esz * nk, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemcpy(dv, bf ? (void *)v16 : (void *)v, esz * nk, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemcpy(dbl, bl, 4 * (size_t)nkv * T * K, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemcpy(dpg, pg, 4 * (size_t)nb, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemset(dout, 0xff, 4 * nq));
-        M3_HIP_CHECK(m3g_msa_attention_prefill_tuned(dout, dq, dk, dv, bf ? M3G_BF16 : M3G_F32, dpg,
-                                                     B, pos0, T, nh, nkv, hd, dbl, K, 1, variant,
-                                                     st));
-        M3_HIP_CHECK(hipStreamSynchronize(st));
-        M3_HIP_CHECK(hipMemcpy(o, dout, 4 * nq, hipMemcpyDeviceToHost));
-        double e2 = 0, r2 = 0, emax = 0, rmax = 0;
-        for (int t = 0; t < T; t++) {
-            h_msa_row(ref, q + (size_t)t * nh * hd, k, v, bl + (size_t)t * K, (size_t)T * K, K, B,
-                      pos0 + t, nh, nkv, hd, sc);
-            h_err(o + (size_t)t * nh * hd, ref, (size_t)nh * hd, &e2, &r2, &emax, &rmax);
-        }
-        const double nmse = r2 > 0 ? e2 / r2 : e2;
-        printf("check msa prefill edge %d variant %d (nh %d nkv %d hd %d B %d topk %d pos0 %d T %d "
-               "%s kv, %s): nmse %.3g max|diff| %.3g (max|ref| %.3g)\n",
-               c, variant, nh, nkv, hd, B, K, pos0, T, bf ? "bf16" : "fp32",
-               m3g_msa_attention_tc(nh, nkv, hd, B, K, bf, 1) ? "tensor cores" : "scalar", nmse,
-               emax, rmax);
-        bad |= !(nmse <= 1e-5);
-        (void)hipFree(dq), (void)hipFree(dout), (void)hipFree(dk), (void)hipFree(dv);
-        (void)hipFree(dbl), (void)hipFree(dpg);
-        free(k), free(v), free(q), free(o), free(ref), free(sc), free(k16), free(v16), free(bl),
-            free(pg);
-    }
-    return bad ? -1 : 0;
-}
-
-/* Edge shapes of m3g_attention_sk (bf16 caches, bf16 mode) against the host
- * golden, every row and head: the default path (tensor-core cluster kernel on
- * NVIDIA), the scalar cluster kernel (variant 2) and the two launches
- * (variant 1); lists with -1, repeated ids and blocks past the query's own
- * block; partial own blocks; T > 1; small hd, B, topk and heads per group. */
-static int check_attention_edges(hipStream_t st)
-{
-    /* nh, nkv, hd, B, topk, pos0, T, lists without repeated ids */
-    const int sh[10][8] = {{64, 4, 128, 128, 16, 1900, 1, 0}, {64, 4, 128, 128, 16, 5000, 3, 0},
-                           {8, 4, 16, 128, 16, 650, 2, 0},    {64, 4, 128, 4, 5, 40, 1, 0},
-                           {32, 2, 64, 128, 16, 0, 1, 0},     {12, 4, 32, 16, 7, 100, 2, 0},
-                           {4, 2, 64, 16, 2, 70, 1, 0},       {64, 4, 128, 128, 8, 3000, 1, 0},
-                           {64, 4, 128, 128, 16, 1900, 1, 1}, {12, 4, 32, 16, 7, 100, 2, 1}};
-    const int vars[3] = {0, 2, 1};
-    int bad = 0;
-    uint64_t s = 91;
-    for (int c = 0; c < 10; c++) {
-        const int nh = sh[c][0], nkv = sh[c][1], hd = sh[c][2], B = sh[c][3], K = sh[c][4];
-        const int pos0 = sh[c][5], T = sh[c][6], norep = sh[c][7];
-        const int ctx = pos0 + T, nb = (ctx + B - 1) / B;
-        const size_t nk = (size_t)nb * B * nkv * hd, nq = (size_t)T * nh * hd;
-        float *k = (float *)malloc(4 * nk), *v = (float *)malloc(4 * nk);
-        float *q = (float *)malloc(4 * nq), *o = (float *)malloc(4 * nq);
-        float *ref = (float *)malloc(4 * nq), *sc = (float *)malloc(4 * (size_t)ctx);
-        uint16_t *k16 = (uint16_t *)malloc(2 * nk), *v16 = (uint16_t *)malloc(2 * nk);
-        int32_t *bl = (int32_t *)malloc(4 * (size_t)nkv * T * K), *pg = (int32_t *)malloc(4 * (size_t)nb);
-        if (!k || !v || !q || !o || !ref || !sc || !k16 || !v16 || !bl || !pg)
-            return -1;
-        for (size_t i = 0; i < nk; i++) {
-            k[i] = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 1000.0f);
-            v[i] = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 1000.0f);
-            uint32_t u;
-            memcpy(&u, &k[i], 4);
-            k16[i] = (uint16_t)(u >> 16);
-            memcpy(&u, &v[i], 4);
-            v16[i] = (uint16_t)(u >> 16);
-        }
-        for (size_t i = 0; i < nq; i++)
-            q[i] = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 250.0f);
-        for (int i = 0; i < nb; i++)
-            pg[i] = i;
-        for (int g = 0; g < nkv; g++)
-            for (int t = 0; t < T; t++) {
-                const int qb = (pos0 + t) / B;
-                int32_t *row = bl + ((size_t)g * T + t) * K;
-                for (int i = 0; i < K; i++) {
-                    const uint32_t r = pf_rng(&s) % 10;
-                    row[i] = i == 0 ? qb : r == 0 ? -1 : r == 1 && i > 1 ? row[i - 1]
-                                                        : (int)(pf_rng(&s) % (uint32_t)(nb + 1));
-                    for (int j = 0; norep && j < i; j++)
-                        if (row[j] == row[i])
-                            row[i] = -1;
-                }
-            }
-        int reps = 0; /* a visible block id listed twice in some row */
-        for (int g = 0; g < nkv; g++)
-            for (int t = 0; t < T; t++) {
-                const int32_t *row = bl + ((size_t)g * T + t) * K;
-                for (int i = 0; i < K; i++)
-                    for (int j = 0; j < i; j++)
-                        reps |= row[i] >= 0 && row[i] == row[j] && row[i] <= (pos0 + t) / B;
-            }
-        for (int t = 0; t < T; t++)
-            h_msa_row(ref + (size_t)t * nh * hd, q + (size_t)t * nh * hd, k, v, bl + (size_t)t * K,
-                      (size_t)T * K, K, B, pos0 + t, nh, nkv, hd, sc);
-        float *dq, *dout;
-        void *dk, *dv, *dws;
-        int32_t *dbl, *dpg;
-        const size_t wsn = m3g_attention_sk_ws(B, pos0, T, nh, nkv, hd, bl, K, M3G_BF16);
-        M3_HIP_CHECK(hipMalloc((void **)&dq, 4 * nq));
-        M3_HIP_CHECK(hipMalloc((void **)&dout, 4 * nq));
-        M3_HIP_CHECK(hipMalloc(&dk, 2 * nk));
-        M3_HIP_CHECK(hipMalloc(&dv, 2 * nk));
-        M3_HIP_CHECK(hipMalloc(&dws, wsn));
-        M3_HIP_CHECK(hipMalloc((void **)&dbl, 4 * (size_t)nkv * T * K));
-        M3_HIP_CHECK(hipMalloc((void **)&dpg, 4 * (size_t)nb));
-        M3_HIP_CHECK(hipMemcpy(dq, q, 4 * nq, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemcpy(dk, k16, 2 * nk, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemcpy(dv, v16, 2 * nk, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemcpy(dbl, bl, 4 * (size_t)nkv * T * K, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemcpy(dpg, pg, 4 * (size_t)nb, hipMemcpyHostToDevice));
-        printf("check msa decode edge %d (nh %d nkv %d hd %d B %d topk %d pos0 %d T %d, %s; "
-               "default path %s):",
-               c, nh, nkv, hd, B, K, pos0, T,
-               reps ? "repeated ids (judged: default only)" : "no repeated ids",
-               m3g_attention_sk_tc(B, nh, nkv, hd, dbl, K, M3G_BF16, 1) ? "tensor-core cluster"
-               : m3g_attention_sk_cluster(B, nh, nkv, hd, dbl, K, M3G_BF16, 1) ? "cluster"
-                                                                                : "2-launch");
-        for (int vi = 0; vi < 3; vi++) {
-            M3_HIP_CHECK(hipMemset(dout, 0xff, 4 * nq)); /* NaN: every output must be written */
-            M3_HIP_CHECK(m3g_attention_sk_tuned(dout, dq, dk, dv, M3G_BF16, dpg, B, pos0, T, nh,
-                                                nkv, hd, dbl, K, 1, dws, wsn, vars[vi], st));
-            M3_HIP_CHECK(hipStreamSynchronize(st));
-            M3_HIP_CHECK(hipMemcpy(o, dout, 4 * nq, hipMemcpyDeviceToHost));
-            double e2 = 0, r2 = 0, emax = 0, rmax = 0;
-            long nan = 0;
-            for (size_t i = 0; i < nq; i++)
-                nan += o[i] != o[i];
-            h_err(o, ref, nq, &e2, &r2, &emax, &rmax);
-            const double nmse = r2 > 0 ? e2 / r2 : e2;
-            printf(" variant %d nmse %.3g max|diff| %.3g (max|ref| %.3g)%s;", vars[vi], nmse, emax,
-                   rmax, nan ? " NaN" : "");
-            if (vi == 0 || !reps) /* the older paths count a repeated id twice */
-                bad |= !(nmse <= 1e-5) || nan;
-        }
-        printf("\n");
-        (void)hipFree(dq), (void)hipFree(dout), (void)hipFree(dk), (void)hipFree(dv);
-        (void)hipFree(dws), (void)hipFree(dbl), (void)hipFree(dpg);
-        free(k), free(v), free(q), free(o), free(ref), free(sc), free(k16), free(v16), free(bl),
-            free(pg);
-    }
-    return bad ? -1 : 0;
 }
 
 /* ---- dense decode attention (layers 0-2: every key 0 .. pos) ------------
  * One query row at position ctx_len - 1, 64 q / 4 kv heads, hd 128, bf16
- * caches, bf16 mode, through m3g_attention_sk_tuned (variant: 0 default =
- * the dense tensor-core split-key path at >= its key threshold; 32 the
- * two-launch path; 64 the tensor-core path at any length; + 128 no L2
- * hints; + 256 no PDL). Rotation r reads its own K/V copy; the page table is
+ * caches, bf16 mode, through m3g_attention_sk_tuned (probe 0: the default,
+ * the dense tensor-core split-key path at >= its key threshold;
+ * M3G_SK_TWO_LAUNCH the two-launch path; M3G_SK_DENSE_TC the tensor-core
+ * path at any length). Rotation r reads its own K/V copy; the page table is
  * a permutation (page p -> (37 p) mod npages), as a real cache's may be. */
 typedef struct dd_ctx {
     float *q, *out;
@@ -1383,232 +706,6 @@ static int make_dense_decode(bench_case *bc, const char *name, int ctx_len, int 
         return -1;
     free(hp);
     return 0;
-}
-
-/* Host golden of ref/attention.c (bf16 mode, dense causal) for heads
- * [h0, h1) of one row at position pos: o [nh, hd] (only those heads);
- * caches as raw bf16 [slots, nkv, hd] behind the page table. Keys are
- * processed 4 at a time with one accumulator each (each key's sum is the
- * reference's: d ascending, multiply then add). */
-static void h_dense_row(float *o, const float *q, const uint16_t *k, const uint16_t *v,
-                        const int32_t *pages, int B, int64_t pos, int nh, int nkv, int hd, int h0,
-                        int h1, float *sc, float *vf)
-{
-    const float scale = (float)(1.0 / sqrt((double)hd));
-    const int64_t n = pos + 1;
-    for (int h = h0; h < h1; h++) {
-        const int g = h / (nh / nkv);
-        const float *qh = q + (size_t)h * hd;
-        float m = -INFINITY, sum = 0.0f;
-        for (int64_t j = 0; j < n; j += 4) {
-            const uint16_t *kr[4];
-            float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            const int nj = n - j < 4 ? (int)(n - j) : 4;
-            for (int u = 0; u < nj; u++) {
-                const int64_t key = j + u;
-                kr[u] = k + ((size_t)((int64_t)pages[key / B] * B + key % B) * nkv + g) * hd;
-            }
-            for (int d = 0; d < hd; d++)
-                for (int u = 0; u < nj; u++)
-                    dot[u] += qh[d] * h_bf16(kr[u][d]);
-            for (int u = 0; u < nj; u++) {
-                sc[j + u] = dot[u] * scale;
-                m = sc[j + u] > m ? sc[j + u] : m;
-            }
-        }
-        for (int64_t j = 0; j < n; j++)
-            sum += (sc[j] = expf(sc[j] - m));
-        for (int d = 0; d < hd; d++)
-            vf[d] = 0.0f;
-        for (int64_t j = 0; j < n; j++) {
-            const float p = h_round_bf16(sc[j] / sum);
-            if (p == 0.0f)
-                continue;
-            const uint16_t *vr = v + ((size_t)((int64_t)pages[j / B] * B + j % B) * nkv + g) * hd;
-            for (int d = 0; d < hd; d++)
-                vf[d] += p * h_bf16(vr[d]);
-        }
-        for (int d = 0; d < hd; d++)
-            o[(size_t)h * hd + d] = h_round_bf16(vf[d]);
-    }
-}
-
-/* The M3-shape dense case x (rotation 0) against the host golden on the
- * ascending heads[] (all heads when nheads == 2 and they are 0 and NH - 1,
- * else just those): the default path, its other CTA shapes (8-warp and
- * 4-warp CTAs of 4 KV groups), its launches without L2 hints and without
- * PDL (must equal the default bitwise), a repeat (deterministic), and the
- * two-launch path. Pass: nmse <= 1e-5 for every path. */
-static int check_dense_decode(dd_ctx *x, const int *heads, int nheads, hipStream_t st)
-{
-    const int h0 = heads[0], h1 = heads[nheads - 1] + 1;
-    const int npages = (x->ctx_len + BLK - 1) / BLK;
-    const size_t nel = (size_t)npages * BLK * NKV * HD, no = (size_t)NH * HD;
-    const int vars[7] = {0, 0, 64 | 128, 64 | 256, 32, 64 | 512, 64 | 1024};
-    float *q = (float *)malloc(4 * no), *o = (float *)malloc(4 * 7 * no),
-          *ref = (float *)malloc(4 * no), *sc = (float *)malloc(4 * (size_t)x->ctx_len);
-    uint16_t *k = (uint16_t *)malloc(2 * nel), *v = (uint16_t *)malloc(2 * nel);
-    int32_t *pg = (int32_t *)malloc(4 * (size_t)npages);
-    float vf[HD];
-    if (!q || !o || !ref || !sc || !k || !v || !pg)
-        return -1;
-    for (int i = 0; i < 7; i++) {
-        M3_HIP_CHECK(hipMemset(x->out, 0xff, 4 * no)); /* NaN: every output must be written */
-        M3_HIP_CHECK(m3g_attention_sk_tuned(x->out, x->q, x->kc[0], x->vc[0], M3G_BF16, x->pages,
-                                            BLK, x->ctx_len - 1, 1, NH, NKV, HD, NULL, 0, 1, x->ws,
-                                            x->ws_n, vars[i], st));
-        M3_HIP_CHECK(hipStreamSynchronize(st));
-        M3_HIP_CHECK(hipMemcpy(o + i * no, x->out, 4 * no, hipMemcpyDeviceToHost));
-    }
-    M3_HIP_CHECK(hipMemcpy(q, x->q, 4 * no, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(k, x->kc[0], 2 * nel, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(v, x->vc[0], 2 * nel, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(pg, x->pages, 4 * (size_t)npages, hipMemcpyDeviceToHost));
-    const int all = nheads == 2 && h0 == 0 && h1 == NH;
-    for (int i = 0; i < (all ? 1 : nheads); i++)
-        h_dense_row(ref, q, k, v, pg, BLK, x->ctx_len - 1, NH, NKV, HD, all ? 0 : heads[i],
-                    all ? NH : heads[i] + 1, sc, vf);
-    double nm[4], em[4], rmax = 0;
-    long nd[4];
-    size_t nv = 0;
-    for (int c = 0; c < 4; c++) { /* default, two-launch, 8-warp 4-group, 4-warp 4-group */
-        double e2 = 0, r2 = 0, emax = 0;
-        nd[c] = 0;
-        nv = 0;
-        for (int i = 0; i < (all ? NH : nheads); i++) {
-            const size_t off = (size_t)(all ? i : heads[i]) * HD;
-            const float *got = o + (c == 0 ? 0 : c + 3) * no + off;
-            h_err(got, ref + off, HD, &e2, &r2, &emax, &rmax);
-            for (size_t j = 0; j < HD; j++)
-                nd[c] += got[j] != ref[off + j];
-            nv += HD;
-        }
-        nm[c] = r2 > 0 ? e2 / r2 : e2;
-        em[c] = emax;
-    }
-    const int det = memcmp(o, o + no, 4 * no) == 0,
-              vsame = memcmp(o, o + 2 * no, 4 * no) == 0 && memcmp(o, o + 3 * no, 4 * no) == 0;
-    printf("check dense decode attention %dK vs host ref (heads %d..%d%s, max|ref| %.3g): default "
-           "(%s) nmse %.3g max|diff| %.3g (%ld of %zu differ); 2-launch nmse %.3g max|diff| %.3g "
-           "(%ld); 8-warp 4-group nmse %.3g max|diff| %.3g, 4-warp 4-group nmse %.3g max|diff| "
-           "%.3g; repeat bitwise: %s; no-L2-hint / no-PDL == default bitwise: %s\n",
-           x->ctx_len / 1024, h0, h1 - 1, all ? "" : " (listed only)", rmax,
-           m3g_attention_sk_dense_tc(x->ctx_len, NH, NKV, HD, M3G_BF16, 1) ? "dense tensor-core"
-                                                                          : "2-launch",
-           nm[0], em[0], nd[0], nv, nm[1], em[1], nd[1], nm[2], em[2], nm[3], em[3],
-           det ? "yes" : "NO", vsame ? "yes" : "NO");
-    free(q), free(o), free(ref), free(sc), free(k), free(v), free(pg);
-    return nm[0] <= 1e-5 && nm[1] <= 1e-5 && nm[2] <= 1e-5 && nm[3] <= 1e-5 && det && vsame
-               ? 0
-               : -1;
-}
-
-/* Edge shapes of the dense path (bf16 caches, bf16 mode) against the host
- * golden, every row and head: the tensor-core path forced (variant 64; its
- * default 4-warp CTAs of one KV group, 8-warp and 4-warp CTAs of up to 4) and
- * the two-launch path (32); hd 16-128, 1-16 heads per group, B 4-128 (tiles
- * across pages), 1 key, tile boundaries, T up to 5 and a workspace that
- * holds one row only (row chunks); permuted page tables. */
-static int check_dense_edges(hipStream_t st)
-{
-    /* nh, nkv, hd, B, pos0, T, one-row workspace */
-    const int sh[11][7] = {{64, 4, 128, 128, 0, 1, 0},   {64, 4, 128, 128, 62, 3, 0},
-                           {8, 4, 16, 16, 300, 2, 0},    {32, 2, 64, 128, 5000, 2, 0},
-                           {12, 4, 32, 32, 1000, 3, 0},  {16, 1, 128, 64, 20000, 1, 0},
-                           {64, 4, 128, 128, 4095, 5, 1}, {8, 2, 64, 4, 200, 1, 0},
-                           {4, 4, 128, 128, 70000, 1, 0}, {64, 4, 128, 128, 3000, 2, 0},
-                           {64, 2, 128, 128, 3000, 1, 0}};
-    int bad = 0;
-    uint64_t s = 77;
-    for (int c = 0; c < 11; c++) {
-        const int nh = sh[c][0], nkv = sh[c][1], hd = sh[c][2], B = sh[c][3], pos0 = sh[c][4];
-        const int T = sh[c][5], one = sh[c][6];
-        const int ctx = pos0 + T, nb = (ctx + B - 1) / B;
-        const size_t nk = (size_t)nb * B * nkv * hd, nq = (size_t)T * nh * hd;
-        uint16_t *k = (uint16_t *)malloc(2 * nk), *v = (uint16_t *)malloc(2 * nk);
-        float *q = (float *)malloc(4 * nq), *o = (float *)malloc(4 * nq);
-        float *ref = (float *)malloc(4 * nq), *sc = (float *)malloc(4 * (size_t)ctx);
-        float *vf = (float *)malloc(4 * (size_t)hd);
-        int32_t *pg = (int32_t *)malloc(4 * (size_t)nb);
-        if (!k || !v || !q || !o || !ref || !sc || !vf || !pg)
-            return -1;
-        for (size_t i = 0; i < nk; i++) {
-            uint32_t u;
-            float f = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 1000.0f);
-            memcpy(&u, &f, 4);
-            k[i] = (uint16_t)(u >> 16);
-            f = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 1000.0f);
-            memcpy(&u, &f, 4);
-            v[i] = (uint16_t)(u >> 16);
-        }
-        for (size_t i = 0; i < nq; i++)
-            q[i] = h_round_bf16((float)((int)(pf_rng(&s) % 2001) - 1000) / 250.0f);
-        for (int i = 0; i < nb; i++) /* a permutation: nb - 1 - i */
-            pg[i] = nb - 1 - i;
-        for (int t = 0; t < T; t++)
-            h_dense_row(ref + (size_t)t * nh * hd, q + (size_t)t * nh * hd, k, v, pg, B, pos0 + t,
-                        nh, nkv, hd, 0, nh, sc, vf);
-        float *dq, *dout;
-        void *dk, *dv, *dws;
-        int32_t *dpg;
-        size_t wsn = m3g_attention_sk_ws(B, pos0, T, nh, nkv, hd, NULL, 0, M3G_BF16);
-        if (one) /* enough for the last row alone (either path): rows go in chunks */
-            wsn = m3g_attention_sk_ws(B, pos0 + T - 1, 1, nh, nkv, hd, NULL, 0, M3G_BF16);
-        M3_HIP_CHECK(hipMalloc((void **)&dq, 4 * nq));
-        M3_HIP_CHECK(hipMalloc((void **)&dout, 4 * nq));
-        M3_HIP_CHECK(hipMalloc(&dk, 2 * nk));
-        M3_HIP_CHECK(hipMalloc(&dv, 2 * nk));
-        M3_HIP_CHECK(hipMalloc(&dws, wsn));
-        M3_HIP_CHECK(hipMalloc((void **)&dpg, 4 * (size_t)nb));
-        M3_HIP_CHECK(hipMemcpy(dq, q, 4 * nq, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemcpy(dk, k, 2 * nk, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemcpy(dv, v, 2 * nk, hipMemcpyHostToDevice));
-        M3_HIP_CHECK(hipMemcpy(dpg, pg, 4 * (size_t)nb, hipMemcpyHostToDevice));
-        printf("check dense decode edge %d (nh %d nkv %d hd %d B %d pos0 %d T %d%s; default %s):",
-               c, nh, nkv, hd, B, pos0, T, one ? ", one-row workspace" : "",
-               m3g_attention_sk_dense_tc(ctx, nh, nkv, hd, M3G_BF16, 1) ? "dense tensor-core"
-                                                                        : "2-launch");
-        const int vars[4] = {64, 64 | 512, 64 | 1024, 32};
-        static const char *vn[4] = {"tc", "tc 8-warp", "tc 4-warp multi-group", "2-launch"};
-        for (int vi = 0; vi < 4; vi++) {
-            M3_HIP_CHECK(hipMemset(dout, 0xff, 4 * nq)); /* NaN: every output must be written */
-            M3_HIP_CHECK(m3g_attention_sk_tuned(dout, dq, dk, dv, M3G_BF16, dpg, B, pos0, T, nh,
-                                                nkv, hd, NULL, 0, 1, dws, wsn, vars[vi], st));
-            M3_HIP_CHECK(hipStreamSynchronize(st));
-            M3_HIP_CHECK(hipMemcpy(o, dout, 4 * nq, hipMemcpyDeviceToHost));
-            double e2 = 0, r2 = 0, emax = 0, rmax = 0;
-            long nan = 0;
-            for (size_t i = 0; i < nq; i++)
-                nan += o[i] != o[i];
-            h_err(o, ref, nq, &e2, &r2, &emax, &rmax);
-            const double nmse = r2 > 0 ? e2 / r2 : e2;
-            printf(" %s nmse %.3g max|diff| %.3g (max|ref| %.3g)%s;", vn[vi], nmse,
-                   emax, rmax, nan ? " NaN" : "");
-            bad |= !(nmse <= 1e-5) || nan;
-        }
-        printf("\n");
-        (void)hipFree(dq), (void)hipFree(dout), (void)hipFree(dk), (void)hipFree(dv);
-        (void)hipFree(dws), (void)hipFree(dpg);
-        free(k), free(v), free(q), free(o), free(ref), free(sc), free(vf), free(pg);
-    }
-    return bad ? -1 : 0;
-}
-
-/* 1M keys (8,192 pages of 128, permuted), heads 0, 17 and 63 against the host golden. */
-static int check_dense_1m(hipStream_t st)
-{
-    bench_case bc;
-    memset(&bc, 0, sizeof bc);
-    if (make_dense_decode(&bc, "dense 1M", 1 << 20, 1 << 30, 0, NULL) != 0)
-        return -1;
-    dd_ctx *x = (dd_ctx *)bc.ctx;
-    const int heads[3] = {0, 17, 63};
-    const int bad = check_dense_decode(x, heads, 3, st);
-    for (int r = 0; r < x->nrot; r++)
-        (void)hipFree(x->kc[r]), (void)hipFree(x->vc[r]);
-    (void)hipFree(x->q), (void)hipFree(x->out), (void)hipFree(x->pages), (void)hipFree(x->ws);
-    free(x);
-    return bad;
 }
 
 /* ---- fused GEMVs : [q; k; v (; index q; index k)] and [gate; up] ------ */
@@ -1737,266 +834,6 @@ static int add_gemv_variants(bench_case *cases, int i0, int n, int cap, int all,
             }
         }
     return n;
-}
-
-/* ---- linear-layer self-checks against host goldens --------------------- */
-
-/* ref/linear.c order: 8 partials over c = l (mod 8) ascending, combined
- * ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)); no FMA (host -ffp-contract=off). */
-static float h_dot8(const uint16_t *w, const float *x, int cols)
-{
-    float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int c = 0; c < cols; c++) {
-        const float prod = h_bf16(w[c]) * x[c];
-        p[c & 7] = p[c & 7] + prod;
-    }
-    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-}
-
-static float h_swiglu(float gv, float uv)
-{
-    const float g = gv > 7.0f ? 7.0f : gv;
-    const float u = uv > 7.0f ? 7.0f : (uv < -7.0f ? -7.0f : uv);
-    const float sig = 1.0f / (1.0f + expf(-(1.702f * g)));
-    return (u + 1.0f) * (g * sig);
-}
-
-/* Compare got [n] with want [n]: exact (count differing bit patterns) or
- * within tol * max|want|; also that bf16-mode outputs are bf16 values. */
-static int cmp_out(const char *what, const float *got, const float *want, size_t n, int exact,
-                   int bf16_out, double tol)
-{
-    double md = 0, mx = 0;
-    size_t ndiff = 0, nnotbf = 0;
-    for (size_t i = 0; i < n; i++) {
-        md = fmax(md, fabs((double)got[i] - want[i]));
-        mx = fmax(mx, fabs((double)want[i]));
-        ndiff += memcmp(&got[i], &want[i], 4) != 0;
-        uint32_t u;
-        memcpy(&u, &got[i], 4);
-        nnotbf += bf16_out && (u & 0xffffu) != 0;
-    }
-    const int ok = (exact ? ndiff == 0 : md <= tol * mx) && nnotbf == 0;
-    printf("check %s: max|diff| %.3g (max|ref| %.3g), %zu of %zu not bitwise equal%s -> %s\n",
-           what, md, mx, ndiff, n, nnotbf ? ", NOT bf16 values" : "", ok ? "pass" : "FAILED");
-    return ok ? 0 : -1;
-}
-
-/* Fused q/k/v (+ index) and gate+up GEMVs (T = 1, 3; both modes), and the
- * BLAS GEMM (cuBLASLt / GemmEx) vs the tiled fallback on a small shape. */
-static int check_linear(m3g_blas *blas, m3g_blas *blas_nolt, hipStream_t st)
-{
-    enum { T3 = 3, QR = NH * HD, KR = NKV * HD, IQR = G * IHD, IKR = IHD };
-    const int seg5[5] = {QR, KR, KR, IQR, IKR};
-    const int rows = QR + 2 * KR + IQR + IKR, cols = H;
-    const size_t nw = (size_t)rows * cols;
-    uint16_t *hw = (uint16_t *)malloc(2 * nw);
-    float *hx = (float *)malloc(4 * (size_t)T3 * cols), *want = (float *)malloc(4 * (size_t)T3 * rows),
-          *got = (float *)malloc(4 * (size_t)T3 * rows), *got2 = (float *)malloc(4 * (size_t)T3 * rows);
-    void *dw = dev_rand(nw, 1, 4242u, 0.05f);
-    float *dx = (float *)dev_rand((size_t)T3 * cols, 0, 4243u, 1.0f);
-    float *dy = (float *)dev_rand((size_t)T3 * rows, 0, 1u, 0.0f);
-    int bad = 0;
-    if (!hw || !hx || !want || !got || !got2 || !dw || !dx || !dy)
-        return -1;
-    M3_HIP_CHECK(hipDeviceSynchronize());
-    M3_HIP_CHECK(hipMemcpy(hw, dw, 2 * nw, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(hx, dx, 4 * (size_t)T3 * cols, hipMemcpyDeviceToHost));
-    const m3g_mat W = {dw, M3G_BF16, rows, cols};
-    for (int mode = 0; mode < 2; mode++)
-        for (int T = 1; T <= T3; T += 2) {
-            /* host golden in the fused output layout (segments back to back) */
-            m3g_seg seg[5];
-            size_t off = 0;
-            for (int s = 0, r0 = 0; s < 5; r0 += seg5[s], s++) {
-                seg[s].y = dy + off;
-                seg[s].ld = seg[s].rows = seg5[s];
-                for (int t = 0; t < T; t++)
-                    for (int r = 0; r < seg5[s]; r++) {
-                        const float v = h_dot8(hw + (size_t)(r0 + r) * cols, hx + (size_t)t * cols, cols);
-                        want[off + (size_t)t * seg5[s] + r] = mode ? h_round_bf16(v) : v;
-                    }
-                off += (size_t)T * seg5[s];
-            }
-            M3_HIP_CHECK(m3g_linear_multi(dx, W, seg, 5, T, mode, NULL, st));
-            M3_HIP_CHECK(hipStreamSynchronize(st));
-            M3_HIP_CHECK(hipMemcpy(got, dy, 4 * off, hipMemcpyDeviceToHost));
-            char what[96];
-            snprintf(what, sizeof what, "fused gemv q/k/v/iq/ik %dx%d T=%d %s", rows, cols, T,
-                     mode ? "bf16" : "fp32 (bitwise)");
-            bad |= cmp_out(what, got, want, off, mode == 0, mode == 1, 0.01);
-            if (mode == 1) { /* the same through five separate m3g_linear calls */
-                for (int s = 0, r0 = 0; s < 5; r0 += seg5[s], s++) {
-                    m3g_mat Ws = W;
-                    Ws.rows = seg5[s];
-                    Ws.data = (const uint16_t *)dw + (size_t)r0 * cols;
-                    M3_HIP_CHECK(m3g_linear(seg[s].y, seg5[s], dx, Ws, T, mode, NULL, st));
-                }
-                M3_HIP_CHECK(hipStreamSynchronize(st));
-                M3_HIP_CHECK(hipMemcpy(got2, dy, 4 * off, hipMemcpyDeviceToHost));
-                snprintf(what, sizeof what, "per-matrix gemv T=%d bf16 vs host", T);
-                bad |= cmp_out(what, got2, want, off, 0, 1, 0.01);
-            }
-        }
-    /* gate + up + SwiGLU: the first 2 x 3072 rows of the same weight */
-    for (int mode = 0; mode < 2; mode++) {
-        const m3g_mat Wgu = {dw, M3G_BF16, 2 * I, cols};
-        M3_HIP_CHECK(m3g_linear_swiglu(dy, I, NULL, dx, Wgu, 1, 1.702f, 7.0f, 1.0f, mode, NULL, st));
-        M3_HIP_CHECK(hipStreamSynchronize(st));
-        M3_HIP_CHECK(hipMemcpy(got, dy, 4 * (size_t)I, hipMemcpyDeviceToHost));
-        for (int j = 0; j < I; j++) {
-            float g = h_dot8(hw + (size_t)j * cols, hx, cols);
-            float u = h_dot8(hw + (size_t)(I + j) * cols, hx, cols);
-            if (mode)
-                g = h_round_bf16(g), u = h_round_bf16(u);
-            const float v = h_swiglu(g, u);
-            want[j] = mode ? h_round_bf16(v) : v;
-        }
-        bad |= cmp_out(mode ? "fused gate+up+swiglu 6144x6144 T=1 bf16"
-                            : "fused gate+up+swiglu 6144x6144 T=1 fp32 (bitwise)",
-                       got, want, I, 0 /* expf: device vs host libm */, mode == 1,
-                       mode ? 0.01 : 1e-6);
-    }
-    /* GEMM (T > 8, bf16 mode): Lt, GemmEx, tiled fallback on 384 x 512, T 64 */
-    {
-        const int gr = 384, gc = 512, gt = 64;
-        float *ref = (float *)malloc(4 * (size_t)gt * gr), *fb = (float *)malloc(4 * (size_t)gt * gr);
-        if (!ref || !fb)
-            return -1;
-        const m3g_mat Wg = {dw, M3G_BF16, gr, gc};
-        /* its own X [gt, gc] (bf16 values in fp32) */
-        float *gx = (float *)dev_rand((size_t)gt * gc, 0, 4244u, 1.0f);
-        float *hx2 = (float *)malloc(4 * (size_t)gt * gc);
-        if (!gx || !hx2)
-            return -1;
-        M3_HIP_CHECK(hipDeviceSynchronize());
-        M3_HIP_CHECK(hipMemcpy(hx2, gx, 4 * (size_t)gt * gc, hipMemcpyDeviceToHost));
-        for (int t = 0; t < gt; t++)
-            for (int r = 0; r < gr; r++)
-                ref[(size_t)t * gr + r] = h_round_bf16(h_dot8(hw + (size_t)r * gc, hx2 + (size_t)t * gc, gc));
-        M3_HIP_CHECK(m3g_linear(dy, gr, gx, Wg, gt, 1, NULL, st));
-        M3_HIP_CHECK(hipStreamSynchronize(st));
-        M3_HIP_CHECK(hipMemcpy(fb, dy, 4 * (size_t)gt * gr, hipMemcpyDeviceToHost));
-        bad |= cmp_out("gemm 384x512 T=64 tiled fallback vs host", fb, ref, (size_t)gt * gr, 0, 1, 0.01);
-        m3g_blas *bl[2] = {blas, blas_nolt};
-        const char *nm[2] = {"gemm 384x512 T=64 cuBLASLt (default BLAS path)",
-                             "gemm 384x512 T=64 BLAS without Lt"};
-        for (int k = 0; k < 2; k++) {
-            if (!bl[k])
-                continue;
-            M3_HIP_CHECK(m3g_linear(dy, gr, gx, Wg, gt, 1, bl[k], st));
-            M3_HIP_CHECK(hipStreamSynchronize(st));
-            M3_HIP_CHECK(hipMemcpy(got, dy, 4 * (size_t)gt * gr, hipMemcpyDeviceToHost));
-            char what[128];
-            snprintf(what, sizeof what, "%s vs host", nm[k]);
-            bad |= cmp_out(what, got, ref, (size_t)gt * gr, 0, 1, 0.01);
-            snprintf(what, sizeof what, "%s vs tiled fallback", nm[k]);
-            bad |= cmp_out(what, got, fb, (size_t)gt * gr, 0, 1, 0.01);
-        }
-        (void)hipFree(gx);
-        free(ref), free(fb), free(hx2);
-    }
-    (void)hipFree(dw), (void)hipFree(dx), (void)hipFree(dy);
-    free(hw), free(hx), free(want), free(got), free(got2);
-    return bad ? -1 : 0;
-}
-
-/* Every decode GEMV variant (m3g_gemv_variant, bf16 mode) against the host
- * golden (ref order, rounded) at the M3 decode shapes of the bench: one
- * matrix per column count and row class, the fused 3-segment (T = 1) and
- * 5-segment layouts (T = 1 and 3) and gate+up+SwiGLU; plus each variant
- * twice (bitwise repeatable), and whether it is bitwise equal to variant 1
- * (the old split-K kernel: the persistent kernels use its tiles and sums). */
-static int check_gemv_variants(hipStream_t st)
-{
-    enum { QR = NH * HD, KR = NKV * HD, IQR = G * IHD, IKR = IHD, TM = 3 };
-    static const struct { const char *what; int rows, cols, nseg, swiglu, T; } sh[] = {
-        {"q_proj 8192x6144", QR, H, 1, 0, 1},
-        {"k_proj 512x6144", KR, H, 1, 0, 1},
-        {"shared gate 3072x6144", I, H, 1, 0, 1},
-        {"o_proj 6144x8192", H, QR, 1, 0, 1},
-        {"dense down 6144x12288", H, ID, 1, 0, 1},
-        {"qkv 9216x6144", QR + 2 * KR, H, 3, 0, 1},
-        {"qkv+index 9856x6144", QR + 2 * KR + IQR + IKR, H, 5, 0, 1},
-        {"qkv+index 9856x6144", QR + 2 * KR + IQR + IKR, H, 5, 0, TM},
-        {"shared gate+up 6144x6144", 2 * I, H, 1, 1, 1},
-    };
-    const int seg5[5] = {QR, KR, KR, IQR, IKR};
-    const size_t maxw = (size_t)H * ID, maxy = (size_t)TM * (QR + 2 * KR + IQR + IKR);
-    uint16_t *hw = (uint16_t *)malloc(2 * maxw);
-    float *hx = (float *)malloc(4 * (size_t)TM * ID), *want = (float *)malloc(4 * maxy),
-          *got = (float *)malloc(4 * maxy), *got2 = (float *)malloc(4 * maxy),
-          *g1 = (float *)malloc(4 * maxy);
-    void *dw = dev_rand(maxw, 1, 5151u, 0.05f);
-    float *dx = (float *)dev_rand((size_t)TM * ID, 0, 5152u, 1.0f);
-    float *dy = (float *)dev_rand(maxy, 0, 1u, 0.0f);
-    int bad = 0;
-    if (!hw || !hx || !want || !got || !got2 || !g1 || !dw || !dx || !dy)
-        return -1;
-    M3_HIP_CHECK(hipDeviceSynchronize());
-    M3_HIP_CHECK(hipMemcpy(hw, dw, 2 * maxw, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(hx, dx, 4 * (size_t)TM * ID, hipMemcpyDeviceToHost));
-    const float sw[3] = {1.702f, 7.0f, 1.0f};
-    for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
-        const int rows = sh[k].rows, cols = sh[k].cols, T = sh[k].T;
-        const int orows = sh[k].swiglu ? rows / 2 : rows;
-        const m3g_mat W = {dw, M3G_BF16, rows, cols};
-        /* golden in the output layout: segments back to back, each [T, rows_s] */
-        m3g_seg seg[5];
-        size_t off = 0;
-        for (int s = 0, r0 = 0; s < sh[k].nseg; s++) {
-            const int sr = sh[k].nseg > 1 ? seg5[s] : orows;
-            seg[s].y = dy + off;
-            seg[s].ld = seg[s].rows = sr;
-            for (int t = 0; t < T; t++)
-                for (int r = 0; r < sr; r++) {
-                    const float *xt = hx + (size_t)t * cols;
-                    float v;
-                    if (sh[k].swiglu) {
-                        const float g = h_round_bf16(h_dot8(hw + (size_t)r * cols, xt, cols));
-                        const float u = h_round_bf16(h_dot8(hw + (size_t)(orows + r) * cols, xt, cols));
-                        v = h_swiglu(g, u);
-                    } else {
-                        v = h_dot8(hw + (size_t)(r0 + r) * cols, xt, cols);
-                    }
-                    want[off + (size_t)t * sr + r] = h_round_bf16(v);
-                }
-            off += (size_t)T * sr;
-            r0 += sr;
-        }
-        int ref1 = 0; /* g1 holds variant 1's (old split-K) output once it ran */
-        for (int vi = 0; m3g_gemv_variant_name(vi); vi++) {
-            const int v = vi < 2 ? 1 - vi : vi; /* variant 1 first: the bitwise reference */
-            M3_HIP_CHECK(hipMemset(dy, 0xff, 4 * off)); /* NaN: nothing left from before */
-            const hipError_t e = m3g_gemv_variant(v, dx, W, seg, sh[k].nseg,
-                                                  sh[k].swiglu ? sw : NULL, T, st);
-            if (e == hipErrorInvalidValue) {
-                (void)hipGetLastError();
-                continue; /* the variant does not apply to this shape */
-            }
-            M3_HIP_CHECK(e);
-            M3_HIP_CHECK(hipStreamSynchronize(st));
-            M3_HIP_CHECK(hipMemcpy(got, dy, 4 * off, hipMemcpyDeviceToHost));
-            const int same1 = ref1 && !memcmp(got, g1, 4 * off);
-            M3_HIP_CHECK(m3g_gemv_variant(v, dx, W, seg, sh[k].nseg, sh[k].swiglu ? sw : NULL, T, st));
-            M3_HIP_CHECK(hipStreamSynchronize(st));
-            M3_HIP_CHECK(hipMemcpy(got2, dy, 4 * off, hipMemcpyDeviceToHost));
-            if (v == 1) {
-                memcpy(g1, got, 4 * off);
-                ref1 = 1;
-            }
-            char what[160];
-            snprintf(what, sizeof what, "gemv %s T=%d ~ %s%s%s", sh[k].what, T,
-                     m3g_gemv_variant_name(v),
-                     memcmp(got, got2, 4 * off) ? " (REPEAT DIFFERS)" : "",
-                     v == 1 ? "" : same1 ? " (bitwise = old split-K)" : " (differs from old split-K)");
-            bad |= cmp_out(what, got, want, off, 0, 1, 0.01);
-            bad |= memcmp(got, got2, 4 * off) != 0;
-        }
-    }
-    (void)hipFree(dw), (void)hipFree(dx), (void)hipFree(dy);
-    free(hw), free(hx), free(want), free(got), free(got2), free(g1);
-    return bad ? -1 : 0;
 }
 
 /* ---- one whole decoder layer at decode (T = 1), as bin/m3-gpu runs it ---- */
@@ -2249,323 +1086,6 @@ static int make_layer_alt(bench_case *bc, const char *name, const bench_case *ba
     return 0;
 }
 
-/* Device regions compared by the fusion checks: (pointer, bytes). */
-typedef struct fz_reg {
-    const void *p;
-    size_t n;
-    const char *what;
-} fz_reg;
-
-/* Copy the regions to one host buffer (sum of their bytes). */
-static int fz_grab(const fz_reg *r, int nr, unsigned char *h, hipStream_t st)
-{
-    M3_HIP_CHECK(hipStreamSynchronize(st));
-    for (int i = 0; i < nr; i++) {
-        M3_HIP_CHECK(hipMemcpy(h, r[i].p, r[i].n, hipMemcpyDeviceToHost));
-        h += r[i].n;
-    }
-    return 0;
-}
-
-/* Bitwise comparison of two grabs; prints the differing regions. */
-static int fz_cmp(const char *what, const fz_reg *r, int nr, const unsigned char *a,
-                  const unsigned char *b)
-{
-    int bad = 0;
-    size_t off = 0, tot = 0;
-    char diff[512] = "";
-    for (int i = 0; i < nr; i++) {
-        if (memcmp(a + off, b + off, r[i].n)) {
-            bad = 1;
-            if (strlen(diff) + strlen(r[i].what) + 3 < sizeof diff)
-                strcat(strcat(diff, " "), r[i].what);
-        }
-        off += r[i].n;
-        tot += r[i].n;
-    }
-    printf("check %s: %s (%d regions, %zu bytes)%s%s\n", what, bad ? "DIFFERS" : "bitwise equal",
-           nr, tot, bad ? ": differs in" : "", diff);
-    return bad;
-}
-
-/* The fused decode layer (m3-gpu's launches) against the previous launch
- * sequence from the same state: every output of the layer (residual, norms,
- * projections after QK-norm / RoPE, the new K / V / index-K cache rows and
- * range words, block selections, attention, router, expert activations and
- * outputs) must be bitwise equal. Leaves the layer's state advanced by one
- * step (as a timed launch does). */
-static int check_layer_fused(const layer_ctx *x0, const char *name, hipStream_t st)
-{
-    layer_ctx xo = *x0, xn = *x0;
-    xo.old_seq = 7, xn.old_seq = 0;
-    const int64_t pos0 = x0->ctx_len - 1; /* identity pages: slot = position */
-    fz_reg r[20];
-    int nr = 0;
-#define FZ(ptr, bytes, w) (r[nr].p = (ptr), r[nr].n = (bytes), r[nr++].what = (w))
-    FZ(x0->h, 4 * H, "h");
-    FZ(x0->tmp, 4 * H, "tmp");
-    FZ(x0->xn, 4 * H, "xn");
-    FZ(x0->q, 4 * ((size_t)NH * HD + 2 * NKV * HD + (x0->sparse ? G * IHD + IHD : 0)),
-       "q/k/v/iq/ik");
-    FZ(x0->att, 4 * NH * HD, "att");
-    FZ(x0->kc16 + pos0 * NKV * HD, 2 * NKV * HD, "kc16 row");
-    FZ(x0->vc16 + pos0 * NKV * HD, 2 * NKV * HD, "vc16 row");
-    if (x0->sparse) {
-        FZ(x0->ikc + pos0 * IHD, 4 * IHD, "ikc row");
-        FZ(x0->ik16 + pos0 * IHD, 2 * IHD, "ik16 row");
-        FZ(x0->ikr, 8, "ik range");
-        FZ(x0->blk, 4 * G * TOPK_B, "blocks");
-    }
-    if (x0->moe) {
-        FZ(x0->ridx, 4 * TOPK_E, "router idx");
-        FZ(x0->rw, 4 * TOPK_E, "router w");
-        FZ(x0->g, 4 * (size_t)TOPK_E * I, "expert act");
-        FZ(x0->ye, 4 * (size_t)TOPK_E * H, "expert out");
-        FZ(x0->sh, 4 * H, "shared out");
-    } else {
-        FZ(x0->g, 4 * (size_t)ID, "mlp act");
-    }
-#undef FZ
-    size_t tot = 0;
-    for (int i = 0; i < nr; i++)
-        tot += r[i].n;
-    unsigned char *a = (unsigned char *)malloc(tot), *b = (unsigned char *)malloc(tot);
-    float *hs = (float *)malloc(8 * H + 8);
-    if (!a || !b || !hs)
-        return 1;
-    /* the state a step reads and changes: residual h, pending tmp, range words */
-    M3_HIP_CHECK(hipDeviceSynchronize());
-    M3_HIP_CHECK(hipMemcpy(hs, x0->h, 4 * H, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(hs + H, x0->tmp, 4 * H, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(hipMemcpy(hs + 2 * H, x0->ikr, 8, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(layer_launch(&xo, 0, st));
-    if (fz_grab(r, nr, a, st))
-        return 1;
-    M3_HIP_CHECK(hipMemcpy(x0->h, hs, 4 * H, hipMemcpyHostToDevice));
-    M3_HIP_CHECK(hipMemcpy(x0->tmp, hs + H, 4 * H, hipMemcpyHostToDevice));
-    M3_HIP_CHECK(hipMemcpy(x0->ikr, hs + 2 * H, 8, hipMemcpyHostToDevice));
-    M3_HIP_CHECK(layer_launch(&xn, 0, st));
-    if (fz_grab(r, nr, b, st))
-        return 1;
-    char what[160];
-    snprintf(what, sizeof what, "%s: fused launches vs previous sequence", name);
-    const int bad = fz_cmp(what, r, nr, a, b);
-    free(a), free(b), free(hs);
-    return bad;
-}
-
-/* m3g_attn_prologue against the separate launchers at edge shapes: T > 1,
- * permuted pages, fp32 and bf16 mode, head dims not multiples of 32 and
- * different per job, fp32 / bf16 norm weights, all job kinds (QK-norm +
- * RoPE in place, paged fp32 / bf16 cache rows, bf16 conversion, fp32 copy,
- * bf16 copy with range words). */
-static int check_prologue_edges(hipStream_t st)
-{
-    static const struct {
-        int T, nh, hd, G, ihd, nkv, rd, B, pos0, mode, perm;
-    } cf[] = {{5, 6, 64, 2, 32, 2, 32, 4, 6, 0, 1},     {3, 5, 80, 1, 80, 1, 64, 8, 13, 1, 1},
-              {1, 64, 128, 4, 128, 4, 64, 128, 300, 1, 0}, {7, 3, 20, 3, 24, 1, 20, 16, 0, 1, 1},
-              {2, 8, 128, 4, 128, 4, 64, 128, 255, 0, 1}};
-    int bad = 0;
-    for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
-        const int T = cf[c].T, nh = cf[c].nh, hd = cf[c].hd, G = cf[c].G, ihd = cf[c].ihd;
-        const int nkv = cf[c].nkv, rd = cf[c].rd, B = cf[c].B, mode = cf[c].mode;
-        const int64_t pos0 = cf[c].pos0;
-        const int npg = (int)((pos0 + T - 1) / B + 1) + 2; /* two spare pages */
-        const size_t slots = (size_t)npg * B, kvw = (size_t)nkv * hd;
-        const uint32_t sd = 0x5100u + 16u * (uint32_t)c;
-        float *q = (float *)dev_rand((size_t)T * nh * hd, 0, sd + 1, 3.0f);
-        float *iq = (float *)dev_rand((size_t)T * G * ihd, 0, sd + 2, 3.0f);
-        float *v = (float *)dev_rand((size_t)T * kvw, 0, sd + 3, 3.0f);
-        float *k = (float *)dev_rand((size_t)T * kvw, 0, sd + 4, 3.0f);
-        float *ik = (float *)dev_rand((size_t)T * ihd, 0, sd + 5, 3.0f);
-        void *qn = dev_rand((size_t)hd, 1, sd + 6, 0.5f), *kn = dev_rand((size_t)hd, 1, sd + 7, 0.5f);
-        void *iqn = dev_rand((size_t)ihd, 0, sd + 8, 0.5f), *ikn = dev_rand((size_t)ihd, 1, sd + 9, 0.5f);
-        float *ct = (float *)dev_rand((size_t)T * (rd / 2), 0, sd + 10, 1.0f);
-        float *sn = (float *)dev_rand((size_t)T * (rd / 2), 0, sd + 11, 1.0f);
-        /* outputs [2]: 0 = old launchers, 1 = m3g_attn_prologue */
-        float *qo[2], *iqo[2], *vc32[2], *kc32[2], *ikc[2];
-        uint16_t *vc16[2], *kc16[2], *ik16[2];
-        unsigned *rng[2];
-        int32_t *pt = NULL, hp[64];
-        for (int p = 0; p < npg; p++)
-            hp[p] = cf[c].perm ? npg - 1 - p : p;
-        if (!q || !iq || !v || !k || !ik || !qn || !kn || !iqn || !ikn || !ct || !sn || npg > 64 ||
-            hipMalloc((void **)&pt, 4 * (size_t)npg) != hipSuccess ||
-            hipMemcpy(pt, hp, 4 * (size_t)npg, hipMemcpyHostToDevice) != hipSuccess)
-            return 1;
-        for (int s = 0; s < 2; s++) {
-            const size_t nq = (size_t)T * nh * hd * 4, niq = (size_t)T * G * ihd * 4;
-            if (hipMalloc((void **)&qo[s], nq) != hipSuccess ||
-                hipMalloc((void **)&iqo[s], niq) != hipSuccess ||
-                hipMalloc((void **)&vc32[s], slots * kvw * 4) != hipSuccess ||
-                hipMalloc((void **)&kc32[s], slots * kvw * 4) != hipSuccess ||
-                hipMalloc((void **)&ikc[s], slots * ihd * 4) != hipSuccess ||
-                hipMalloc((void **)&vc16[s], slots * kvw * 2) != hipSuccess ||
-                hipMalloc((void **)&kc16[s], slots * kvw * 2) != hipSuccess ||
-                hipMalloc((void **)&ik16[s], slots * ihd * 2) != hipSuccess ||
-                hipMalloc((void **)&rng[s], 8) != hipSuccess)
-                return 1;
-            M3_HIP_CHECK(hipMemcpy(qo[s], q, nq, hipMemcpyDeviceToDevice));
-            M3_HIP_CHECK(hipMemcpy(iqo[s], iq, niq, hipMemcpyDeviceToDevice));
-            M3_HIP_CHECK(hipMemset(vc32[s], 0, slots * kvw * 4));
-            M3_HIP_CHECK(hipMemset(kc32[s], 0, slots * kvw * 4));
-            M3_HIP_CHECK(hipMemset(ikc[s], 0, slots * ihd * 4));
-            M3_HIP_CHECK(hipMemset(vc16[s], 0, slots * kvw * 2));
-            M3_HIP_CHECK(hipMemset(kc16[s], 0, slots * kvw * 2));
-            M3_HIP_CHECK(hipMemset(ik16[s], 0, slots * ihd * 2));
-            M3_HIP_CHECK(m3g_ik_range_reset(rng[s], st));
-        }
-        const float eps = 1e-6f;
-        /* old: the separate launches m3-gpu made before */
-        M3_HIP_CHECK(m3g_headnorm_rope(qo[0], qo[0], NULL, B, pos0, qn, M3G_BF16, T, nh, hd, rd,
-                                       ct, sn, eps, mode, st));
-        M3_HIP_CHECK(m3g_headnorm_rope(iqo[0], iqo[0], NULL, B, pos0, iqn, M3G_F32, T, G, ihd, rd,
-                                       ct, sn, eps, mode, st));
-        M3_HIP_CHECK(m3g_to_bf16(vc16[0] + pos0 * kvw, v, (int64_t)T * kvw, st));
-        M3_HIP_CHECK(hipMemcpyAsync(vc32[0] + pos0 * kvw, v, (size_t)T * kvw * 4,
-                                    hipMemcpyDeviceToDevice, st));
-        M3_HIP_CHECK(m3g_headnorm_rope_bf16(k, kc16[0], pt, B, pos0, kn, M3G_BF16, T, nkv, hd, rd,
-                                            ct, sn, eps, mode, st));
-        M3_HIP_CHECK(m3g_headnorm_rope(k, kc32[0], pt, B, pos0, kn, M3G_BF16, T, nkv, hd, rd, ct,
-                                       sn, eps, mode, st));
-        M3_HIP_CHECK(m3g_headnorm_rope(ik, ikc[0], pt, B, pos0, ikn, M3G_BF16, T, 1, ihd, rd, ct,
-                                       sn, eps, mode, st));
-        for (int t = 0; t < T; t++) { /* the bf16 copy of row t (contiguous) from its slot */
-            const int64_t p = pos0 + t, slot = (int64_t)hp[p / B] * B + p % B;
-            M3_HIP_CHECK(m3g_to_bf16_ranged(ik16[0] + p * ihd, ikc[0] + slot * ihd, ihd, rng[0],
-                                            st));
-        }
-        /* new: two launches of m3g_attn_prologue (6 + 1 jobs) */
-        m3g_prologue pr;
-        memset(&pr, 0, sizeof pr);
-        pr.T = T, pr.B = B, pr.rd = rd, pr.mode = mode, pr.pos0 = pos0, pr.page_table = pt;
-        pr.cos_t = ct, pr.sin_t = sn, pr.eps = eps;
-        m3g_pro_job *j = pr.job;
-        j[0].src = j[0].dst = qo[1], j[0].w = qn, j[0].w_dtype = M3G_BF16, j[0].nheads = nh;
-        j[0].hd = hd;
-        j[1].src = j[1].dst = iqo[1], j[1].w = iqn, j[1].w_dtype = M3G_F32, j[1].nheads = G;
-        j[1].hd = ihd;
-        j[2].src = v, j[2].dst16 = vc16[1] + pos0 * kvw, j[2].nheads = nkv, j[2].hd = hd;
-        j[3].src = v, j[3].dst = vc32[1] + pos0 * kvw, j[3].nheads = nkv, j[3].hd = hd;
-        j[4].src = k, j[4].dst16 = kc16[1], j[4].paged = 2, j[4].w = kn, j[4].w_dtype = M3G_BF16;
-        j[4].nheads = nkv, j[4].hd = hd;
-        j[5].src = ik, j[5].dst = ikc[1], j[5].paged = 1, j[5].dst16 = ik16[1] + pos0 * ihd;
-        j[5].rng = rng[1], j[5].w = ikn, j[5].w_dtype = M3G_BF16, j[5].nheads = 1, j[5].hd = ihd;
-        pr.njobs = 6;
-        M3_HIP_CHECK(m3g_attn_prologue(&pr, st));
-        memset(pr.job, 0, sizeof pr.job);
-        j[0].src = k, j[0].dst = kc32[1], j[0].paged = 1, j[0].w = kn, j[0].w_dtype = M3G_BF16;
-        j[0].nheads = nkv, j[0].hd = hd;
-        pr.njobs = 1;
-        M3_HIP_CHECK(m3g_attn_prologue(&pr, st));
-        fz_reg r[2][9];
-        for (int s = 0; s < 2; s++) {
-            fz_reg *x = r[s];
-            x[0].p = qo[s], x[0].n = (size_t)T * nh * hd * 4, x[0].what = "q";
-            x[1].p = iqo[s], x[1].n = (size_t)T * G * ihd * 4, x[1].what = "iq";
-            x[2].p = vc16[s], x[2].n = slots * kvw * 2, x[2].what = "v16";
-            x[3].p = vc32[s], x[3].n = slots * kvw * 4, x[3].what = "v32";
-            x[4].p = kc16[s], x[4].n = slots * kvw * 2, x[4].what = "k16";
-            x[5].p = kc32[s], x[5].n = slots * kvw * 4, x[5].what = "k32";
-            x[6].p = ikc[s], x[6].n = slots * ihd * 4, x[6].what = "ikc";
-            x[7].p = ik16[s], x[7].n = slots * ihd * 2, x[7].what = "ik16";
-            x[8].p = rng[s], x[8].n = 8, x[8].what = "range";
-        }
-        size_t tot = 0;
-        for (int i = 0; i < 9; i++)
-            tot += r[0][i].n;
-        unsigned char *a = (unsigned char *)malloc(tot), *b = (unsigned char *)malloc(tot);
-        if (!a || !b || fz_grab(r[0], 9, a, st) || fz_grab(r[1], 9, b, st))
-            return 1;
-        char what[200];
-        snprintf(what, sizeof what,
-                 "attn prologue edge %zu (T %d nh %d hd %d G %d ihd %d nkv %d rd %d B %d pos0 %d "
-                 "%s%s)",
-                 c, T, nh, hd, G, ihd, nkv, rd, B, (int)pos0, mode ? "bf16" : "fp32",
-                 cf[c].perm ? ", permuted pages" : "");
-        bad |= fz_cmp(what, r[0], 9, a, b);
-        free(a), free(b);
-        void *fr[] = {q, iq, v, k, ik, qn, kn, iqn, ikn, ct, sn, pt};
-        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
-            (void)hipFree(fr[i]);
-        for (int s = 0; s < 2; s++) {
-            void *f2[] = {qo[s], iqo[s], vc32[s], kc32[s], ikc[s], vc16[s], kc16[s], ik16[s], rng[s]};
-            for (size_t i = 0; i < sizeof f2 / sizeof f2[0]; i++)
-                (void)hipFree(f2[i]);
-        }
-    }
-    return bad;
-}
-
-/* m3g_gemv_grouped_swiglu against m3g_gemv_grouped (gate, up) + m3g_swiglu
- * at edge shapes: T > 1, rows not a multiple of 8, cols not a multiple of 8
- * (the scalar lane path), fp32 weights, fp32 mode, one input per slot. */
-static int check_grouped_swiglu_edges(hipStream_t st)
-{
-    static const struct {
-        int T, k, E, rows, cols, bf, mode, perslot;
-    } cf[] = {{3, 2, 5, 20, 72, 1, 1, 0}, {2, 3, 4, 13, 70, 1, 1, 1}, {1, 4, 6, 24, 64, 0, 0, 0},
-              {2, 2, 3, 9, 33, 0, 1, 1},  {1, 4, 8, 200, 512, 1, 0, 1}};
-    int bad = 0;
-    for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
-        const int T = cf[c].T, k = cf[c].k, E = cf[c].E, rows = cf[c].rows, cols = cf[c].cols;
-        const int dt = cf[c].bf ? M3G_BF16 : M3G_F32, mode = cf[c].mode;
-        const int64_t es = (int64_t)rows * cols, xs = cf[c].perslot ? (int64_t)k * cols : cols;
-        const int64_t xk = cf[c].perslot ? cols : 0;
-        const uint32_t sd = 0x5300u + 16u * (uint32_t)c;
-        void *wg = dev_rand((size_t)E * es, cf[c].bf, sd + 1, 2.0f);
-        void *wu = dev_rand((size_t)E * es, cf[c].bf, sd + 2, 2.0f);
-        float *X = (float *)dev_rand((size_t)T * xs, 0, sd + 3, 1.0f);
-        const size_t ny = (size_t)T * k * rows;
-        float *g = NULL, *u = NULL, *act = NULL;
-        int32_t *idx = NULL, hi[32];
-        for (int t = 0; t < T; t++)
-            for (int s = 0; s < k; s++)
-                hi[t * k + s] = (s * 2 + t) % E; /* ascending for these shapes or not: any */
-        if (!wg || !wu || !X || hipMalloc((void **)&g, 4 * ny) != hipSuccess ||
-            hipMalloc((void **)&u, 4 * ny) != hipSuccess ||
-            hipMalloc((void **)&act, 4 * ny) != hipSuccess ||
-            hipMalloc((void **)&idx, 4 * (size_t)T * k) != hipSuccess ||
-            hipMemcpy(idx, hi, 4 * (size_t)T * k, hipMemcpyHostToDevice) != hipSuccess)
-            return 1;
-        M3_HIP_CHECK(hipMemset(act, 0xff, 4 * ny));
-        M3_HIP_CHECK(m3g_gemv_grouped(g, X, xs, xk, wg, es, dt, rows, cols, idx, T, k, mode, st));
-        M3_HIP_CHECK(m3g_gemv_grouped(u, X, xs, xk, wu, es, dt, rows, cols, idx, T, k, mode, st));
-        M3_HIP_CHECK(m3g_swiglu(g, g, u, (int64_t)ny, 1.702f, 7.0f, 1.0f, mode, st));
-        M3_HIP_CHECK(m3g_gemv_grouped_swiglu(act, X, xs, xk, wg, wu, es, dt, rows, cols, idx, T, k,
-                                             1.702f, 7.0f, 1.0f, mode, st));
-        fz_reg ra, rb;
-        ra.p = g, rb.p = act, ra.n = rb.n = 4 * ny, ra.what = rb.what = "act";
-        unsigned char *a = (unsigned char *)malloc(4 * ny), *b = (unsigned char *)malloc(4 * ny);
-        if (!a || !b || fz_grab(&ra, 1, a, st) || fz_grab(&rb, 1, b, st))
-            return 1;
-        int clamp = 0; /* how many gate values hit the limit (the clamp is exercised) */
-        float *ug = (float *)malloc(4 * ny);
-        if (ug) {
-            M3_HIP_CHECK(m3g_gemv_grouped(u, X, xs, xk, wg, es, dt, rows, cols, idx, T, k, mode,
-                                          st));
-            M3_HIP_CHECK(hipStreamSynchronize(st));
-            M3_HIP_CHECK(hipMemcpy(ug, u, 4 * ny, hipMemcpyDeviceToHost));
-            for (size_t i = 0; i < ny; i++)
-                clamp += ug[i] > 7.0f;
-            free(ug);
-        }
-        char what[200];
-        snprintf(what, sizeof what,
-                 "grouped gate+up+swiglu edge %zu (T %d k %d rows %d cols %d %s weights, %s, "
-                 "%s input; %d of %zu gates clamped)",
-                 c, T, k, rows, cols, cf[c].bf ? "bf16" : "fp32", mode ? "bf16" : "fp32",
-                 cf[c].perslot ? "per-slot" : "shared", clamp, ny);
-        bad |= fz_cmp(what, &ra, 1, a, b);
-        free(a), free(b);
-        void *fr[] = {wg, wu, X, g, u, act, idx};
-        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
-            (void)hipFree(fr[i]);
-    }
-    return bad;
-}
-
 /* ---- one vision encoder layer (m3g_vision_layer), bf16 mode ----------------------- */
 
 enum { VHV = 1280, VNH = 16, VHD = 80, VIV = 5120, VRD = 78 }; /* M3 vision_config */
@@ -2605,7 +1125,7 @@ static m3g_mat vl_mat(int rows, int cols, uint32_t seed)
  * random bf16 weights shared by the rotations (the inputs rotate; the
  * activations, ~40 MB at 5,184 patches, dominate the traffic anyway);
  * blas NULL: the exact mode-0 linears. The layer updates h in place, so
- * replays keep transforming it; timing only (check_vis_layer checks). */
+ * replays keep transforming it; timing only. */
 static int make_vis_layer(bench_case *bc, const char *name, int T, m3g_blas *blas, int l2,
                           const vl_ctx *share)
 {
@@ -2656,51 +1176,6 @@ static int make_vis_layer(bench_case *bc, const char *name, int T, m3g_blas *bla
     return 0;
 }
 
-/* The bf16 layer with vendor-GEMM products against the same layer with the
- * exact mode-0 linears, from the same input (attention: the default kernel
- * in both; check_vis_attention compares it with the exact one). Both have
- * ref's rounding points and differ only in the linears' summation orders. */
-static int check_vis_layer(const vl_ctx *x, hipStream_t st)
-{
-    if (!x->blas) {
-        printf("vision layer check: no vendor BLAS in this build; skipped\n");
-        return 0;
-    }
-    const size_t n = (size_t)x->T * VHV;
-    float *h0 = NULL, *h1 = NULL;
-    float *a = (float *)malloc(n * 4), *b = (float *)malloc(n * 4);
-    if (!a || !b || hipMalloc(&h0, n * 4) != hipSuccess || hipMalloc(&h1, n * 4) != hipSuccess)
-        return 1;
-    M3_HIP_CHECK(hipMemcpy(h0, x->h[0], n * 4, hipMemcpyDeviceToDevice));
-    M3_HIP_CHECK(hipMemcpy(h1, x->h[0], n * 4, hipMemcpyDeviceToDevice));
-    M3_HIP_CHECK(m3g_vision_layer(h0, &x->w, &x->s, x->T, VNH, VHD, VRD, x->cos_t, x->sin_t,
-                                  &x->seg_start, &x->seg_len, 1, 1e-5f, 1, x->blas, st));
-    M3_HIP_CHECK(hipStreamSynchronize(st));
-    M3_HIP_CHECK(hipMemcpy(a, h0, n * 4, hipMemcpyDeviceToHost));
-    M3_HIP_CHECK(m3g_vision_layer(h1, &x->w, &x->s, x->T, VNH, VHD, VRD, x->cos_t, x->sin_t,
-                                  &x->seg_start, &x->seg_len, 1, 1e-5f, 1, NULL, st));
-    M3_HIP_CHECK(hipStreamSynchronize(st));
-    M3_HIP_CHECK(hipMemcpy(b, h1, n * 4, hipMemcpyDeviceToHost));
-    double e2 = 0, r2 = 0;
-    size_t nd = 0;
-    int finite = 1;
-    for (size_t i = 0; i < n; i++) {
-        const double d = (double)a[i] - (double)b[i];
-        e2 += d * d;
-        r2 += (double)b[i] * b[i];
-        nd += a[i] != b[i];
-        finite &= a[i] == a[i] && fabs(a[i]) < 1e30;
-    }
-    const double nmse = r2 > 0 ? e2 / r2 : e2;
-    const int ok = finite && nmse <= 1e-4;
-    printf("vision layer %d patches: vendor-GEMM linears vs exact linears nmse %.2e, %zu of %zu "
-           "outputs differ: %s\n",
-           x->T, nmse, nd, n, ok ? "ok" : "FAIL");
-    free(a), free(b);
-    (void)hipFree(h0), (void)hipFree(h1);
-    return !ok;
-}
-
 /* ---- vision attention (the ViT's bidirectional attention, bf16 mode) ------------- */
 
 typedef struct va_ctx {
@@ -2745,529 +1220,357 @@ static int make_vis_attention(bench_case *bc, const char *name, int len, int nh,
     return 0;
 }
 
-/* The tensor-core vision attention against the exact kernel (serial fp32
- * sums, ref's order; bitwise equal to ref under the emulation) on the same
- * inputs, and its bf16-copies forms (variants 3, 4) against it word for
- * word: shapes from one patch to a full M3 image segment; hd not a
- * multiple of 16 exercises the zero-padded dims, hd 96 the copies kernel's
- * shared memory above 48 KB. Both outputs are bf16 values; the tensor-core
- * and exact ones may differ where a sum order flips a rounding. */
-static int check_vis_attention(hipStream_t st)
-{
-    static const int shapes[][3] = {{1, 1, 80},    {7, 2, 40},   {64, 1, 80},  {65, 3, 80},
-                                    {200, 2, 64},  {333, 1, 128}, {97, 4, 24}, {1000, 16, 80},
-                                    {5184, 2, 80}, {150, 2, 96},  {129, 3, 112}};
-    int bad = 0;
-    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
-        const int len = shapes[c][0], nh = shapes[c][1], hd = shapes[c][2];
-        const size_t n = (size_t)len * nh * hd;
-        float *q = (float *)dev_rand(n, 0, 0x61u + (uint32_t)c, 2.0f);
-        float *k = (float *)dev_rand(n, 0, 0x71u + (uint32_t)c, 2.0f);
-        float *v = (float *)dev_rand(n, 0, 0x81u + (uint32_t)c, 1.0f);
-        float *o1 = NULL, *o2 = NULL;
-        if (!q || !k || !v || hipMalloc(&o1, n * 4) != hipSuccess ||
-            hipMalloc(&o2, n * 4) != hipSuccess)
-            return 1;
-        float *h1 = (float *)malloc(n * 4), *h2 = (float *)malloc(n * 4);
-        if (!h1 || !h2)
-            return 1;
-        M3_HIP_CHECK(m3g_vision_attention_variant(1, o1, q, k, v, len, nh, hd, 1, NULL, st));
-        hipError_t e = m3g_vision_attention_variant(2, o2, q, k, v, len, nh, hd, 1, NULL, st);
-        if (e == hipErrorInvalidValue) {
-            printf("vision attention check: no tensor-core kernel in this build; skipped\n");
-            return 0;
-        }
-        M3_HIP_CHECK(e);
-        M3_HIP_CHECK(hipStreamSynchronize(st));
-        M3_HIP_CHECK(hipMemcpy(h1, o1, n * 4, hipMemcpyDeviceToHost));
-        M3_HIP_CHECK(hipMemcpy(h2, o2, n * 4, hipMemcpyDeviceToHost));
-        /* variants 3 and 4 (bf16 copies, cp.async; 4 and 8 warps per CTA) must
-         * equal variant 2 word for word */
-        uint16_t *ws = NULL;
-        const size_t wse = m3g_vision_attention_ws_elems(len, nh, hd, 1);
-        float *h3 = (float *)malloc(n * 4);
-        if (!h3 || hipMalloc(&ws, wse * sizeof(uint16_t)) != hipSuccess)
-            return 1;
-        for (int var = 3; var <= 4; var++) {
-            M3_HIP_CHECK(hipMemset(o1, 0xff, n * 4));
-            M3_HIP_CHECK(m3g_vision_attention_variant(var, o1, q, k, v, len, nh, hd, 1, ws, st));
-            M3_HIP_CHECK(hipStreamSynchronize(st));
-            M3_HIP_CHECK(hipMemcpy(h3, o1, n * 4, hipMemcpyDeviceToHost));
-            size_t nbits = 0;
-            for (size_t i = 0; i < n; i++)
-                nbits += memcmp(&h3[i], &h2[i], 4) != 0;
-            printf("vision attention len %d, %d heads of %d: variant %d (%s) vs tile staging: "
-                   "%zu of %zu words differ: %s\n",
-                   len, nh, hd, var, m3g_vision_attention_variant_name(var), nbits, n,
-                   nbits ? "FAIL" : "ok (bitwise)");
-            bad |= nbits != 0;
-        }
-        free(h3);
-        (void)hipFree(ws);
-        double e2 = 0, r2 = 0, mx = 0, mref = 0;
-        size_t ndiff = 0;
-        for (size_t i = 0; i < n; i++) {
-            const double d = (double)h2[i] - (double)h1[i];
-            e2 += d * d;
-            r2 += (double)h1[i] * h1[i];
-            mx = fabs(d) > mx ? fabs(d) : mx;
-            mref = fabs(h1[i]) > mref ? fabs(h1[i]) : mref;
-            ndiff += h1[i] != h2[i];
-        }
-        const double nmse = r2 > 0 ? e2 / r2 : e2;
-        const int ok = nmse <= 1e-5 && mx <= mref / 32.0 && h2[0] == h2[0];
-        printf("vision attention len %d, %d heads of %d: tensor cores vs exact nmse %.2e, "
-               "max|diff| %.3g (max|ref| %.3g), %zu of %zu outputs differ: %s\n",
-               len, nh, hd, nmse, mx, mref, ndiff, n, ok ? "ok" : "FAIL");
-        bad |= !ok;
-        free(h1);
-        free(h2);
-        (void)hipFree(q), (void)hipFree(k), (void)hipFree(v), (void)hipFree(o1), (void)hipFree(o2);
-    }
-    return bad;
-}
+/* ---- the case table ------------------------------------------------------ */
 
-/* The speed targets (docs/performance.md), judged on this run's medians: the ratio to the
- * hardware limit of each named case (HBM: bytes; PEAK: bf16 FLOPs) or its
- * time. The "10x faster than dense causal SDPA" part of the MSA prefill
- * target needs torch's figure (tools/bench_torch.py, same machine); the
- * table prints the time it must beat against. */
+/* What make_case builds for one row (a, b, c: the kind's shape arguments):
+ *  K_LINEAR     m3g_linear, a x b weight, T = c (GEMV at T = 1, GEMM at 4096);
+ *               d = 1: the BLAS context without cuBLASLt (cublasGemmEx)
+ *  K_FUSED      m3g_linear_multi / m3g_linear_swiglu over FUSED_SEGS[a]
+ *  K_GEMV_ALL   after the GEMV rows: each through the bench-only GEMV kernels
+ *               (m3g_gemv_variant) and the stream-only ceilings
+ *  K_MOE, K_MOE_SHARED  the routed experts / with the shared expert
+ *  K_MSA_DECODE m3g_attention_sk, 16 blocks of 128 keys, path a (att_run)
+ *  K_DENSE_DECODE m3g_attention_sk dense, a keys, variant b
+ *  K_INDEXER    m3g_msa_indexer_ex over a keys; on base's data: alt b
+ *  K_MSA_PREFILL m3g_msa_attention_prefill, pool a, T = b rows; c = 1 the
+ *               one-pass kernel on base's data
+ *  K_LAYER      one decoder layer at decode (a sparse, b MoE); on base's
+ *               data: launch sequence c (layer_ctx.old_seq)
+ *  K_VIS_ATT    vision attention, a patches, kernel b (m3g_vision_attention_variant)
+ *  K_VIS_LAYER  one vision encoder layer, a patches; c = 1 exact linears
+ *  base: the earlier row whose device data the row reuses (NULL: its own). */
+enum { K_LINEAR, K_FUSED, K_GEMV_ALL, K_MOE, K_MOE_SHARED, K_MSA_DECODE, K_DENSE_DECODE,
+       K_INDEXER, K_MSA_PREFILL, K_LAYER, K_VIS_ATT, K_VIS_LAYER };
+
+typedef struct case_row {
+    const char *name;
+    int kind, a, b, c, d;
+    const char *base;
+} case_row;
+
+/* K_FUSED rows: nseg, swiglu, the segments' rows */
+static const int FUSED_SEGS[3][7] = {
+    {3, 0, NH * HD, NKV * HD, NKV * HD},                /* q, k, v */
+    {5, 0, NH * HD, NKV * HD, NKV * HD, G * IHD, IHD},  /* q, k, v, index q, index k */
+    {2, 1, I, I}};                                      /* gate, up (+ SwiGLU) */
+
+static const case_row CASES[] = {
+    /* decode GEMVs (bf16 weights, bf16 mode, T = 1) */
+    {"gemv q_proj 8192x6144", K_LINEAR, NH * HD, H, 1, 0, NULL},
+    {"gemv k_proj 512x6144", K_LINEAR, NKV * HD, H, 1, 0, NULL},
+    {"gemv o_proj 6144x8192", K_LINEAR, H, NH * HD, 1, 0, NULL},
+    {"gemv dense gate 12288x6144", K_LINEAR, ID, H, 1, 0, NULL},
+    {"gemv dense down 6144x12288", K_LINEAR, H, ID, 1, 0, NULL},
+    {"gemv shared gate 3072x6144", K_LINEAR, I, H, 1, 0, NULL},
+    {"gemv lm_head 200064x6144", K_LINEAR, V, H, 1, 0, NULL},
+    {"gemv qkv 9216x6144", K_FUSED, 0, 0, 0, 0, NULL},
+    {"gemv qkv+index 9856x6144", K_FUSED, 1, 0, 0, 0, NULL},
+    {"gemv shared gate+up 6144x6144", K_FUSED, 2, 0, 0, 0, NULL},
+    {"gemv", K_GEMV_ALL, 0, 0, 0, 0, NULL},
+    /* MoE decode */
+    {"moe decode 4 experts (no shared)", K_MOE, 0, 0, 0, 0, NULL},
+    {"moe decode 4 experts + shared", K_MOE_SHARED, 0, 0, 0, 0, "moe decode 4 experts (no shared)"},
+    /* MSA decode attention (16 x 128 keys of a 128K context): the default, and
+     * the same data through the other paths (att_run) */
+    {"msa decode attention 16x128 keys", K_MSA_DECODE, 0, 0, 0, 0, NULL},
+    {"msa decode attention bf16 2-launch", K_MSA_DECODE, 3, 0, 0, 0, "msa decode attention 16x128 keys"},
+    {"msa decode attention fp32 cache", K_MSA_DECODE, 1, 0, 0, 0, "msa decode attention 16x128 keys"},
+    {"msa decode attention split fp32", K_MSA_DECODE, 2, 0, 0, 0, "msa decode attention 16x128 keys"},
+    /* dense decode attention (layers 0-2): the default and the two-launch path */
+    {"dense decode attention 128K", K_DENSE_DECODE, 131072, 0, 0, 0, NULL},
+    {"dense decode attention 128K 2-launch", K_DENSE_DECODE, 131072, M3G_SK_TWO_LAUNCH, 0, 0, "dense decode attention 128K"},
+    {"dense decode attention 32K", K_DENSE_DECODE, 32768, 0, 0, 0, NULL},
+    {"dense decode attention 32K 2-launch", K_DENSE_DECODE, 32768, M3G_SK_TWO_LAUNCH, 0, 0, "dense decode attention 32K"},
+    {"dense decode attention 8K", K_DENSE_DECODE, 8192, 0, 0, 0, NULL},
+    {"dense decode attention 8K 2-launch", K_DENSE_DECODE, 8192, M3G_SK_TWO_LAUNCH, 0, 0, "dense decode attention 8K"},
+    {"dense decode attention 2K", K_DENSE_DECODE, 2048, 0, 0, 0, NULL},
+    {"dense decode attention 2K 2-launch", K_DENSE_DECODE, 2048, M3G_SK_TWO_LAUNCH, 0, 0, "dense decode attention 2K"},
+    {"dense decode attention 512", K_DENSE_DECODE, 512, 0, 0, 0, NULL},
+    {"dense decode attention 512 2-launch", K_DENSE_DECODE, 512, M3G_SK_TWO_LAUNCH, 0, 0, "dense decode attention 512"},
+    {"dense decode attention 64 tc", K_DENSE_DECODE, 64, M3G_SK_DENSE_TC, 0, 0, NULL},
+    {"dense decode attention 64 2-launch", K_DENSE_DECODE, 64, M3G_SK_TWO_LAUNCH, 0, 0, "dense decode attention 64 tc"},
+    {"dense decode attention 16 tc", K_DENSE_DECODE, 16, M3G_SK_DENSE_TC, 0, 0, NULL},
+    {"dense decode attention 16 2-launch", K_DENSE_DECODE, 16, M3G_SK_TWO_LAUNCH, 0, 0, "dense decode attention 16 tc"},
+    /* the indexer at decode: the default and its yardsticks on the same data */
+    {"indexer decode 128K", K_INDEXER, 131072, 0, 0, 0, NULL},
+    {"indexer decode 1M", K_INDEXER, 1048576, 0, 0, 0, NULL},
+    {"indexer decode 128K 2-launch", K_INDEXER, 0, IX_OLD, 0, 0, "indexer decode 128K"},
+    {"indexer decode 1M 2-launch", K_INDEXER, 0, IX_OLD, 0, 0, "indexer decode 1M"},
+    {"indexer decode 128K mul+add", K_INDEXER, 0, IX_NORANGE, 0, 0, "indexer decode 128K"},
+    {"indexer decode 1M mul+add", K_INDEXER, 0, IX_NORANGE, 0, 0, "indexer decode 1M"},
+    {"indexer decode 128K fused kernel", K_INDEXER, 0, M3G_IDX_FUSED, 0, 0, "indexer decode 128K"},
+    {"indexer decode 1M fused kernel", K_INDEXER, 0, M3G_IDX_FUSED, 0, 0, "indexer decode 1M"},
+    {"indexer decode 128K scores only", K_INDEXER, 0, M3G_IDX_SCORES_ONLY, 0, 0, "indexer decode 128K"},
+    {"indexer decode 1M scores only", K_INDEXER, 0, M3G_IDX_SCORES_ONLY, 0, 0, "indexer decode 1M"},
+    {"indexer decode 128K scores only mul+add", K_INDEXER, 0, M3G_IDX_SCORES_ONLY | IX_NORANGE, 0, 0,
+     "indexer decode 128K"},
+    {"indexer decode 1M scores only mul+add", K_INDEXER, 0, M3G_IDX_SCORES_ONLY | IX_NORANGE, 0, 0,
+     "indexer decode 1M"},
+    {"indexer decode 128K no merge", K_INDEXER, 0, M3G_IDX_NO_MERGE, 0, 0, "indexer decode 128K"},
+    {"indexer decode 1M no merge", K_INDEXER, 0, M3G_IDX_NO_MERGE, 0, 0, "indexer decode 1M"},
+    {"indexer decode 128K no pdl", K_INDEXER, 0, M3G_IDX_NO_PDL, 0, 0, "indexer decode 128K"},
+    {"indexer decode 1M no pdl", K_INDEXER, 0, M3G_IDX_NO_PDL, 0, 0, "indexer decode 1M"},
+    {"indexer decode 128K stream ceiling x1", K_INDEXER, 0, M3G_IDX_CEILING, 0, 0, "indexer decode 128K"},
+    {"indexer decode 1M stream ceiling x1", K_INDEXER, 0, M3G_IDX_CEILING, 0, 0, "indexer decode 1M"},
+    {"indexer decode 128K stream ceiling x4", K_INDEXER, 0, M3G_IDX_CEILING | (2 << 12), 0, 0,
+     "indexer decode 128K"},
+    {"indexer decode 1M stream ceiling x4", K_INDEXER, 0, M3G_IDX_CEILING | (2 << 12), 0, 0,
+     "indexer decode 1M"},
+    {"indexer decode 128K stream ceiling x8", K_INDEXER, 0, M3G_IDX_CEILING | (3 << 12), 0, 0,
+     "indexer decode 128K"},
+    {"indexer decode 1M stream ceiling x8", K_INDEXER, 0, M3G_IDX_CEILING | (3 << 12), 0, 0,
+     "indexer decode 1M"},
+    {"indexer decode 128K stream ceiling x8 no pdl", K_INDEXER, 0,
+     M3G_IDX_CEILING | (3 << 12) | M3G_IDX_NO_PDL, 0, 0, "indexer decode 128K"},
+    {"indexer decode 1M stream ceiling x8 no pdl", K_INDEXER, 0,
+     M3G_IDX_CEILING | (3 << 12) | M3G_IDX_NO_PDL, 0, 0, "indexer decode 1M"},
+    /* prefill GEMMs at M = 4096 (cuBLASLt; cublasGemmEx for comparison) */
+    {"gemm M4096 q_proj 8192x6144", K_LINEAR, NH * HD, H, 4096, 0, NULL},
+    {"gemm M4096 dense gate 12288x6144", K_LINEAR, ID, H, 4096, 0, NULL},
+    {"gemm M4096 q_proj GemmEx (no Lt)", K_LINEAR, NH * HD, H, 4096, 1, NULL},
+    {"gemm M4096 dense gate GemmEx (no Lt)", K_LINEAR, ID, H, 4096, 1, NULL},
+    /* MSA prefill: the last 2,048 rows of a 128K prompt (independent / pool of
+     * 24 / shared selections), then the whole prompt; the exact-p default and
+     * the one-pass kernel on the same data */
+    {"msa prefill 128K x2048 rows indep", K_MSA_PREFILL, 0, PF_ROWS, 0, 0, NULL},
+    {"msa prefill 128K x2048 rows pool24", K_MSA_PREFILL, 24, PF_ROWS, 0, 0, NULL},
+    {"msa prefill 128K x2048 rows shared", K_MSA_PREFILL, PF_RAND, PF_ROWS, 0, 0, NULL},
+    {"msa prefill x2048 indep 1-pass", K_MSA_PREFILL, 0, 0, 1, 0, "msa prefill 128K x2048 rows indep"},
+    {"msa prefill x2048 pool24 1-pass", K_MSA_PREFILL, 0, 0, 1, 0, "msa prefill 128K x2048 rows pool24"},
+    {"msa prefill x2048 shared 1-pass", K_MSA_PREFILL, 0, 0, 1, 0, "msa prefill 128K x2048 rows shared"},
+    {"msa prefill 128K full pool24", K_MSA_PREFILL, 24, PF_CTX, 0, 0, NULL},
+    {"msa prefill 128K full pool24 1-pass", K_MSA_PREFILL, 0, 0, 1, 0, "msa prefill 128K full pool24"},
+    {"msa prefill 128K full indep", K_MSA_PREFILL, 0, PF_CTX, 0, 0, NULL},
+    /* whole decoder layers at decode, 128K context, as m3-gpu launches them;
+     * on the same data: the first launch sequence (separate QK-norm / RoPE /
+     * cache writes, routed gate / up + SwiGLU), the fused launches without
+     * the early PDL release, the MoE kernels without PDL */
+    {"layer decode 128K MSA + MoE", K_LAYER, 1, 1, 0, 0, NULL},
+    {"layer decode 128K dense attn + MLP", K_LAYER, 0, 0, 0, 0, NULL},
+    {"layer decode 128K MSA + MoE first seq", K_LAYER, 0, 0, 7, 0, "layer decode 128K MSA + MoE"},
+    {"layer decode 128K dense attn + MLP first seq", K_LAYER, 0, 0, 7, 0,
+     "layer decode 128K dense attn + MLP"},
+    {"layer decode 128K MSA + MoE no release", K_LAYER, 0, 0, 2, 0, "layer decode 128K MSA + MoE"},
+    {"layer decode 128K dense attn + MLP no release", K_LAYER, 0, 0, 2, 0,
+     "layer decode 128K dense attn + MLP"},
+    {"layer decode 128K MSA + MoE no moe pdl", K_LAYER, 0, 0, 4, 0, "layer decode 128K MSA + MoE"},
+    /* vision (M3: 16 heads of 80; 5,184 patches = one 1008 x 1008 image),
+     * bf16: the default attention, the exact kernel, the fp32-tile and the
+     * other CTA size of the tensor-core kernel; whole encoder layers */
+    {"vision attention 5184x16x80", K_VIS_ATT, 5184, 0, 0, 0, NULL},
+    {"vision attention 1024x16x80", K_VIS_ATT, 1024, 0, 0, 0, NULL},
+    {"vision attention 1024x16x80 exact", K_VIS_ATT, 1024, 1, 0, 0, NULL},
+    {"vision attention 5184x16x80 fp32 tiles", K_VIS_ATT, 5184, 2, 0, 0, NULL},
+    {"vision attention 5184x16x80 4 warps", K_VIS_ATT, 5184, 3, 0, 0, NULL},
+    {"vision attention 1024x16x80 8 warps", K_VIS_ATT, 1024, 4, 0, 0, NULL},
+    {"vision layer 5184 patches", K_VIS_LAYER, 5184, 0, 0, 0, NULL},
+    {"vision layer 1024 patches", K_VIS_LAYER, 1024, 0, 0, 0, NULL},
+    {"vision layer 1024 patches exact linears", K_VIS_LAYER, 1024, 0, 1, 0, "vision layer 1024 patches"},
+};
+
+/* The speed targets (docs/performance.md), judged on this run's medians: the
+ * ratio to the hardware limit of each named case (HBM: bytes; PEAK: bf16
+ * FLOPs) or its time. The "10x faster than dense causal SDPA" part of the
+ * MSA prefill target needs torch's figure (tools/bench_torch.py, same
+ * machine); the table prints the time it must beat. */
 enum { T_HBM, T_PEAK, T_US };
+static const struct {
+    const char *name;
+    int kind;
+    double goal;
+} TARGETS[] = {
+    {"gemv q_proj 8192x6144", T_HBM, 0.80},
+    {"gemv k_proj 512x6144", T_HBM, 0.80},
+    {"gemv o_proj 6144x8192", T_HBM, 0.80},
+    {"gemv qkv 9216x6144", T_HBM, 0.80},
+    {"gemv qkv+index 9856x6144", T_HBM, 0.80},
+    {"gemv dense gate 12288x6144", T_HBM, 0.80},
+    {"gemv dense down 6144x12288", T_HBM, 0.80},
+    {"gemv shared gate 3072x6144", T_HBM, 0.80},
+    {"gemv shared gate+up 6144x6144", T_HBM, 0.80},
+    {"gemv lm_head 200064x6144", T_HBM, 0.80},
+    {"moe decode 4 experts (no shared)", T_HBM, 0.70},
+    {"moe decode 4 experts + shared", T_HBM, 0.70},
+    {"msa decode attention 16x128 keys", T_US, 10.0},
+    {"indexer decode 128K", T_HBM, 0.70},
+    {"indexer decode 1M", T_HBM, 0.70},
+    {"msa prefill 128K x2048 rows indep", T_PEAK, 0.40},
+    {"msa prefill 128K x2048 rows pool24", T_PEAK, 0.40},
+    {"msa prefill 128K x2048 rows shared", T_PEAK, 0.40},
+    {"msa prefill 128K full pool24", T_PEAK, 0.40},
+    {"msa prefill 128K full pool24 1-pass", T_PEAK, 0.40},
+    {"msa prefill 128K full indep", T_PEAK, 0.40},
+    {"gemm M4096 q_proj 8192x6144", T_PEAK, 0.60},
+    {"gemm M4096 dense gate 12288x6144", T_PEAK, 0.60},
+};
+
 static void print_targets(const bench_case *cases, const double *med, int n)
 {
-    static const struct {
-        const char *name;
-        int kind;
-        double goal;
-    } tg[] = {
-        {"gemv q_proj 8192x6144", T_HBM, 0.80},
-        {"gemv k_proj 512x6144", T_HBM, 0.80},
-        {"gemv o_proj 6144x8192", T_HBM, 0.80},
-        {"gemv qkv 9216x6144", T_HBM, 0.80},
-        {"gemv qkv+index 9856x6144", T_HBM, 0.80},
-        {"gemv dense gate 12288x6144", T_HBM, 0.80},
-        {"gemv dense down 6144x12288", T_HBM, 0.80},
-        {"gemv shared gate 3072x6144", T_HBM, 0.80},
-        {"gemv shared gate+up 6144x6144", T_HBM, 0.80},
-        {"gemv lm_head 200064x6144", T_HBM, 0.80},
-        {"moe decode 4 experts (no shared)", T_HBM, 0.70},
-        {"moe decode 4 experts + shared", T_HBM, 0.70},
-        {"msa decode attention 16x128 keys", T_US, 10.0},
-        {"indexer decode 128K", T_HBM, 0.70},
-        {"indexer decode 1M", T_HBM, 0.70},
-        {"msa prefill 128K x2048 rows indep", T_PEAK, 0.40},
-        {"msa prefill 128K x2048 rows pool24", T_PEAK, 0.40},
-        {"msa prefill 128K x2048 rows shared", T_PEAK, 0.40},
-        {"msa prefill 128K full pool24", T_PEAK, 0.40},
-        {"msa prefill 128K full indep", T_PEAK, 0.40},
-        {"gemm M4096 q_proj 8192x6144", T_PEAK, 0.60},
-        {"gemm M4096 dense gate 12288x6144", T_PEAK, 0.60},
-    };
     int met = 0, judged = 0;
-    printf("\nissue 8 speed targets (this run):\n| case | target | measured | verdict |\n"
+    printf("\nspeed targets (this run):\n| case | target | measured | verdict |\n"
            "|---|---|---|---|\n");
-    for (size_t t = 0; t < sizeof tg / sizeof tg[0]; t++) {
+    for (size_t t = 0; t < sizeof TARGETS / sizeof TARGETS[0]; t++) {
         int i = 0;
-        while (i < n && strcmp(cases[i].name, tg[t].name) != 0)
+        while (i < n && strcmp(cases[i].name, TARGETS[t].name) != 0)
             i++;
         if (i == n || med[i] <= 0.0)
             continue; /* not set up or not run (--case) */
         double got;
         char want[32], have[48];
-        if (tg[t].kind == T_US) {
+        if (TARGETS[t].kind == T_US) {
             got = med[i];
-            snprintf(want, sizeof want, "<= %.0f us", tg[t].goal);
+            snprintf(want, sizeof want, "<= %.0f us", TARGETS[t].goal);
             snprintf(have, sizeof have, "%.2f us", got);
         } else {
-            const double per_s = tg[t].kind == T_HBM ? cases[i].bytes : cases[i].flops;
-            const double lim = tg[t].kind == T_HBM ? HBM_BYTES_PER_S : BF16_FLOP_PER_S;
+            const double per_s = TARGETS[t].kind == T_HBM ? cases[i].bytes : cases[i].flops;
+            const double lim = TARGETS[t].kind == T_HBM ? HBM_BYTES_PER_S : BF16_FLOP_PER_S;
             got = per_s / (med[i] * 1e-6) / lim;
-            snprintf(want, sizeof want, ">= %.0f%% of %s", 100.0 * tg[t].goal,
-                     tg[t].kind == T_HBM ? "HBM" : "bf16 peak");
+            snprintf(want, sizeof want, ">= %.0f%% of %s", 100.0 * TARGETS[t].goal,
+                     TARGETS[t].kind == T_HBM ? "HBM" : "bf16 peak");
             snprintf(have, sizeof have, "%.1f%% (%.2f us)", 100.0 * got, med[i]);
         }
-        const int ok = tg[t].kind == T_US ? got <= tg[t].goal : got >= tg[t].goal;
+        const int ok = TARGETS[t].kind == T_US ? got <= TARGETS[t].goal : got >= TARGETS[t].goal;
         met += ok;
         judged++;
-        printf("| %s | %s | %s | %s |\n", tg[t].name, want, have, ok ? "met" : "NOT MET");
-        if (!strcmp(tg[t].name, "msa prefill 128K full pool24") ||
-            !strcmp(tg[t].name, "msa prefill 128K full indep"))
+        printf("| %s | %s | %s | %s |\n", TARGETS[t].name, want, have, ok ? "met" : "NOT MET");
+        if (!strncmp(TARGETS[t].name, "msa prefill 128K full", 21))
             printf("| %s vs dense causal SDPA | >= 10x faster | SDPA must take >= %.0f us "
                    "(tools/bench_torch.py \"sdpa causal full 131072\") | see torch |\n",
-                   tg[t].name, 10.0 * med[i]);
+                   TARGETS[t].name, 10.0 * med[i]);
     }
     printf("targets met: %d of %d judged in this run\n", met, judged);
 }
 
-/* Whether --case `only` selects the case `name`: the cases whose names start
- * with it; "msa prefill s6" selects the pooled MSA prefill cases (the 2,048-row
- * slab and the whole prompt) through every variant except the one-pass one. */
-static int case_on(const char *name, const char *only)
+/* The case named `name` among cases[0, n), or NULL. */
+static const bench_case *find_case(const bench_case *cases, int n, const char *name)
 {
-    if (!only)
-        return 1;
-    if (!strcmp(only, "msa prefill s6"))
-        return (!strncmp(name, "msa prefill x2048 pool24", 24) ||
-                !strncmp(name, "msa prefill 128K full pool24", 28)) &&
-               !strstr(name, "1-pass");
-    return !strncmp(name, only, strlen(only));
+    for (int i = 0; i < n; i++)
+        if (!strcmp(cases[i].name, name))
+            return &cases[i];
+    return NULL;
+}
+
+typedef struct bench_env {
+    int l2;
+    m3g_blas *blas, *blas_nolt;
+    hipStream_t st;
+    const char *only;
+} bench_env;
+
+/* Set up the cases of row w at cases[*n ...]; 0 or -1 (setup failed). */
+static int make_case(const case_row *w, bench_case *cases, int *n, const bench_env *env)
+{
+    const bench_case *base = w->base ? find_case(cases, *n, w->base) : NULL;
+    if (w->base && !base) /* its base was not set up (no BLAS-Lt context etc.) */
+        return 0;
+    switch (w->kind) {
+    case K_LINEAR: {
+        m3g_blas *b = w->d ? env->blas_nolt : env->blas;
+        if (w->d && !b)
+            return 0; /* no second BLAS context: no comparison row */
+        return make_linear(next_case(cases, n), w->name, w->a, w->b, w->c, env->l2, b);
+    }
+    case K_FUSED: {
+        const int *f = FUSED_SEGS[w->a];
+        return make_fused(next_case(cases, n), w->name, f + 2, f[0], f[1], H, 1, env->l2);
+    }
+    case K_GEMV_ALL:
+        /* the GEMV rows through the previous kernel (every bench-only kernel and
+         * the stream ceilings when the run is limited to the GEMVs) */
+        if (env->only && strncmp(env->only, "gemv", strlen(env->only) < 4 ? strlen(env->only) : 4))
+            return 0;
+        M3_HIP_CHECK(hipDeviceSynchronize());
+        *n = add_gemv_variants(cases, 0, *n, BENCH_GEMV_CASES, env->only != NULL, env->st);
+        return 0;
+    case K_MOE:
+        return make_moe(next_case(cases, n));
+    case K_MOE_SHARED:
+        return make_moe_shared(next_case(cases, n), base);
+    case K_MSA_DECODE:
+        return make_msa_decode(next_case(cases, n), w->name, 131072, env->l2, w->a, base);
+    case K_DENSE_DECODE:
+        return make_dense_decode(next_case(cases, n), w->name,
+                                 base ? ((const dd_ctx *)base->ctx)->ctx_len : w->a, env->l2, w->b,
+                                 base);
+    case K_INDEXER:
+        if (base)
+            return make_indexer_alt(next_case(cases, n), w->name, base, w->b);
+        return make_indexer(next_case(cases, n), w->name, w->a, env->l2);
+    case K_MSA_PREFILL:
+        if (base)
+            return make_msa_prefill_onepass(next_case(cases, n), w->name, base);
+        return make_msa_prefill(next_case(cases, n), w->name, w->a, w->b);
+    case K_LAYER: {
+        if (base)
+            return make_layer_alt(next_case(cases, n), w->name, base, w->c);
+        const bench_case *mc = find_case(cases, *n, "moe decode 4 experts (no shared)");
+        return make_layer(next_case(cases, n), w->name, w->a, w->b, 131072,
+                          mc ? (const moe_ctx *)mc->ctx : NULL);
+    }
+    case K_VIS_ATT:
+        return make_vis_attention(next_case(cases, n), w->name, w->a, 16, 80, w->b, env->l2);
+    case K_VIS_LAYER:
+        return make_vis_layer(next_case(cases, n), w->name, w->a, w->c ? NULL : env->blas, env->l2,
+                              base ? (const vl_ctx *)base->ctx : NULL);
+    }
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
     int reps = 20;
-    const char *only = NULL;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--reps"))
-            reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--case"))
-            only = argv[i + 1];
+    bench_env env;
+    memset(&env, 0, sizeof env);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--case") && i + 1 < argc)
+            env.only = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench-gpu [--reps N] [--case PREFIX]\n");
+            return 2;
+        }
     }
     if (reps < 20) {
         fprintf(stderr, "bench-gpu: --reps must be >= 20 (the protocol's minimum)\n");
         return 2;
     }
     hipDeviceProp_t prop;
-    hipStream_t st;
     M3_HIP_CHECK(hipGetDeviceProperties(&prop, 0));
-    M3_HIP_CHECK(hipStreamCreate(&st));
-    const int l2 = prop.l2CacheSize;
+    M3_HIP_CHECK(hipStreamCreate(&env.st));
+    env.l2 = prop.l2CacheSize;
     printf("device: %s, %d SMs/CUs, L2 %d MiB, build %s\n", prop.name, prop.multiProcessorCount,
-           l2 >> 20, M3_GPU_VENDOR);
-    m3g_blas *blas = m3g_blas_new(st, (size_t)8192 * 12288);
-    printf("GEMM backend: %s\n", blas ? "vendor BLAS" : "hand-written fallback");
-    m3g_blas *blas_nolt = m3g_blas_new(st, (size_t)8192 * 12288);
-    if (blas_nolt && !m3g_blas_use_lt(blas_nolt, 0) && m3g_blas_use_lt(blas, 1))
+           env.l2 >> 20, M3_GPU_VENDOR);
+    env.blas = m3g_blas_new(env.st, (size_t)8192 * 12288);
+    printf("GEMM backend: %s\n", env.blas ? "vendor BLAS" : "hand-written fallback");
+    env.blas_nolt = m3g_blas_new(env.st, (size_t)8192 * 12288);
+    if (env.blas_nolt && !m3g_blas_use_lt(env.blas_nolt, 0) && m3g_blas_use_lt(env.blas, 1))
         printf("GEMM: cuBLASLt (heuristic algorithm, 32 MiB workspace); GemmEx cases for comparison\n");
     else {
-        m3g_blas_free(blas_nolt);
-        blas_nolt = NULL;
+        m3g_blas_free(env.blas_nolt);
+        env.blas_nolt = NULL;
     }
     printf("| case | median us | min us | max us | cv | GB/s | of 4.8 TB/s | TFLOP/s | of 989 | rot |\n"
            "|---|---|---|---|---|---|---|---|---|---|\n");
 
-    bench_case cases[BENCH_MAX_CASES];
-    double med[BENCH_MAX_CASES]; /* median us of each case run; 0: not run */
-    memset(med, 0, sizeof med);
-    int n = 0, bad = 0;
-    /* decode GEMVs (bf16 weights, bf16 mode, T = 1) */
-    bad |= make_linear(next_case(cases, &n), "gemv q_proj 8192x6144", NH * HD, H, 1, l2, blas);
-    bad |= make_linear(next_case(cases, &n), "gemv k_proj 512x6144", NKV * HD, H, 1, l2, blas);
-    bad |= make_linear(next_case(cases, &n), "gemv o_proj 6144x8192", H, NH * HD, 1, l2, blas);
-    bad |= make_linear(next_case(cases, &n), "gemv dense gate 12288x6144", ID, H, 1, l2, blas);
-    bad |= make_linear(next_case(cases, &n), "gemv dense down 6144x12288", H, ID, 1, l2, blas);
-    bad |= make_linear(next_case(cases, &n), "gemv shared gate 3072x6144", I, H, 1, l2, blas);
-    bad |= make_linear(next_case(cases, &n), "gemv lm_head 200064x6144", V, H, 1, l2, blas);
-    { /* fused decode GEMVs (one pass over the concatenated weight) */
-        const int qkv[5] = {NH * HD, NKV * HD, NKV * HD, G * IHD, IHD}, gu[2] = {I, I};
-        bad |= make_fused(next_case(cases, &n), "gemv qkv 9216x6144", qkv, 3, 0, H, 1, l2);
-        bad |= make_fused(next_case(cases, &n), "gemv qkv+index 9856x6144", qkv, 5, 0, H, 1, l2);
-        bad |= make_fused(next_case(cases, &n), "gemv shared gate+up 6144x6144", gu, 2, 1, H, 1, l2);
-    }
-    if (!bad && (!only || !strncmp(only, "gemv", strlen(only) < 4 ? strlen(only) : 4))) {
-        /* the same GEMVs through the previous kernel (every configuration
-         * when the run is limited to the GEMVs) */
-        M3_HIP_CHECK(hipDeviceSynchronize());
-        n = add_gemv_variants(cases, 0, n, BENCH_GEMV_CASES, only != NULL, st);
-    }
-    bad |= make_moe(next_case(cases, &n));
-    if (!bad) {
-        const bench_case *routed = &cases[n - 1];
-        bad |= make_moe_shared(next_case(cases, &n), routed);
-    }
-    bad |= make_msa_decode(next_case(cases, &n), "msa decode attention 16x128 keys", 131072, l2, 0, NULL);
-    if (!bad) { /* same data: fp32 cache, and the previous 3-launch split path */
-        const int ia = n - 1;
-        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention bf16 2-launch", 131072, l2, 3,
-                               &cases[ia]);
-        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention fp32 cache", 131072, l2, 1,
-                               &cases[ia]);
-        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention old split fp32", 131072, l2, 2,
-                               &cases[ia]);
-        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention old cluster", 131072, l2, 4,
-                               &cases[ia]);
-        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention tc PDL early", 131072, l2, 5,
-                               &cases[ia]);
-        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention tc no PDL", 131072, l2, 6,
-                               &cases[ia]);
-        bad |= make_msa_decode(next_case(cases, &n), "msa decode attention tc 1 block/SM", 131072, l2, 7,
-                               &cases[ia]);
-    }
-    { /* dense decode attention (layers 0-2): default path and the alternatives */
-        static const struct { const char *name; int ctx, variant; } dv[] = {
-            {"dense decode attention 128K", 131072, 0},
-            {"dense decode attention 128K 2-launch", 131072, 32},
-            {"dense decode attention 128K 8-warp 4-group", 131072, 64 | 512},
-            {"dense decode attention 128K 4-warp 4-group", 131072, 64 | 1024},
-            {"dense decode attention 128K no L2 hint", 131072, 64 | 128},
-            {"dense decode attention 128K no PDL", 131072, 64 | 256},
-            {"dense decode attention 32K", 32768, 0},
-            {"dense decode attention 32K 2-launch", 32768, 32},
-            {"dense decode attention 32K 8-warp 4-group", 32768, 64 | 512},
-            {"dense decode attention 32K 4-warp 4-group", 32768, 64 | 1024},
-            {"dense decode attention 8K", 8192, 0},
-            {"dense decode attention 8K 2-launch", 8192, 32},
-            {"dense decode attention 2K", 2048, 0},
-            {"dense decode attention 2K 2-launch", 2048, 32},
-            {"dense decode attention 512", 512, 0},
-            {"dense decode attention 512 2-launch", 512, 32},
-            {"dense decode attention 64 tc", 64, 64},
-            {"dense decode attention 64 2-launch", 64, 32},
-            {"dense decode attention 16 tc", 16, 64},
-            {"dense decode attention 16 2-launch", 16, 32}};
-        int base = -1;
-        for (size_t k = 0; k < sizeof dv / sizeof dv[0] && !bad; k++) {
-            const int same = base >= 0 && ((dd_ctx *)cases[base].ctx)->ctx_len == dv[k].ctx;
-            if (!same)
-                base = n;
-            bad |= make_dense_decode(next_case(cases, &n), dv[k].name, dv[k].ctx, l2, dv[k].variant,
-                                     same ? &cases[base] : NULL);
+    static bench_case cases[BENCH_MAX_CASES];
+    static double med[BENCH_MAX_CASES]; /* median us of each case run; 0: not run */
+    int n = 0;
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++)
+        if (make_case(&CASES[k], cases, &n, &env) != 0) {
+            fprintf(stderr, "bench-gpu: setting up \"%s\" failed (device memory?)\n",
+                    CASES[k].name);
+            return 1;
         }
-    }
-    bad |= make_indexer(next_case(cases, &n), "indexer decode 128K", 131072, l2);
-    bad |= make_indexer(next_case(cases, &n), "indexer decode 1M", 1048576, l2);
-    if (!bad) { /* the same data through the old two-launch path and the variants */
-        const int i128 = n - 2, i1m = n - 1;
-        bad |= make_indexer_alt(next_case(cases, &n), "indexer decode 128K old 2-launch", &cases[i128], 1, 0);
-        bad |= make_indexer_alt(next_case(cases, &n), "indexer decode 1M old 2-launch", &cases[i1m], 1, 0);
-        /* variant bits (kernels.h m3g_msa_indexer_tuned / _ex; the default passes the
-         * cache's range words, so FMA where proven exact, and takes 4 keys per lane up to
-         * 16 MSA blocks per SM, else 2): 1024 multiply then add (no FMA), 8 the previous
-         * fused kernel, 10 / 12 / 14 the streaming kernel with 1 / 2 / 4 keys per lane,
-         * 16 block scores only (no selection), 64 no merge (lists + ticket only), 128 the
-         * previous ticket (fence, atomic, fence; the default is one acq_rel atomic), 32
-         * without programmatic dependent launch, 16384 the whole ring requested before
-         * the wait (not one slot per warp), 2048 the bandwidth ceiling (a kernel that
-         * only streams the same bytes; 8192 / 12288: 4 / 8 blocks per SM) */
-        static const struct { const char *n128, *n1m; int v; } iv[] = {
-            {"indexer decode 128K mul+add", "indexer decode 1M mul+add", 1024},
-            {"indexer decode 128K kpt2 mul+add (old default)",
-             "indexer decode 1M kpt2 mul+add (old default)", 12 | 1024},
-            {"indexer decode 128K old fused", "indexer decode 1M old fused", 8},
-            {"indexer decode 128K kpt1", "indexer decode 1M kpt1", 10},
-            {"indexer decode 128K kpt2", "indexer decode 1M kpt2", 12},
-            {"indexer decode 128K kpt4", "indexer decode 1M kpt4", 14},
-            {"indexer decode 128K ring prologue", "indexer decode 1M ring prologue", 16384},
-            {"indexer decode 128K kpt2 ring prologue", "indexer decode 1M kpt2 ring prologue",
-             12 | 16384},
-            {"indexer decode 128K fence ticket", "indexer decode 1M fence ticket", 128},
-            {"indexer decode 128K scores only", "indexer decode 1M scores only", 16},
-            {"indexer decode 128K scores only mul+add", "indexer decode 1M scores only mul+add",
-             16 | 1024},
-            {"indexer decode 128K no merge", "indexer decode 1M no merge", 64},
-            {"indexer decode 128K no pdl", "indexer decode 1M no pdl", 32},
-            {"indexer decode 128K stream ceiling x1", "indexer decode 1M stream ceiling x1", 2048},
-            {"indexer decode 128K stream ceiling x4", "indexer decode 1M stream ceiling x4",
-             2048 | 8192},
-            {"indexer decode 128K stream ceiling x8", "indexer decode 1M stream ceiling x8",
-             2048 | 12288},
-            {"indexer decode 128K stream ceiling x8 no pdl",
-             "indexer decode 1M stream ceiling x8 no pdl", 2048 | 12288 | 32}};
-        for (size_t k = 0; k < sizeof iv / sizeof iv[0]; k++) {
-            bad |= make_indexer_alt(next_case(cases, &n), iv[k].n128, &cases[i128], 0, iv[k].v);
-            bad |= make_indexer_alt(next_case(cases, &n), iv[k].n1m, &cases[i1m], 0, iv[k].v);
-        }
-    }
-    /* prefill GEMMs at M = 4096 */
-    bad |= make_linear(next_case(cases, &n), "gemm M4096 q_proj 8192x6144", NH * HD, H, 4096, l2, blas);
-    bad |= make_linear(next_case(cases, &n), "gemm M4096 dense gate 12288x6144", ID, H, 4096, l2, blas);
-    if (blas_nolt) { /* the previous BLAS path (cublasGemmEx) for comparison */
-        bad |= make_linear(next_case(cases, &n), "gemm M4096 q_proj GemmEx (no Lt)", NH * HD, H, 4096, l2,
-                           blas_nolt);
-        bad |= make_linear(next_case(cases, &n), "gemm M4096 dense gate GemmEx (no Lt)", ID, H, 4096, l2,
-                           blas_nolt);
-    }
-    /* MSA prefill attention: last 2048 rows of a 128K sequence (tensor cores) */
-    bad |= make_msa_prefill(next_case(cases, &n), "msa prefill 128K x2048 rows indep", 0, PF_ROWS, 0);
-    bad |= make_msa_prefill(next_case(cases, &n), "msa prefill 128K x2048 rows pool24", 24, PF_ROWS, 0);
-    bad |= make_msa_prefill(next_case(cases, &n), "msa prefill 128K x2048 rows shared", PF_RAND, PF_ROWS, 0);
-    if (!bad) { /* the same slabs through variant 6 (msa_attention.cu): one pass with
-                 * online softmax (p rounded on the running max's scale), 11 rows per
-                 * CTA, pipelined: faster, not the default (its header says why) */
-        const int i0 = n - 3;
-        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 indep 1-pass online",
-                                    &cases[i0], 6);
-        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 pool24 1-pass online",
-                                    &cases[i0 + 1], 6);
-        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 shared 1-pass online",
-                                    &cases[i0 + 2], 6);
-        /* variant 5, a previous default (two passes, pass 2 not pipelined;
-         * bitwise the same results as 7 and the default 8) */
-        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 indep 2-pass v5", &cases[i0],
-                                    5);
-        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 pool24 2-pass v5",
-                                    &cases[i0 + 1], 5);
-        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill x2048 shared 2-pass v5",
-                                    &cases[i0 + 2], 5);
-        /* 7 (pass 2 pipelined; the default before 8), 8 (7 with the cheap
-         * tile prologue) and 9 (8 with the union in ascending block id),
-         * msa_attention.cu */
-        static const char *const v7on[3][3] = {
-            {"msa prefill x2048 indep v7", "msa prefill x2048 pool24 v7",
-             "msa prefill x2048 shared v7"},
-            {"msa prefill x2048 indep v8", "msa prefill x2048 pool24 v8",
-             "msa prefill x2048 shared v8"},
-            {"msa prefill x2048 indep v9", "msa prefill x2048 pool24 v9",
-             "msa prefill x2048 shared v9"}};
-        for (int vi = 0; vi < 3; vi++)
-            for (int k = 0; k < 3; k++)
-                bad |= make_msa_prefill_alt(next_case(cases, &n), v7on[vi][k], &cases[i0 + k], 7 + vi);
-    }
-    /* the whole 131,072-row prefill (all 1,024 query blocks; compare with
-     * tools/bench_torch.py's measured "sdpa causal full 131072") */
-    bad |= make_msa_prefill(next_case(cases, &n), "msa prefill 128K full pool24", 24, PF_CTX, 0);
-    bad |= make_msa_prefill(next_case(cases, &n), "msa prefill 128K full indep", 0, PF_CTX, 0);
-    if (!bad) { /* the pooled whole prefill through variant 6 (one pass, see the slabs) */
-        const int i1 = n - 2;
-        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill 128K full pool24 1-pass online",
-                                    &cases[i1], 6);
-        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill 128K full pool24 2-pass v5",
-                                    &cases[i1], 5);
-        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill 128K full pool24 v7", &cases[i1], 7);
-        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill 128K full pool24 v8", &cases[i1], 8);
-        bad |= make_msa_prefill_alt(next_case(cases, &n), "msa prefill 128K full pool24 v9", &cases[i1], 9);
-    }
-    { /* whole decoder layers at decode, 128K context (m3-gpu's launch
-       * sequence; the decode estimate in docs/performance.md uses these) */
-        const moe_ctx *mx = NULL;
-        for (int i = 0; i < n; i++)
-            if (!strcmp(cases[i].name, "moe decode 4 experts (no shared)"))
-                mx = (const moe_ctx *)cases[i].ctx;
-        bad |= make_layer(next_case(cases, &n), "layer decode 128K MSA + MoE", 1, 1, 131072, mx);
-        bad |= make_layer(next_case(cases, &n), "layer decode 128K dense attn + MLP", 0, 0, 131072, NULL);
-        if (!bad) { /* the same layers through the previous launch sequence (separate
-                     * QK-norm / RoPE / cache writes, routed gate / up + SwiGLU) */
-            const int i0 = n - 2;
-            bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K MSA + MoE old seq",
-                                  &cases[i0], 7);
-            bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K dense attn + MLP old seq",
-                                  &cases[i0 + 1], 7);
-            /* the fused launches without the norms' / prologue's early PDL release */
-            bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K MSA + MoE no release",
-                                  &cases[i0], 2);
-            bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K dense attn + MLP no release",
-                                  &cases[i0 + 1], 2);
-            /* the router, grouped expert GEMVs and combine without PDL (the earlier sequence) */
-            bad |= make_layer_alt(next_case(cases, &n), "layer decode 128K MSA + MoE no moe pdl",
-                                  &cases[i0], 4);
-        }
-    }
-    /* vision tower attention (M3: 16 heads of 80; 5,184 patches = one
-     * 1008 x 1008 image) in bf16 mode: the default (tensor cores on NVIDIA,
-     * on bf16 copies with cp.async; 8 warps per CTA at 5,184 patches, 4 at
-     * 1,024), at 1,024 patches the exact kernel, the tensor-core kernel
-     * that stages fp32 tiles (variant 2), and the copies kernel with the
-     * other CTA size (variants 3, 4) */
-    bad |= make_vis_attention(next_case(cases, &n), "vision attention 5184x16x80", 5184, 16, 80, 0, l2);
-    bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80", 1024, 16, 80, 0, l2);
-    bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80 exact", 1024, 16, 80, 1,
-                              l2);
-    bad |= make_vis_attention(next_case(cases, &n), "vision attention 5184x16x80 fp32 tiles", 5184, 16,
-                              80, 2, l2);
-    bad |= make_vis_attention(next_case(cases, &n), "vision attention 5184x16x80 4 warps", 5184, 16,
-                              80, 3, l2);
-    bad |= make_vis_attention(next_case(cases, &n), "vision attention 1024x16x80 8 warps", 1024, 16,
-                              80, 4, l2);
-    /* one whole encoder layer (M3 dims) in bf16: vendor-GEMM linears and
-     * tensor-core attention (the default), and at 1,024 patches with the
-     * exact mode-0 linears for comparison */
-    bad |= make_vis_layer(next_case(cases, &n), "vision layer 5184 patches", 5184, blas, l2, NULL);
-    bad |= make_vis_layer(next_case(cases, &n), "vision layer 1024 patches", 1024, blas, l2, NULL);
-    if (!bad) {
-        const vl_ctx *v1024 = (const vl_ctx *)cases[n - 1].ctx;
-        bad |= make_vis_layer(next_case(cases, &n), "vision layer 1024 patches exact linears", 1024, NULL,
-                              l2, v1024);
-    }
-    if (bad) {
-        fprintf(stderr, "bench-gpu: setting up the cases failed (device memory?)\n");
-        return 1;
-    }
     M3_HIP_CHECK(hipDeviceSynchronize());
-    if (!only || !strncmp("msa decode", only, strlen(only) < 10 ? strlen(only) : 10)) {
-        /* correctness of the decode attention paths at M3 shapes first */
-        int cb = 0;
-        for (int i = 0; i < n; i++) {
-            if (!strcmp(cases[i].name, "msa decode attention 16x128 keys"))
-                cb |= check_attention((att_ctx *)cases[i].ctx, st);
-        }
-        cb |= check_attention_edges(st);
-        printf("msa decode attention self-check: %s\n", cb ? "FAILED" : "pass");
-    }
-    if (!only || !strncmp("dense decode", only, strlen(only) < 12 ? strlen(only) : 12)) {
-        /* dense decode attention vs host goldens: M3 shape at 32K and 128K (all
-         * heads), 1M (three heads), edge shapes */
-        int cb = 0;
-        const int all[2] = {0, NH - 1};
-        for (int i = 0; i < n; i++)
-            if (!strcmp(cases[i].name, "dense decode attention 128K") ||
-                !strcmp(cases[i].name, "dense decode attention 32K"))
-                cb |= check_dense_decode((dd_ctx *)cases[i].ctx, all, 2, st);
-        cb |= check_dense_1m(st);
-        cb |= check_dense_edges(st);
-        printf("dense decode attention self-check: %s\n", cb ? "FAILED" : "pass");
-    }
-    { /* every indexer case that will be timed: scores + top-16 vs the host golden */
-        int cb = 0, any = 0;
-        for (int i = 0; i < n; i++)
-            if (!strncmp(cases[i].name, "indexer", 7) &&
-                (!only || !strncmp(cases[i].name, only, strlen(only)))) {
-                cb |= check_indexer((idx_ctx *)cases[i].ctx, cases[i].name, st);
-                any = 1;
-            }
-        if (any)
-            cb |= check_indexer_fallback(st);
-        if (any)
-            printf("indexer self-check: %s\n", cb ? "FAILED" : "pass");
-    }
-    if (!only || !strncmp(only, "gem", 3)) /* linear layers */
-        printf("linear self-check: %s\n", check_linear(blas, blas_nolt, st) ? "FAILED" : "pass");
-    if (!only || !strncmp(only, "gemv", strlen(only) < 4 ? strlen(only) : 4))
-        printf("gemv variants self-check: %s\n", check_gemv_variants(st) ? "FAILED" : "pass");
-    if (!only || !strncmp(only, "msa prefill", strlen(only) < 11 ? strlen(only) : 11)) {
-        /* MSA prefill kernel vs host goldens before its timing: the edge shapes of
-         * every variant when the whole group runs; each case that will be timed */
-        int cb = 0;
-        if (!only || strlen(only) <= 11)
-            for (int v = 1; v <= 9; v++) /* every tensor-core variant */
-                cb |= check_msa_prefill_edges(st, v);
-        else if (!strcmp(only, "msa prefill s6")) /* the pooled prefill cases but the "1-pass" ones */
-            for (int v = 8; v <= 9; v++)
-                cb |= check_msa_prefill_edges(st, v);
-        for (int i = 0; i < n; i++)
-            if (!strncmp(cases[i].name, "msa prefill", 11) && case_on(cases[i].name, only)) {
-                pf_ctx *pc = (pf_ctx *)cases[i].ctx;
-                cb |= check_msa_prefill(pc, cases[i].name, st);
-                if (pc->variant == 0 || pc->variant >= 7)
-                    cb |= check_msa_bitwise(pc, cases[i].name, pc->variant != 9, st);
-            }
-        printf("msa prefill self-check: %s\n", cb ? "FAILED" : "pass");
-    }
-    if (!only || !strncmp(only, "vision", strlen(only) < 6 ? strlen(only) : 6)) {
-        int cb = check_vis_attention(st);
-        for (int i = 0; i < n; i++)
-            if (!strcmp(cases[i].name, "vision layer 1024 patches"))
-                cb |= check_vis_layer((const vl_ctx *)cases[i].ctx, st);
-        printf("vision self-check: %s\n", cb ? "FAILED" : "pass");
-    }
-    if (!only || !strncmp(only, "layer", strlen(only) < 5 ? strlen(only) : 5)) {
-        /* the fused launches (m3g_attn_prologue, m3g_gemv_grouped_swiglu) bitwise
-         * against the previous sequence: edge shapes, then both whole layers */
-        int cb = check_prologue_edges(st);
-        cb |= check_grouped_swiglu_edges(st);
-        for (int i = 0; i < n; i++)
-            if (!strcmp(cases[i].name, "layer decode 128K MSA + MoE") ||
-                !strcmp(cases[i].name, "layer decode 128K dense attn + MLP"))
-                cb |= check_layer_fused((const layer_ctx *)cases[i].ctx, cases[i].name, st);
-        printf("layer fusion self-check: %s\n", cb ? "FAILED" : "pass");
-    }
     for (int i = 0; i < n; i++) {
-        if (!case_on(cases[i].name, only))
+        if (env.only && strncmp(cases[i].name, env.only, strlen(env.only)) != 0)
             continue;
-        if (run_case(&cases[i], reps, st, &med[i]) != 0)
+        if (run_case(&cases[i], reps, env.st, &med[i]) != 0)
             return 1;
     }
     print_targets(cases, med, n);
-    m3g_blas_free(blas);
-    m3g_blas_free(blas_nolt);
+    m3g_blas_free(env.blas);
+    m3g_blas_free(env.blas_nolt);
     return 0;
 }

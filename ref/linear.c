@@ -20,28 +20,51 @@
  *   every product rounded before its add).
  * - One input row (decode, m3_matvec): four weight rows at a time, bf16 or
  *   f32 weights widened in the inner loop; the weights stream once.
- * - Many input rows (prefill, m3_matmul with n >= 2): tiles of <= NI input rows
- *   x RB weight rows x KC columns. A weight tile is widened to fp32 once and
- *   used by all NI input rows; each 4 x 4 block of outputs keeps its 4*4*8
- *   partial sums in registers over the KC columns, and in the tile's partial
- *   sum array between column tiles.
+ * - Many input rows (prefill, m3_matmul with n >= 2): the blocking makes
+ *   every widened weight serve many input rows, and every value loaded into
+ *   a register serve several products.
+ *   - The n rows are split into tiles of at most NI = 132 rows (nearly equal
+ *     sizes; the ~81 rows routed to one expert at the released shapes are one
+ *     tile). The input tile, 3 MiB at 6144 columns, stays in the L3 cache.
+ *   - For each tile, a panel of PR = 8 consecutive weight rows is widened to
+ *     fp32 over all the columns into a scratch that the call allocates and
+ *     frees (8 * cols floats, 192 KiB at 6144 columns, which stays in the L2
+ *     cache), and every block of BI = 6 input rows of the tile is multiplied
+ *     with it. So each weight is read from memory and widened once per tile,
+ *     i.e. once per call for n <= 132.
+ *   - A block keeps the 8 partial sums of each of its 6 x 8 outputs in
+ *     registers from the first column to the last, then combines them (no
+ *     partial sums in memory, no column tiles). With 16-lane vectors one
+ *     vector holds the partial sums of two outputs (one input row, two
+ *     weight rows), so the block is 24 vectors, and one step of 8 columns is
+ *     4 panel loads, 6 input loads (8 values duplicated into both halves),
+ *     24 multiplies and 24 adds; each lane still takes its products one by
+ *     one in ascending column order.
+ *   - Without 16-lane vectors (no AVX-512) the panel has PR = 4 rows and a
+ *     vector holds one output: 6 x 4 blocks of 8-lane vectors.
+ *   - Should the scratch not be allocated, the rows go one by one through
+ *     the one-row path, which gives the same bits.
  */
 #include "linear.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* Columns per tile (a multiple of 8). */
-#define KC 256
-/* Input rows per tile at most (a multiple of RI); n rows are split into
- * tiles of nearly equal size, so that a weight tile is widened as few times
- * as possible (64 rows: one tile, not 60 + 4). */
-#define NI 72
-/* Weight rows per tile (a multiple of RR). */
-#define RB 32
-/* Register block: input rows x weight rows of one micro-kernel call. */
-#define RI 6
+/* One input row: weight rows per step, and columns per widened chunk of
+ * the generic path (a multiple of 8). */
 #define RR 4
+#define KC 256
+/* Many input rows: weight rows per panel (8 where 16-lane vectors exist,
+ * two outputs per vector; else 4), input rows per register block, and input
+ * rows per tile at most (a multiple of BI); see the design above. */
+#if defined(__AVX512F__)
+#define PR 8
+#else
+#define PR 4
+#endif
+#define BI 6
+#define NI 132
 
 /* dst [len] = W[r, c0 .. c0+len) widened to fp32. */
 static void load_chunk(float *dst, const m3_mat *W, int r, int c0, int len)
@@ -139,117 +162,163 @@ static void matvec_one(float *y, const m3_mat *W, const float *x)
 /* ------------------------------------------------------------------------ */
 /* many input rows                                                          */
 
-/* The partial sums P[i][j][l] (row stride ps floats, 8 per weight row) of a
- * RI x RR output block: += w[j][c] * x[i][c] for c < len (a multiple of 8).
- * x rows have stride xs, w rows stride KC (a widened tile). With GNU C vector
- * extensions one lanes8 value is the eight partial sums of one output (lane l
- * = column l mod 8), so a[i][j] += w * x is exactly eight of the order's
- * steps; elsewhere the same loop runs lane by lane. */
-#if defined(__GNUC__)
-typedef float lanes8 __attribute__((vector_size(32)));
-
-static inline void micro(float *P, int ps, const float *x, size_t xs, const float *w, int len,
-                         const int ri)
+/* The weight panel of m3_matmul: PR weight rows widened to fp32 over all
+ * columns, in groups of 8 columns: panel[g][j][l] = W[r0 + j, 8g + l], so
+ * that the 8 weights of one row for one group (the 8 lanes of its partial
+ * sums) are 8 consecutive floats, and those of all PR rows 8 * PR. Entry
+ * (j, c) is at panel_at(j, c); a short last group holds the tail columns. */
+static size_t panel_at(int j, int c)
 {
-    lanes8 a[RI][RR], wv[RR], xv;
+    return (size_t)(c & ~7) * PR + (size_t)j * 8 + (size_t)(c & 7);
+}
+
+/* Weight row r (panel row j) widened into the panel. */
+static void widen_row(float *panel, const m3_mat *W, int r, int j)
+{
+    const int cols = W->cols, full = cols & ~7;
+    const size_t base = (size_t)r * (size_t)cols;
+    float *d = panel + (size_t)j * 8;
+    int c = 0;
+    if (W->dtype == M3_BF16) {
+        const uint16_t *s = (const uint16_t *)W->data + base;
+        for (; c < full; c += 8)
+            for (int l = 0; l < 8; l++)
+                d[(size_t)c * PR + (size_t)l] = m3_bf16_to_f32(s[c + l]);
+    } else if (W->dtype == M3_F32) {
+        const float *s = (const float *)W->data + base;
+        for (; c < full; c += 8)
+            memcpy(d + (size_t)c * PR, s + c, 8 * sizeof *s);
+    }
+    for (; c < cols; c++) /* the tail columns, and every column of another dtype */
+        panel[panel_at(j, c)] = m3_load_f32(W->data, W->dtype, base + (size_t)c);
+}
+
+/* acc[i][j][l] = the partial sum l of row i of x (stride xs) times panel
+ * row j over the first `full` columns (a multiple of 8), for i < ri <= BI and
+ * every j < PR: the register block. Its BI * PR * 8 partial sums stay in
+ * registers from the first column to the last. */
+#if defined(__GNUC__) && PR == 8
+/* One 16-lane vector holds the eight partial sums of two outputs: input row
+ * i with panel rows 2q and 2q + 1 (16 consecutive panel floats), the 8
+ * columns of x duplicated into both halves. a[i][q] += w[q] * xv is then
+ * exactly sixteen of the order's steps, each in its own lane. */
+typedef float lanes16 __attribute__((vector_size(64)));
+
+static inline void block_sums(float acc[BI][PR][8], const float *x, size_t xs, const float *panel,
+                              int full, const int ri)
+{
+    lanes16 a[BI][PR / 2], w[PR / 2], xv;
     for (int i = 0; i < ri; i++)
-        for (int j = 0; j < RR; j++)
-            memcpy(&a[i][j], P + (size_t)i * (size_t)ps + (size_t)j * 8, sizeof a[i][j]);
-    for (int c = 0; c < len; c += 8) {
-        for (int j = 0; j < RR; j++)
-            memcpy(&wv[j], w + j * KC + c, sizeof wv[j]);
+        for (int q = 0; q < PR / 2; q++)
+            a[i][q] = (lanes16){0};
+    for (int c = 0; c < full; c += 8) {
+        const float *p = panel + (size_t)c * PR;
+        for (int q = 0; q < PR / 2; q++)
+            memcpy(&w[q], p + 16 * q, sizeof w[q]);
         for (int i = 0; i < ri; i++) {
-            memcpy(&xv, x + (size_t)i * xs + (size_t)c, sizeof xv);
-            for (int j = 0; j < RR; j++)
-                a[i][j] += wv[j] * xv;
+            const float *v = x + (size_t)i * xs + (size_t)c;
+            xv = (lanes16){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7],
+                           v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+            for (int q = 0; q < PR / 2; q++)
+                a[i][q] += w[q] * xv;
         }
     }
     for (int i = 0; i < ri; i++)
-        for (int j = 0; j < RR; j++)
-            memcpy(P + (size_t)i * (size_t)ps + (size_t)j * 8, &a[i][j], sizeof a[i][j]);
+        memcpy(acc[i], a[i], sizeof acc[i]); /* acc[i][2q + h][l] = a[i][q][8h + l] */
+}
+#elif defined(__GNUC__)
+/* One 8-lane vector holds the eight partial sums of one output. */
+typedef float lanes8 __attribute__((vector_size(32)));
+
+static inline void block_sums(float acc[BI][PR][8], const float *x, size_t xs, const float *panel,
+                              int full, const int ri)
+{
+    lanes8 a[BI][PR], w[PR], xv;
+    for (int i = 0; i < ri; i++)
+        for (int j = 0; j < PR; j++)
+            a[i][j] = (lanes8){0};
+    for (int c = 0; c < full; c += 8) {
+        const float *p = panel + (size_t)c * PR;
+        for (int j = 0; j < PR; j++)
+            memcpy(&w[j], p + 8 * j, sizeof w[j]);
+        for (int i = 0; i < ri; i++) {
+            memcpy(&xv, x + (size_t)i * xs + (size_t)c, sizeof xv);
+            for (int j = 0; j < PR; j++)
+                a[i][j] += w[j] * xv;
+        }
+    }
+    for (int i = 0; i < ri; i++)
+        memcpy(acc[i], a[i], sizeof acc[i]);
 }
 #else
-static inline void micro(float *P, int ps, const float *x, size_t xs, const float *w, int len,
-                         const int ri)
+/* Plain loops, lane by lane: the same steps in the same order. */
+static inline void block_sums(float acc[BI][PR][8], const float *x, size_t xs, const float *panel,
+                              int full, const int ri)
 {
-    for (int c = 0; c < len; c += 8)
+    memset(acc, 0, sizeof(float) * BI * PR * 8);
+    for (int c = 0; c < full; c += 8)
         for (int i = 0; i < ri; i++)
-            for (int j = 0; j < RR; j++)
+            for (int j = 0; j < PR; j++)
                 for (int l = 0; l < 8; l++)
-                    P[(size_t)i * (size_t)ps + (size_t)j * 8 + (size_t)l] +=
-                        w[j * KC + c + l] * x[(size_t)i * xs + (size_t)(c + l)];
+                    acc[i][j][l] += panel[(size_t)c * PR + (size_t)j * 8 + (size_t)l] *
+                                    x[(size_t)i * xs + (size_t)(c + l)];
 }
 #endif
 
-/* micro for ri = 1 .. RI input rows, each count its own compiled copy. */
-static void micro_rows(float *P, int ps, const float *x, size_t xs, const float *w, int len,
-                       int ri)
+/* Y[i * ys + j] = row i of x times panel row j for i < ri, j < nj <= PR:
+ * block_sums, then the tail columns (cols % 8, the highest) and the combine. */
+static inline void block(float *Y, size_t ys, const float *x, size_t xs, const float *panel,
+                         int cols, const int ri, int nj)
 {
-    switch (ri) {
-    case 6: micro(P, ps, x, xs, w, len, 6); break;
-    case 5: micro(P, ps, x, xs, w, len, 5); break;
-    case 4: micro(P, ps, x, xs, w, len, 4); break;
-    case 3: micro(P, ps, x, xs, w, len, 3); break;
-    case 2: micro(P, ps, x, xs, w, len, 2); break;
-    default: micro(P, ps, x, xs, w, len, 1); break;
-    }
-}
-
-/* The same for an edge block of ni <= RI input rows and nj <= RR weight rows,
- * and for tail columns: c runs from c_from to len (any len). */
-static void micro_edge(float *P, int ps, const float *x, size_t xs, const float *w, int c_from,
-                       int len, int ni, int nj)
-{
-    for (int i = 0; i < ni; i++)
+    float acc[BI][PR][8];
+    const int full = cols & ~7;
+    block_sums(acc, x, xs, panel, full, ri);
+    for (int i = 0; i < ri; i++)
         for (int j = 0; j < nj; j++) {
-            float *p = P + (size_t)i * (size_t)ps + (size_t)j * 8;
-            for (int c = c_from; c < len; c++)
-                p[c & 7] += w[j * KC + c] * x[(size_t)i * xs + (size_t)c];
+            for (int c = full; c < cols; c++)
+                acc[i][j][c & 7] += panel[panel_at(j, c)] * x[(size_t)i * xs + (size_t)c];
+            Y[(size_t)i * ys + (size_t)j] = combine(acc[i][j]);
         }
 }
 
-/* Y [n, rows] = X [n, cols] W^T, n >= 1, tiled. */
-static void matmul_tiled(float *Y, const m3_mat *W, const float *X, int n)
+/* block for ri = 1 .. BI input rows, each count its own compiled copy. */
+static void block_rows(float *Y, size_t ys, const float *x, size_t xs, const float *panel,
+                       int cols, int ri, int nj)
 {
-    static const int ps = RB * 8; /* floats per input row in P */
-    float wt[RB * KC];            /* widened weight tile [RB][KC] */
-    float P[NI * RB * 8];         /* partial sums [NI][RB][8] */
-    const int rows = W->rows, cols = W->cols;
-    const size_t xs = (size_t)cols;
+    switch (ri) {
+    case 6: block(Y, ys, x, xs, panel, cols, 6, nj); break;
+    case 5: block(Y, ys, x, xs, panel, cols, 5, nj); break;
+    case 4: block(Y, ys, x, xs, panel, cols, 4, nj); break;
+    case 3: block(Y, ys, x, xs, panel, cols, 3, nj); break;
+    case 2: block(Y, ys, x, xs, panel, cols, 2, nj); break;
+    default: block(Y, ys, x, xs, panel, cols, 1, nj); break;
+    }
+}
 
+/* Y [n, rows] = X [n, cols] W^T, n >= 2, with a panel scratch of
+ * PR * (cols rounded up to 8) floats. The n input rows are split into tiles
+ * of at most NI rows (nearly equal sizes); within a tile each panel of PR
+ * weight rows is widened once and then used by every block of BI input rows. */
+static void matmul_panels(float *Y, const m3_mat *W, const float *X, int n, float *panel)
+{
+    const int rows = W->rows, cols = W->cols;
+    const size_t xs = (size_t)cols, ys = (size_t)rows;
     const int ntiles = (n + NI - 1) / NI;
     int step = (n + ntiles - 1) / ntiles;
-    step = (step + RI - 1) / RI * RI; /* <= NI */
+    step = (step + BI - 1) / BI * BI; /* <= NI */
     for (int i0 = 0; i0 < n; i0 += step) {
         const int ni = n - i0 < step ? n - i0 : step;
-        for (int r0 = 0; r0 < rows; r0 += RB) {
-            const int rb = rows - r0 < RB ? rows - r0 : RB;
-            memset(P, 0, sizeof P);
-            for (int c0 = 0; c0 < cols; c0 += KC) {
-                const int len = cols - c0 < KC ? cols - c0 : KC;
-                const int full = len & ~7;
-                for (int j = 0; j < rb; j++)
-                    load_chunk(wt + (size_t)j * KC, W, r0 + j, c0, len);
-                for (int i = 0; i < ni; i += RI) {
-                    const int bi = ni - i < RI ? ni - i : RI;
-                    const float *x = X + (size_t)(i0 + i) * xs + (size_t)c0;
-                    for (int j = 0; j < rb; j += RR) {
-                        const int bj = rb - j < RR ? rb - j : RR;
-                        float *p = P + (size_t)i * ps + (size_t)j * 8;
-                        const float *w = wt + (size_t)j * KC;
-                        if (bj == RR)
-                            micro_rows(p, ps, x, xs, w, full, bi);
-                        else
-                            micro_edge(p, ps, x, xs, w, 0, full, bi, bj);
-                        if (full < len) /* only in the last column tile */
-                            micro_edge(p, ps, x, xs, w, full, len, bi, bj);
-                    }
-                }
+        for (int r0 = 0; r0 < rows; r0 += PR) {
+            const int nj = rows - r0 < PR ? rows - r0 : PR;
+            if (nj < PR) /* the rows past the matrix: zeros, computed and dropped */
+                memset(panel, 0, sizeof(float) * PR * (size_t)((cols + 7) & ~7));
+            for (int j = 0; j < nj; j++)
+                widen_row(panel, W, r0 + j, j);
+            for (int i = 0; i < ni; i += BI) {
+                const int ri = ni - i < BI ? ni - i : BI;
+                block_rows(Y + (size_t)(i0 + i) * ys + (size_t)r0, ys, X + (size_t)(i0 + i) * xs,
+                           xs, panel, cols, ri, nj);
             }
-            for (int i = 0; i < ni; i++)
-                for (int j = 0; j < rb; j++)
-                    Y[(size_t)(i0 + i) * (size_t)rows + (size_t)(r0 + j)] =
-                        combine(P + (size_t)i * ps + (size_t)j * 8);
         }
     }
 }
@@ -263,11 +332,13 @@ void m3_matvec(float *y, const m3_mat *W, const float *x)
  * comment, independent of n and of the path. */
 void m3_matmul(float *Y, const m3_mat *W, const float *X, int n)
 {
-    if (n >= 2) {
-        matmul_tiled(Y, W, X, n);
+    float *panel = n >= 2 ? malloc(sizeof(float) * PR * (size_t)((W->cols + 7) & ~7)) : NULL;
+    if (panel) {
+        matmul_panels(Y, W, X, n, panel);
+        free(panel);
         return;
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) /* one row, or no memory for the panel: the same bits */
         matvec_one(Y + (size_t)i * (size_t)W->rows, W, X + (size_t)i * (size_t)W->cols);
 }
 

@@ -124,31 +124,34 @@ static float order_spec(const float *w, const float *x, int cols)
 }
 
 /* Every kernel path (one row, register blocks, edge blocks, tail columns,
- * several column and row tiles, bf16 and f32) gives the documented order's
+ * several row tiles, f32, bf16 and f16) gives the documented order's
  * bits exactly; values span many exponents so that any reordering shows. */
 static void test_order_all_paths(void **st)
 {
     (void)st;
     static const int shapes[][3] = { /* rows, cols, n */
         {1, 1, 1}, {3, 7, 2}, {4, 8, 4}, {5, 9, 5}, {33, 257, 7}, {36, 512, 64},
-        {37, 520, 65}, {70, 263, 131}, {8, 1037, 3}, {65, 64, 9},
+        {37, 520, 65}, {70, 263, 131}, {8, 1037, 3}, {65, 64, 9}, {9, 70, 133}, {13, 1037, 265},
+        {15, 15, 2}, {17, 6, 70},
     };
-    enum { MAXE = 70 * 1037 + 131 * 1037 };
+    enum { MAXE = 265 * 1037 };
     static float wf[MAXE], X[MAXE], Y[MAXE], ws[MAXE];
-    static uint16_t wb[MAXE];
+    static uint16_t wb[MAXE], wh[MAXE];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int R = shapes[s][0], C = shapes[s][1], N = shapes[s][2];
         for (int i = 0; i < R * C; i++) {
             float v = frand() * ldexpf(1.0f, (int)(frand() * 20.0f));
             wb[i] = m3_f32_to_bf16(v);
+            wh[i] = m3_f32_to_f16(v * 0x1p-6f); /* within f16's range, subnormals included */
             wf[i] = v;
         }
         for (int i = 0; i < N * C; i++)
             X[i] = frand() * ldexpf(1.0f, (int)(frand() * 20.0f));
-        for (int d = 0; d < 2; d++) {
-            m3_mat W = d ? (m3_mat){wb, M3_BF16, R, C} : (m3_mat){wf, M3_F32, R, C};
+        for (int d = 0; d < 3; d++) {
+            m3_mat W = d == 2 ? (m3_mat){wh, M3_F16, R, C}
+                     : d ? (m3_mat){wb, M3_BF16, R, C} : (m3_mat){wf, M3_F32, R, C};
             for (int i = 0; i < R * C; i++)
-                ws[i] = d ? m3_bf16_to_f32(wb[i]) : wf[i];
+                ws[i] = d == 2 ? m3_f16_to_f32(wh[i]) : d ? m3_bf16_to_f32(wb[i]) : wf[i];
             m3_matmul(Y, &W, X, N);
             for (int i = 0; i < N; i++)
                 for (int r = 0; r < R; r++) {
@@ -164,6 +167,67 @@ static void test_order_all_paths(void **st)
     }
 }
 
+/* Non-finite and subnormal operands: +-Inf, subnormals, +-0 and products
+ * that overflow or underflow, in weights and inputs. Every path still gives
+ * the order's bits (the NaNs that arise, Inf - Inf and 0 * Inf, are all the
+ * default NaN, so the comparison is bytewise). */
+static float special(void)
+{
+    float v = frand() * ldexpf(1.0f, (int)(frand() * 30.0f));
+    uint32_t u;
+    switch (rng >> 56) { /* 1 in 256 for each case */
+    case 0: return INFINITY;
+    case 1: return -INFINITY;
+    case 2: case 3: /* subnormal, either sign */
+        u = (uint32_t)(rng >> 20) & 0x807fffffu;
+        memcpy(&v, &u, sizeof v);
+        return v;
+    case 4: return 0.0f;
+    case 5: return -0.0f;
+    case 6: return 1e38f;
+    case 7: return 1e-38f;
+    default: return v;
+    }
+}
+
+static void test_order_specials(void **st)
+{
+    (void)st;
+    /* rows, cols, n, and whether the values are so small that every
+     * product is subnormal */
+    static const int shapes[][4] = {{3, 7, 2, 0},   {9, 40, 7, 0},   {17, 263, 13, 0},
+                                    {8, 64, 70, 0}, {12, 33, 133, 0}, {11, 50, 9, 1}};
+    enum { MAXE = 133 * 263 };
+    static float wf[MAXE], X[MAXE], Y[MAXE], ws[MAXE];
+    static uint16_t wb[MAXE];
+    int seen[4] = {0};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int R = shapes[s][0], C = shapes[s][1], N = shapes[s][2];
+        const int tiny = shapes[s][3]; /* |products| < 2^-130 */
+        for (int i = 0; i < R * C; i++) {
+            wf[i] = tiny ? frand() * 0x1p-60f : special();
+            wb[i] = m3_f32_to_bf16(wf[i]);
+        }
+        for (int i = 0; i < N * C; i++)
+            X[i] = tiny ? frand() * 0x1p-70f : special();
+        for (int d = 0; d < 2; d++) {
+            m3_mat W = d ? (m3_mat){wb, M3_BF16, R, C} : (m3_mat){wf, M3_F32, R, C};
+            for (int i = 0; i < R * C; i++)
+                ws[i] = d ? m3_bf16_to_f32(wb[i]) : wf[i];
+            m3_matmul(Y, &W, X, N);
+            for (int i = 0; i < N; i++)
+                for (int r = 0; r < R; r++) {
+                    float e = order_spec(ws + (size_t)r * C, X + (size_t)i * C, C);
+                    assert_memory_equal(&e, &Y[(size_t)i * R + r], sizeof e);
+                    seen[isnan(e) ? 0 : isinf(e) ? 1 : e != 0 && fabsf(e) < 1.17549435e-38f ? 2 : 3]++;
+                }
+        }
+    }
+    /* the outputs include NaN, +-Inf, subnormal and normal values */
+    for (int k = 0; k < 4; k++)
+        assert_true(seen[k] > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -173,6 +237,7 @@ int main(void)
         cmocka_unit_test(test_matmul_equals_matvec),
         cmocka_unit_test(test_naive_close),
         cmocka_unit_test(test_order_all_paths),
+        cmocka_unit_test(test_order_specials),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

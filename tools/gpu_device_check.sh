@@ -1,6 +1,9 @@
 #!/bin/sh
 # gpu_device_check.sh — the device-machine run for the GPU path:
-# build bin/m3-ref, bin/m3-conform and bin/m3-gpu there, judge bin/m3-gpu's
+# build bin/m3-ref, bin/m3-conform and bin/m3-gpu there; run the kernel tests
+# (gpu/tests/test_ops.cu: every launcher against its ref/ function, guarded
+# buffers; the tensor-core, cluster and streaming paths the CPU emulation
+# cannot run), then judge bin/m3-gpu's
 # dumps with bin/m3-conform on every model vector (the multimodal one with
 # --pixels, also in bf16), the vision component cases (m3-gpu vision-case), and on the ragged
 # lengths 1, 127, 128, 129, 2047, 2048, 2049, 2200 of the deployment-MSA
@@ -10,6 +13,9 @@
 # model vectors, batches of prompts (forward and generate), then run the benchmarks (gpu/bench.cu and tools/bench_torch.py).
 #
 #   sh tools/gpu_device_check.sh OUTDIR
+# SKIP_BENCH=1: no benchmarks; ONLY_BENCH=1: only the benchmarks; ONLY_OPS=1:
+# only the kernel tests. OUTDIR/summary.txt is the verdict of every step;
+# OUTDIR/test-ops.txt one line per kernel case.
 # Headers and libraries the device lacks come from .devroot/ (Debian
 # packages unpacked with dpkg -x on the development machine; not committed).
 set -u
@@ -32,12 +38,26 @@ run_bench() {
   timeout 200 $PY tools/bench_torch.py >"$out/bench-torch.txt" 2>&1; log "bench-torch rc=$?"
   log "total: $(( $(date +%s) - t0 )) s"
 }
+# kernel tests: one line per case in test-ops.txt; the summary gets the
+# totals and every FAIL line
+run_ops() {
+  if ! make -j16 BUILD=$B gpu/build/test-ops >>"$out/build.log" 2>&1; then
+    log "kernel tests (gpu/tests/test_ops.cu): BUILD FAILED"; tail -30 "$out/build.log"; return 1
+  fi
+  timeout 300 gpu/build/test-ops >"$out/test-ops.txt" 2>&1
+  rc=$?
+  log "kernel tests (gpu/tests/test_ops.cu, every launcher vs ref/): rc=$rc $(tail -1 "$out/test-ops.txt")"
+  grep -E '^(FAIL|SKIP) ' "$out/test-ops.txt" | tee -a "$out/summary.txt"
+  return $rc
+}
 [ -n "${ONLY_BENCH:-}" ] && { run_bench; exit 0; }
+[ -n "${ONLY_OPS:-}" ] && { run_ops; exit $?; }
 if ! make -j16 BUILD=$B bin/m3-ref bin/m3-conform gpu >"$out/build.log" 2>&1; then
   log "BUILD FAILED"; tail -30 "$out/build.log"; exit 1
 fi
 log "build: $(( $(date +%s) - t0 )) s"
 log "$(sh tests/usage_check.sh bin/m3-gpu "forward generate vision-case" ref/cli_opts.c gpu/m3-gpu.cu 2>&1 | tail -3)"
+run_ops
 
 
 ids_of() { $PY - "$1" <<'PYEOF'

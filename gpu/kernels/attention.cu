@@ -831,7 +831,7 @@ __global__ void k_ak_pv(float *out, float *ws_o, unsigned *cnt, const float *ws_
  * decode path for bf16 caches in bf16 mode with a block list of <= 16
  * entries, B <= 128, where the tensor-core cluster kernel further below does
  * not apply (more than 16 heads per group, hd not a power of two in 16..128)
- * or the device refuses it; variant 2 of m3g_attention_sk_tuned).
+ * or the device refuses it).
  * A thread-block cluster of AK_CS blocks per (row, KV group, chunk of AK_CH
  * heads); block c takes list entry c (one MSA block, <= 128 keys):
  *   K and V rows -> shared memory by cp.async (all in flight at once); q;
@@ -1144,7 +1144,7 @@ template <int HD>
 __global__ void __launch_bounds__(AT_NW * 32)
 k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
         const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
-        const int32_t *blocks, int topk, float scale, int late)
+        const int32_t *blocks, int topk, float scale)
 {
     static_assert(AT_NW * 32 == 16 * AK_CS && AK_CS == 16 && AT_KT == 16 * AT_NW && HD % 16 == 0 &&
                       HD <= 16 * AT_NW,
@@ -1161,8 +1161,6 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
     float *cst = wst + AT_NW * 32;         /* [AK_CS][16] (m, l), written by rank r */
     float *rcv = cst + AK_CS * 32;         /* [AK_CS][HD] partial O of head c from rank r */
 
-    if (!late)
-        m3t_pdl_trigger();
     at_cl_arrive_relaxed(); /* phase 0: this block runs */
     const int c = (int)cl.block_rank(), tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int g = blockIdx.y, t = blockIdx.z, hpg = nh / nkv;
@@ -1333,8 +1331,7 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
             }
         }
     }
-    if (late)
-        m3t_pdl_trigger();
+    m3t_pdl_trigger(); /* the next kernel may launch (it waits before reading) */
     at_cl_arrive();
     at_cl_wait(); /* phase 2: every partial is in place; nothing remote after this */
     if (c < hpg)
@@ -1357,12 +1354,9 @@ static int at_tc_ok(int nh, int nkv, int hd)
 template <int HD>
 static hipError_t at_tc_launch(float *out, const float *q, const void *kc, const void *vc,
                                const int32_t *page_table, int B, int64_t pos0, int T, int nh,
-                               int nkv, const int32_t *blocks, int topk, int pdl, int late,
-                               int one, hipStream_t st)
+                               int nkv, const int32_t *blocks, int topk, hipStream_t st)
 {
-    /* one: ask for more shared memory than two blocks can share, so that
-     * each block gets an SM of its own (benchmark knob) */
-    const size_t shm = one && at_tc_shm(HD) < 120 * 1024 ? 120 * 1024 : at_tc_shm(HD);
+    const size_t shm = at_tc_shm(HD);
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2] = {};
     cfg.gridDim = dim3(AK_CS, nkv, T);
@@ -1393,16 +1387,16 @@ static hipError_t at_tc_launch(float *out, const float *q, const void *kc, const
         return hipErrorInvalidValue;
     }
     const float scale = (float)(1.0 / sqrt((double)HD)); /* as ref/attention.c */
-    cfg.numAttrs = pdl ? 2 : 1;
+    cfg.numAttrs = 2;
     cudaError_t e = cudaLaunchKernelEx(&cfg, k_at_tc<HD>, out, q, (const uint16_t *)kc,
                                        (const uint16_t *)vc, page_table, B, pos0, T, nh, nkv,
-                                       blocks, topk, scale, late);
-    if (e != cudaSuccess && pdl) { /* PDL refused: the same launch without it */
+                                       blocks, topk, scale);
+    if (e != cudaSuccess) { /* PDL refused: the same launch without it */
         (void)cudaGetLastError();
         cfg.numAttrs = 1;
         e = cudaLaunchKernelEx(&cfg, k_at_tc<HD>, out, q, (const uint16_t *)kc,
                                (const uint16_t *)vc, page_table, B, pos0, T, nh, nkv, blocks,
-                               topk, scale, late);
+                               topk, scale);
     }
     return e != cudaSuccess ? e : cudaGetLastError();
 }
@@ -1411,22 +1405,17 @@ static hipError_t at_tc_launch(float *out, const float *q, const void *kc, const
  * cluster; the caller falls back. */
 static hipError_t at_tc_run(float *out, const float *q, const void *kc, const void *vc,
                             const int32_t *page_table, int B, int64_t pos0, int T, int nh,
-                            int nkv, int hd, const int32_t *blocks, int topk, int pdl,
-                            int late, int one, hipStream_t st)
+                            int nkv, int hd, const int32_t *blocks, int topk, hipStream_t st)
 {
     switch (hd) {
     case 128:
-        return at_tc_launch<128>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, pdl,
-                                 late, one, st);
+        return at_tc_launch<128>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, st);
     case 64:
-        return at_tc_launch<64>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, pdl,
-                                 late, one, st);
+        return at_tc_launch<64>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, st);
     case 32:
-        return at_tc_launch<32>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, pdl,
-                                 late, one, st);
+        return at_tc_launch<32>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, st);
     default:
-        return at_tc_launch<16>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, pdl,
-                                late, one, st);
+        return at_tc_launch<16>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, st);
     }
 }
 #else
@@ -1438,11 +1427,10 @@ static hipError_t at_tc_run(float *out, const float *q, const void *kc, const vo
  * mode over bf16 caches when nh / nkv <= 16, hd is 16, 32, 64 or 128 and
  * the last row sees >= AD_MIN_KEYS keys; M3's layers 0-2, decode rows and
  * long prefill rows alike).
- * A CTA of NW warps serves GW KV groups; default NW 4, GW 1: warp w takes
- * keys 16w .. 16w + 15 of each tile of 64 keys (16 KB of K or V at hd 128).
- * In general warp w takes group w % GW and keys 16 (w / GW) .. + 15 of a
- * tile of 16 NW / GW keys whose rows hold the GW groups side by side (one
- * contiguous run per key; measured slower, kept as variants). The keys
+ * A CTA of NW = 4 warps serves GW = 1 KV group: warp w takes keys 16w ..
+ * 16w + 15 of each tile of 64 keys (16 KB of K or V at hd 128). (The
+ * kernels are written for GW groups side by side in a tile of 16 NW / GW
+ * keys, warp w taking group w % GW; the wider CTAs measured slower.) The keys
  * 0 .. pos of each row are cut into tiles and the tiles into nsplit
  * contiguous splits of tps tiles, nsplit chosen so that one wave of CTAs
  * fills the GPU (SMs x CTAs per SM); the 16 query heads of a group are the
@@ -1510,17 +1498,13 @@ template <int NW> struct ad_cfg {
 #define AD_MAXSLOTS 2048 /* bound on the CTAs of one wave */
 #define AD_MIN_KEYS 512 /* below: the two-launch path (see m3g_attention_sk_tuned) */
 
-/* 16-byte cp.async global -> shared with an optional L2 cache-policy hint. */
-__device__ __forceinline__ void ad_cp16(void *dst, const void *src, int src_bytes, uint64_t pol,
-                                        int hint)
+/* 16-byte cp.async global -> shared with an L2 cache-policy hint. */
+__device__ __forceinline__ void ad_cp16(void *dst, const void *src, int src_bytes, uint64_t pol)
 {
-    if (hint)
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(
-                         m3t_smem(dst)),
-                     "l"(src), "r"(src_bytes), "l"(pol)
-                     : "memory");
-    else
-        m3t_cp16(dst, src, src_bytes);
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(
+                     m3t_smem(dst)),
+                 "l"(src), "r"(src_bytes), "l"(pol)
+                 : "memory");
 }
 __device__ __forceinline__ uint64_t ad_evict_first(void)
 {
@@ -1568,7 +1552,7 @@ __device__ __forceinline__ float2 ad_ml_xor(float2 ml, int o)
 template <int HD, int GW, int NW>
 __device__ __forceinline__ void ad_tile(uint16_t *dst, const uint16_t *cache,
                                         const int32_t *page_table, int B, int nkeys, int it,
-                                        int g0, size_t kvw, uint64_t pol, int hint)
+                                        int g0, size_t kvw, uint64_t pol)
 {
     constexpr int TK = 16 * NW / GW, LD = GW * HD + 8, CH = GW * HD / 8, RP = NW * 32 / CH;
     static_assert(RP >= 1 && TK % RP == 0, "copy shape");
@@ -1580,8 +1564,7 @@ __device__ __forceinline__ void ad_tile(uint16_t *dst, const uint16_t *cache,
 #pragma unroll
         for (int j = j0; j < TK; j += RP) {
             const bool ok = k0 + j < nkeys;
-            ad_cp16(dst + j * LD + 8 * cc, src + (size_t)(ok ? s0 + j : 0) * kvw, ok ? 16 : 0, pol,
-                    hint);
+            ad_cp16(dst + j * LD + 8 * cc, src + (size_t)(ok ? s0 + j : 0) * kvw, ok ? 16 : 0, pol);
         }
     } else {
 #pragma unroll
@@ -1589,7 +1572,7 @@ __device__ __forceinline__ void ad_tile(uint16_t *dst, const uint16_t *cache,
             const int k = k0 + j;
             const bool ok = k < nkeys;
             const int64_t s = ok ? (int64_t)page_table[k / B] * B + k % B : 0;
-            ad_cp16(dst + j * LD + 8 * cc, src + (size_t)s * kvw, ok ? 16 : 0, pol, hint);
+            ad_cp16(dst + j * LD + 8 * cc, src + (size_t)s * kvw, ok ? 16 : 0, pol);
         }
     }
 }
@@ -1600,7 +1583,7 @@ template <int HD, int GW, int NW>
 __global__ void __launch_bounds__(NW * 32, ad_cfg<NW>::CPS)
 k_ad_scores(float *ws_s, float2 *ws_st, const float *q, const uint16_t *kc,
             const int32_t *page_table, int B, int64_t pos0, int nh, int nkv, int tps, int nsplit,
-            size_t kstr, float scale, int hint)
+            size_t kstr, float scale)
 {
     constexpr int KB = NW / GW, TK = 16 * KB, LD = GW * HD + 8, KS = HD / 16;
     constexpr int AD_S1 = ad_cfg<NW>::S1;
@@ -1621,12 +1604,11 @@ k_ad_scores(float *ws_s, float2 *ws_st, const float *q, const uint16_t *kc,
         return; /* block-uniform: launches 2 and 3 skip this split */
     const int nt = (tb + tps < ntile ? tb + tps : ntile) - tb;
     const size_t kvw = (size_t)nkv * HD;
-    const uint64_t pol = hint ? ad_evict_first() : 0;
+    const uint64_t pol = ad_evict_first();
 #pragma unroll
     for (int s = 0; s < AD_S1 - 1; s++) {
         if (s < nt)
-            ad_tile<HD, GW, NW>(Ks + s * TK * LD, kc, page_table, B, nkeys, tb + s, g0, kvw, pol,
-                                hint);
+            ad_tile<HD, GW, NW>(Ks + s * TK * LD, kc, page_table, B, nkeys, tb + s, g0, kvw, pol);
         m3t_cp_commit();
     }
     uint32_t qa[KS][4]; /* Q of group g (16 heads x HD) as A fragments, bf16 (exact in bf16 mode) */
@@ -1655,7 +1637,7 @@ k_ad_scores(float *ws_s, float2 *ws_st, const float *q, const uint16_t *kc,
         __syncthreads();          /* everyone's; and the slot of tile i - 1 is free */
         if (i + AD_S1 - 1 < nt)
             ad_tile<HD, GW, NW>(Ks + ((i + AD_S1 - 1) % AD_S1) * TK * LD, kc, page_table, B,
-                                nkeys, tb + i + AD_S1 - 1, g0, kvw, pol, hint);
+                                nkeys, tb + i + AD_S1 - 1, g0, kvw, pol);
         m3t_cp_commit();
         const uint16_t *kt = Ks + (i % AD_S1) * TK * LD + gl * HD;
         float s[2][4];
@@ -1714,7 +1696,7 @@ k_ad_scores(float *ws_s, float2 *ws_st, const float *q, const uint16_t *kc,
  * [GW * 16][TK + 8] f32 (rows of heads >= hpg zero-filled). */
 template <int GW, int NW>
 __device__ __forceinline__ void ad_stile(float *dst, const float *src, size_t kstr, int hpg,
-                                         int it, uint64_t pol, int hint)
+                                         int it, uint64_t pol)
 {
     constexpr int TK = 16 * NW / GW, SLD = TK + 8, C4 = TK / 4;
     for (int i = threadIdx.x; i < GW * 16 * C4; i += NW * 32) {
@@ -1722,7 +1704,7 @@ __device__ __forceinline__ void ad_stile(float *dst, const float *src, size_t ks
         const bool ok = h < hpg;
         ad_cp16(dst + r * SLD + 4 * c,
                 src + (ok ? ((size_t)gq * hpg + h) * kstr + (size_t)it * TK + 4 * c : 0),
-                ok ? 16 : 0, pol, hint);
+                ok ? 16 : 0, pol);
     }
 }
 
@@ -1732,7 +1714,7 @@ template <int HD, int GW, int NW>
 __global__ void __launch_bounds__(NW * 32, ad_cfg<NW>::CPS)
 k_ad_pv(float *ws_o, const float *ws_s, const float2 *ws_st, const uint16_t *vc,
         const int32_t *page_table, int B, int64_t pos0, int nh, int nkv, int tps, int nsplit,
-        size_t kstr, int hint)
+        size_t kstr)
 {
     constexpr int KB = NW / GW, TK = 16 * KB, LD = GW * HD + 8, NJ = HD / 16, RLD = HD + 8;
     constexpr int SLD = TK + 8, SV = TK * LD * 2, SS = GW * 16 * SLD * 4; /* bytes per stage */
@@ -1753,21 +1735,21 @@ k_ad_pv(float *ws_o, const float *ws_s, const float2 *ws_st, const uint16_t *vc,
         return;
     const int nt = (tb + tps < ntile ? tb + tps : ntile) - tb;
     const size_t kvw = (size_t)nkv * HD;
-    const uint64_t pol = hint ? ad_evict_first() : 0;
+    const uint64_t pol = ad_evict_first();
 #define AD_VS(i) ((uint16_t *)(ad_sm + (size_t)((i) % AD_S2) * (SV + SS)))
 #define AD_SS(i) ((float *)(ad_sm + (size_t)((i) % AD_S2) * (SV + SS) + SV))
     /* V rows do not depend on launch 1: in flight before waiting for it */
 #pragma unroll
     for (int s = 0; s < AD_S2 - 1; s++)
         if (s < nt)
-            ad_tile<HD, GW, NW>(AD_VS(s), vc, page_table, B, nkeys, tb + s, g0, kvw, pol, hint);
+            ad_tile<HD, GW, NW>(AD_VS(s), vc, page_table, B, nkeys, tb + s, g0, kvw, pol);
     m3t_pdl_wait(); /* launch 1's scores and stats are complete and visible */
     const float *srow = ws_s + ((size_t)t * nkv + g0) * hpg * kstr;
     /* commit groups: {V 0 .. S2-2, S 0}, then {S 1}, ..., {S S2-2} */
 #pragma unroll
     for (int s = 0; s < AD_S2 - 1; s++) {
         if (s < nt)
-            ad_stile<GW, NW>(AD_SS(s), srow, kstr, hpg, tb + s, pol, hint);
+            ad_stile<GW, NW>(AD_SS(s), srow, kstr, hpg, tb + s, pol);
         m3t_cp_commit();
     }
     { /* global M, L of each (group, head) over the row's splits: TPR adjacent
@@ -1810,8 +1792,8 @@ k_ad_pv(float *ws_o, const float *ws_s, const float2 *ws_st, const uint16_t *vc,
         __syncthreads();
         if (i + AD_S2 - 1 < nt) {
             ad_tile<HD, GW, NW>(AD_VS(i + AD_S2 - 1), vc, page_table, B, nkeys,
-                                tb + i + AD_S2 - 1, g0, kvw, pol, hint);
-            ad_stile<GW, NW>(AD_SS(i + AD_S2 - 1), srow, kstr, hpg, tb + i + AD_S2 - 1, pol, hint);
+                                tb + i + AD_S2 - 1, g0, kvw, pol);
+            ad_stile<GW, NW>(AD_SS(i + AD_S2 - 1), srow, kstr, hpg, tb + i + AD_S2 - 1, pol);
         }
         m3t_cp_commit();
         const uint16_t *vt = AD_VS(i) + gl * HD;
@@ -1940,8 +1922,7 @@ static int ad_ok(int nh, int nkv, int hd, int kv_dtype, int mode)
 template <int HD, int GW, int NW>
 static hipError_t ad_launch(float *out, const float *q, const void *kc, const void *vc,
                             const int32_t *page_table, int B, int64_t pos0, int T, int nh,
-                            int nkv, char *ws, size_t ws_bytes, int pdl, int hint,
-                            hipStream_t st)
+                            int nkv, char *ws, size_t ws_bytes, hipStream_t st)
 {
     constexpr int TK = 16 * NW / GW, LD = GW * HD + 8;
     const size_t shm1 = (size_t)ad_cfg<NW>::S1 * TK * LD * 2;
@@ -1988,7 +1969,7 @@ static hipError_t ad_launch(float *out, const float *q, const void *kc, const vo
         const dim3 grid(ngs, gm.nsplit, n);
         hipLaunchKernelGGL((k_ad_scores<HD, GW, NW>), grid, dim3(NW * 32), shm1, st, ws_s, ws_st,
                            q + (size_t)t0 * nh * HD, (const uint16_t *)kc, page_table, B,
-                           pos0 + t0, nh, nkv, gm.tps, gm.nsplit, gm.kstr, scale, hint);
+                           pos0 + t0, nh, nkv, gm.tps, gm.nsplit, gm.kstr, scale);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
@@ -1997,14 +1978,14 @@ static hipError_t ad_launch(float *out, const float *q, const void *kc, const vo
         at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at;
-        cfg.numAttrs = pdl ? 1 : 0;
+        cfg.numAttrs = 1;
         cfg.stream = st;
         cfg.gridDim = grid;
         cfg.blockDim = dim3(NW * 32);
         cfg.dynamicSmemBytes = shm2;
         e = cudaLaunchKernelEx(&cfg, k_ad_pv<HD, GW, NW>, ws_o, (const float *)ws_s,
                                (const float2 *)ws_st, (const uint16_t *)vc, page_table, B,
-                               pos0 + t0, nh, nkv, gm.tps, gm.nsplit, gm.kstr, hint);
+                               pos0 + t0, nh, nkv, gm.tps, gm.nsplit, gm.kstr);
         if (e != cudaSuccess)
             return e;
         cfg.gridDim = dim3(nh, n);
@@ -2018,53 +1999,25 @@ static hipError_t ad_launch(float *out, const float *q, const void *kc, const vo
     return hipSuccess;
 }
 
-/* shape: 0 NW 4, GW 1 (one KV group per CTA; default); 1 NW 8, GW the
- * largest of 4, 2, 1 dividing nkv; 2 NW 4, GW as shape 1 */
-template <int HD>
-static hipError_t ad_launch_gw(float *out, const float *q, const void *kc, const void *vc,
-                               const int32_t *page_table, int B, int64_t pos0, int T, int nh,
-                               int nkv, char *ws, size_t ws_bytes, int pdl, int hint, int shape,
-                               hipStream_t st)
-{
-    const int gw = shape == 0 ? 1 : nkv % 4 == 0 ? 4 : nkv % 2 == 0 ? 2 : 1;
-#define AD_L(gw_, nw_)                                                                         \
-    return ad_launch<HD, gw_, nw_>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, ws,         \
-                                   ws_bytes, pdl, hint, st)
-    if (shape == 1) {
-        if (gw == 4)
-            AD_L(4, 8);
-        if (gw == 2)
-            AD_L(2, 8);
-        AD_L(1, 8);
-    }
-    if (gw == 4)
-        AD_L(4, 4);
-    if (gw == 2)
-        AD_L(2, 4);
-    AD_L(1, 4);
-#undef AD_L
-}
-
 /* hipErrorInvalidValue (nothing enqueued) when the device or the workspace
- * refuses; the caller falls back to the two launches. gw: the CTA shape of
- * ad_launch_gw (benchmark knob; 0 default). */
+ * refuses; the caller falls back to the two launches. One CTA shape: 4 warps
+ * and one KV group per CTA. */
 static hipError_t ad_run(float *out, const float *q, const void *kc, const void *vc,
                          const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
-                         int hd, void *ws, size_t ws_bytes, int pdl, int hint, int gw,
-                         hipStream_t st)
+                         int hd, void *ws, size_t ws_bytes, hipStream_t st)
 {
     if (!ws)
         return hipErrorInvalidValue;
     char *w = (char *)ws;
     switch (hd) {
     case 128:
-        return ad_launch_gw<128>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, pdl, hint, gw, st);
+        return ad_launch<128, 1, 4>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, st);
     case 64:
-        return ad_launch_gw<64>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, pdl, hint, gw, st);
+        return ad_launch<64, 1, 4>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, st);
     case 32:
-        return ad_launch_gw<32>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, pdl, hint, gw, st);
+        return ad_launch<32, 1, 4>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, st);
     default:
-        return ad_launch_gw<16>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, pdl, hint, gw, st);
+        return ad_launch<16, 1, 4>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, w, ws_bytes, st);
     }
 }
 #endif
@@ -2168,37 +2121,34 @@ hipError_t m3g_attention_sk(float *out, const float *q, const void *kc, const vo
 hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, const void *vc,
                                   int kv_dtype, const int32_t *page_table, int B, int64_t pos0,
                                   int T, int nh, int nkv, int hd, const int32_t *blocks, int topk,
-                                  int mode, void *ws, size_t ws_bytes, int variant,
+                                  int mode, void *ws, size_t ws_bytes, int probe,
                                   hipStream_t st)
 {
     if (T <= 0)
         return hipSuccess;
     if (hd <= 0 || hd > 128 || hd % 8 != 0 || nkv <= 0 || nh % nkv != 0 || B <= 0 ||
-        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || (blocks && topk <= 0))
+        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || (blocks && topk <= 0) ||
+        (probe & ~(M3G_SK_TWO_LAUNCH | M3G_SK_DENSE_TC)) != 0)
         return hipErrorInvalidValue;
 #if M3_TC
     /* dense with >= AD_MIN_KEYS keys in the last row: the split-key
-     * tensor-core launches (bit 5: never; bit 6: at any key count; bit 7:
-     * without L2 cache hints; bit 8: without PDL; bit 9: 8-warp CTAs of up
-     * to 4 KV groups; bit 10: 4-warp CTAs of up to 4 groups) */
-    if (!blocks && !(variant & 32) && ad_ok(nh, nkv, hd, kv_dtype, mode) &&
-        ((variant & 64) || pos0 + T >= AD_MIN_KEYS)) {
+     * tensor-core launches (M3G_SK_TWO_LAUNCH: never; M3G_SK_DENSE_TC: at
+     * any key count) */
+    if (!blocks && !(probe & M3G_SK_TWO_LAUNCH) && ad_ok(nh, nkv, hd, kv_dtype, mode) &&
+        ((probe & M3G_SK_DENSE_TC) || pos0 + T >= AD_MIN_KEYS)) {
         const hipError_t e = ad_run(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd, ws,
-                                    ws_bytes, !(variant & 256), !(variant & 128),
-                                    variant & 512 ? 1 : variant & 1024 ? 2 : 0, st);
+                                    ws_bytes, st);
         if (e != hipErrorInvalidValue)
             return e; /* else: the two launches */
     }
 #endif
 #if AK_CLUSTER
-    if (!(variant & 1) && m3g_attention_sk_cluster(B, nh, nkv, hd, blocks, topk, kv_dtype, mode)) {
-        if (!(variant & 2) && at_tc_ok(nh, nkv, hd)) { /* tensor cores (default) */
-            /* default: PDL launch, the next kernel released before the last
-             * cluster barrier (fastest measured); bit 2: released at the
-             * start; bit 3: no PDL; bit 4: one block per SM */
+    if (!(probe & M3G_SK_TWO_LAUNCH) &&
+        m3g_attention_sk_cluster(B, nh, nkv, hd, blocks, topk, kv_dtype, mode)) {
+        if (at_tc_ok(nh, nkv, hd)) { /* tensor cores (default): PDL launch, the next
+                                      * kernel released before the last cluster barrier */
             const hipError_t e =
-                at_tc_run(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd, blocks, topk,
-                          !(variant & 8), !(variant & 4), (variant & 16) != 0, st);
+                at_tc_run(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd, blocks, topk, st);
             if (e != hipErrorInvalidValue)
                 return e; /* else: the scalar cluster kernel */
         }
@@ -2208,7 +2158,7 @@ hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, co
             return e; /* else: no such cluster on this device; the two launches below */
     }
 #endif
-    (void)variant;
+    (void)probe;
     if (!ws)
         return hipErrorInvalidValue;
     /* rows per launch pair: as many as the workspace holds (at least one) */

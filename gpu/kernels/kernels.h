@@ -158,20 +158,14 @@ int m3g_attention_sk_tc(int B, int nh, int nkv, int hd, const int32_t *blocks, i
  * Host only; the device or a short workspace may still refuse it. */
 int m3g_attention_sk_dense_tc(int64_t keys, int nh, int nkv, int hd, int kv_dtype, int mode);
 
-/* m3g_attention_sk with a benchmark knob: variant bit 0 forces the two-launch
- * path where the cluster path would be taken, bit 1 the scalar cluster kernel
- * instead of the tensor-core one; the tensor-core kernel (default: PDL
- * launch, the next kernel released before its last cluster barrier) with
- * bit 2: released at its start instead; bit 3: launched without PDL; bit 4:
- * one block per SM; dense (blocks NULL): bit 5 never the dense tensor-core
- * path, bit 6 that path at any key count, bit 7 without its L2 cache hints,
- * bit 8 without its PDL launches, bit 9 its 8-warp CTAs of up to 4 KV
- * groups, bit 10 its 4-warp CTAs of up to 4 groups (default: 4-warp CTAs of
- * one group) (0 = m3g_attention_sk). */
+/* m3g_attention_sk with the benchmark's yardsticks (probe 0 = m3g_attention_sk;
+ * timing only, the same results): */
+#define M3G_SK_TWO_LAUNCH 1 /* the two launches where a one-launch or dense tensor-core path applies */
+#define M3G_SK_DENSE_TC 64  /* dense: the split-key tensor-core path at any key count */
 hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, const void *vc,
                                   int kv_dtype, const int32_t *page_table, int B, int64_t pos0,
                                   int T, int nh, int nkv, int hd, const int32_t *blocks, int topk,
-                                  int mode, void *ws, size_t ws_bytes, int variant,
+                                  int mode, void *ws, size_t ws_bytes, int probe,
                                   hipStream_t st);
 
 /* ---- msa_attention.cu -------------------------------------------------- */
@@ -179,8 +173,8 @@ hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, co
  * blocks [nkv, T, topk] != NULL (a set per row; -1 = empty), but the caches
  * kc/vc [slots, nkv, hd] are of kv_dtype: M3G_F32, or M3G_BF16 (raw bf16
  * bits). Tensor cores (mma.sync bf16, fp32 accumulate, two passes so that
- * p = bf16(exp(s - M) / L) as ref; a faster one-pass variant is opt-in, see
- * msa_attention.cu's header) when m3g_msa_attention_tc says so, else a
+ * p = bf16(exp(s - M) / L) as ref; the one-pass form is
+ * m3g_msa_attention_prefill_onepass) when m3g_msa_attention_tc says so, else a
  * portable scalar kernel (exact p).
  * Needs hd <= 128. */
 hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc, const void *vc,
@@ -188,19 +182,15 @@ hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc,
                                      int T, int nh, int nkv, int hd, const int32_t *blocks,
                                      int topk, int mode, hipStream_t st);
 
-/* m3g_msa_attention_prefill with a benchmark knob for the tensor-core path:
- * variant 0 = the default (8), 1 = k_msa_tc (two passes, CTA barriers), 2 /
- * 5 = two passes with exact p (ref's rounding), 8 / 11 rows per CTA, 3 / 4 =
- * one pass, 8 / 11 rows, 6 = one pass pipelined, 11 rows, 7 = 5 with its
- * second pass pipelined (bitwise 5's results), 8 = 7 with a cheaper tile
- * prologue (bitwise 5's), 9 = 8 with the row union in ascending block id
- * (exact p, other fp32 sum order); no effect where the scalar path is taken.
- * Results within the bf16 profile for every variant. */
-hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
-                                           const void *vc, int kv_dtype,
-                                           const int32_t *page_table, int B, int64_t pos0, int T,
-                                           int nh, int nkv, int hd, const int32_t *blocks,
-                                           int topk, int mode, int variant, hipStream_t st);
+/* The same with one-pass p rounding (online softmax, FlashAttention style:
+ * p rounded on the running max's scale, within the bf16 profile, M3-TOL-8)
+ * on the tensor-core path; the scalar path's exact p elsewhere. */
+hipError_t m3g_msa_attention_prefill_onepass(float *out, const float *q, const void *kc,
+                                             const void *vc, int kv_dtype,
+                                             const int32_t *page_table, int B, int64_t pos0,
+                                             int T, int nh, int nkv, int hd,
+                                             const int32_t *blocks, int topk, int mode,
+                                             hipStream_t st);
 
 /* 1 iff m3g_msa_attention_prefill takes the tensor-core path for these shapes
  * (NVIDIA build, mode 1, hd in {16, 32, 64, 128}, nh/nkv <= 16, B <= 128,
@@ -247,26 +237,6 @@ hipError_t m3g_msa_indexer(int32_t *out, float *bs, const float *iq, const void 
 /* Scratch bytes m3g_msa_indexer needs for T rows (host only). */
 size_t m3g_msa_indexer_ws(int T, int G, int nbmax);
 
-/* m3g_msa_indexer with a benchmark knob: variant bit 0 allows fmaf scores
- * when iq is bf16 (UNPROVEN for arbitrary keys: the keys' range is assumed;
- * m3g_msa_indexer_ex proves it instead); (variant >> 1) & 7 picks the
- * kernel / configuration: 0 default (the streaming kernel k_idx where it
- * applies: NVIDIA or emulation, bf16 cache, d = 128, G <= 4, B % 32 == 0;
- * else the fused kernel); 1-3 the fused kernel's tuning variants (whole
- * rows per slice; 1 key per thread, 3 blocks per SM; 2-deep ring, 4 blocks
- * per SM; bf16 cache, G = 4); 4 the fused kernel's default (the previous
- * default path); 5, 6, 7 k_idx with 1, 2, 4 keys per lane (0: 4 up to
- * msa.cu IDX_KPT4_MAXB MSA blocks per SM, else 2).
- * k_idx only: bit 4 (16) block scores only, no selection (timing; out,
- * ctr, ws untouched); bit 5 (32) no programmatic dependent launch; bit 6
- * (64) lists and tickets but no merge (timing; out untouched); bit 9 (512)
- * copies with the L2::256B fetch hint (timing). */
-hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const void *ikc,
-                                 int ik_dtype, const int32_t *page_table, int B, int64_t pos0,
-                                 int T, int G, int d, int nbmax, int topk, int local_blocks,
-                                 int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
-                                 int variant, hipStream_t st);
-
 /* Exponent range words of a bf16 index-K cache: device unsigned rng[2]
  * (owned by the cache's owner) covering every value written to the cache;
  * they let the indexer prove fmaf scores bitwise equal to ref's multiply-
@@ -280,24 +250,22 @@ hipError_t m3g_to_bf16_ranged(uint16_t *dst, const float *src, int64_t n, unsign
                               hipStream_t st);
 hipError_t m3g_ik_range_scan(unsigned *rng, const uint16_t *src, int64_t n, hipStream_t st);
 
-/* m3g_msa_indexer_tuned with the cache's range words (NULL: multiply then
- * add, as m3g_msa_indexer). With them (bf16 cache, streaming kernel) scores
- * use fmaf when the per-launch check proves every product exact, else
- * multiply then add: bitwise as ref either way. variant 0 = the default;
- * extra bits: 1024 multiply then add despite the range words (timing);
- * 2048 a bandwidth-ceiling kernel that only streams the cache's
- * nbmax * B * d * 2 bytes (timing; no output), (variant >> 12) & 3 = log2
- * of its blocks per SM; 16384 the streaming kernel requests its whole
- * ring (not one slot per warp) before waiting for the previous kernel; 128
- * the streaming kernel's previous ticket (fence, atomic, fence; the default
- * is one acquire-release atomic), same results (timing). cfg 0
- * (variant bits 1-3 zero) picks the keys per lane by context length (msa.cu
- * IDX_KPT4_MAXB). */
+/* m3g_msa_indexer with the cache's range words (NULL: multiply then add, as
+ * m3g_msa_indexer). With them (bf16 cache, streaming kernel) scores use fmaf
+ * when the per-launch check proves every product exact, else multiply then
+ * add: bitwise as ref either way. probe: 0 in every product caller; the
+ * benchmark's yardsticks (timing only) OR these bits: */
+#define M3G_IDX_FUSED 8         /* the portable fused kernel instead of the streaming one */
+#define M3G_IDX_SCORES_ONLY 16  /* streaming kernel: block scores only (out, ctr, ws untouched) */
+#define M3G_IDX_NO_PDL 32       /* a plain launch instead of programmatic dependent launch */
+#define M3G_IDX_NO_MERGE 64     /* streaming kernel: local lists and tickets, no merge */
+#define M3G_IDX_CEILING 2048    /* a kernel that only streams the cache's bytes (no output); */
+                                /* (probe >> 12) & 3 = log2 of its blocks per SM */
 hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const void *ikc,
                               int ik_dtype, const int32_t *page_table, int B, int64_t pos0, int T,
                               int G, int d, int nbmax, int topk, int local_blocks,
                               int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
-                              const unsigned *ik_range, int variant, hipStream_t st);
+                              const unsigned *ik_range, int probe, hipStream_t st);
 
 /* ---- moe.cu ------------------------------------------------------------ */
 /* Router for T tokens (ref m3_router; M3-MOE-ROUTER-*): fp32 logits of

@@ -14,8 +14,8 @@
  * warp-private 2-deep cp.async rings, 4 keys per lane up to 16 MSA blocks
  * per SM else 2, fmaf scores where the per-launch range check proves them
  * bitwise equal to multiply-then-add ("FMA exactness"), a local top-k per
- * block, a one-atomic ticket and a last-block merge, PDL. hipcc/AMD (and
- * benchmark variant 8): the fused kernel ("Fused indexer"). Other shapes:
+ * block, a one-atomic ticket and a last-block merge, PDL. hipcc/AMD: the
+ * fused kernel ("Fused indexer"). Other shapes:
  * the two-launch path (one block per (key block, query) for the scores,
  * one per (t, g) for the selection); prefill runs it one block per row.
  *
@@ -568,10 +568,6 @@ hipError_t m3g_msa_select(int32_t *out, const float *bs, int64_t pos0, int T, in
  * (ascending), -1 padding.
  *
  * Scores: each product is a multiply then an add, as ref (bitwise).
- * Opt-in (m3g_msa_indexer_tuned variant 9, benchmarks only): fmaf when
- * every iq value is bf16 with an exponent in idx_q_fma_ok's range, keys
- * ASSUMED in range (unproven; the streaming kernel's default proves it from
- * the cache's range words instead, see "FMA exactness").
  * ========================================================================== */
 
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__) && !defined(M3_EMU)
@@ -1112,12 +1108,12 @@ MSA_UNROLL
     }
 }
 
-/* grid (P, T), NT threads. allow_fma: fmaf scores when iq is bf16 (opt-in). */
+/* grid (P, T), NT threads. */
 template <int BF, int NG, int NT, int KPT, int ST, int SCH>
 __global__ void k_mix_indexer(int32_t *out, float *bs, const float *iq, const void *ikc,
                               const int32_t *page_table, int B, int64_t pos0, int T, int d,
                               int nbmax, int topk, int local_blocks, int init_blocks,
-                              unsigned *ctr, mix_u64 *gmax, int allow_fma, size_t stage_bytes)
+                              unsigned *ctr, mix_u64 *gmax, size_t stage_bytes)
 {
     M3_DYN_SHARED(float, smem);
     constexpr int KG = NT * KPT;
@@ -1131,17 +1127,8 @@ __global__ void k_mix_indexer(int32_t *out, float *bs, const float *iq, const vo
     char *stage = (char *)(smem + mix_stage_off(NG, d, KG));
     float *bsrow = bs + (size_t)t * NG * nbmax;
 
-    if (tid == 0)
-        flag[1] = 0;
-    __syncthreads();
-    unsigned low = 0; /* bf16 check of iq: any low mantissa bits set? */
-    for (int e = tid; e < NG * d; e += NT) {
-        const float v = iq[(size_t)t * NG * d + e];
-        qs[e] = v;
-        low |= __float_as_uint(v) & 0xffffu;
-    }
-    if (low)
-        atomicAdd(&flag[1], 1u);
+    for (int e = tid; e < NG * d; e += NT)
+        qs[e] = iq[(size_t)t * NG * d + e];
     for (int b = nb + c * NT + tid; b < nbmax; b += P * NT) /* blocks this row cannot see */
         for (int g = 0; g < NG; g++)
             bsrow[(size_t)g * nbmax + b] = -INFINITY;
@@ -1154,18 +1141,9 @@ __global__ void k_mix_indexer(int32_t *out, float *bs, const float *iq, const vo
     mix_u64 kmax[NG]; /* this thread's best golden key per head (0: none) */
     for (int g = 0; g < NG; g++)
         kmax[g] = 0;
-    int use_fma = 0;
-    if constexpr (BF) {
-        use_fma = allow_fma && flag[1] == 0;
-        if (use_fma)
-            mix_stream<BF, NG, NT, KPT, ST, SCH, 1>(bsrow, nbmax, qs, wm, carry, stage,
-                                                    (const char *)ikc, page_table, B, klo, nkeys,
-                                                    blo, d, qb, local_blocks, init_blocks, kmax);
-    }
-    if (!use_fma)
-        mix_stream<BF, NG, NT, KPT, ST, SCH, 0>(bsrow, nbmax, qs, wm, carry, stage,
-                                                (const char *)ikc, page_table, B, klo, nkeys, blo,
-                                                d, qb, local_blocks, init_blocks, kmax);
+    mix_stream<BF, NG, NT, KPT, ST, SCH, 0>(bsrow, nbmax, qs, wm, carry, stage, (const char *)ikc,
+                                            page_table, B, klo, nkeys, blo, d, qb, local_blocks,
+                                            init_blocks, kmax);
     mix_cp_wait<0>();
     __syncthreads(); /* the ring is free: reduce the group maximum per head */
     mix_u64 *red = (mix_u64 *)stage; /* [NT / 32][NG] */
@@ -1223,7 +1201,7 @@ static int mix_grid_p(int per_sm, int T, int nbmax)
     return P > 65535 ? 65535 : P;
 }
 
-#define MIX_MAX_PER_SM 4 /* the largest per_sm of any configuration below */
+#define MIX_MAX_PER_SM 2 /* the largest per_sm of any configuration below */
 
 /* Launch configuration: threads, keys per thread, ring depth, resident
  * blocks per SM (shared memory bound). ws: the group maxima [T][NG][P]. */
@@ -1231,7 +1209,7 @@ template <int BF, int NG, int NT, int KPT, int ST, int SCH>
 static hipError_t mix_launch(int per_sm, int32_t *out, float *bs, const float *iq,
                              const void *ikc, const int32_t *page_table, int B, int64_t pos0,
                              int T, int d, int nbmax, int topk, int local_blocks, int init_blocks,
-                             unsigned *ctr, void *ws, int allow_fma, hipStream_t st)
+                             unsigned *ctr, void *ws, hipStream_t st)
 {
     constexpr int KG = NT * KPT;
     const size_t stage_bytes = (size_t)ST * KG * (SCH * 16 + 16);
@@ -1247,7 +1225,7 @@ static hipError_t mix_launch(int per_sm, int32_t *out, float *bs, const float *i
 #endif
     hipLaunchKernelGGL((k_mix_indexer<BF, NG, NT, KPT, ST, SCH>), dim3(P, T), dim3(NT), shm, st, out,
                        bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk, local_blocks,
-                       init_blocks, ctr, gmax, allow_fma, stage_bytes);
+                       init_blocks, ctr, gmax, stage_bytes);
     return hipGetLastError();
 }
 
@@ -1260,63 +1238,42 @@ static hipError_t mix_launch(int per_sm, int32_t *out, float *bs, const float *i
 #endif
 
 template <int BF, int NG>
-static hipError_t mix_dispatch(int cfg, int32_t *out, float *bs, const float *iq, const void *ikc,
+static hipError_t mix_dispatch(int32_t *out, float *bs, const float *iq, const void *ikc,
                                const int32_t *page_table, int B, int64_t pos0, int T, int d,
                                int nbmax, int topk, int local_blocks, int init_blocks,
-                               unsigned *ctr, void *ws, int allow_fma, hipStream_t st)
+                               unsigned *ctr, void *ws, hipStream_t st)
 {
-#if MIX_CPASYNC || defined(M3_EMU) /* (AMD: > 64 KB of LDS) */
-    if constexpr (BF && NG == 4) {
-        if (cfg == 1) /* whole rows per slice (512 contiguous bytes per warp copy),
-                       * 128 threads, 1 key each, 3 x 34 KB ring, 2 per SM */
-            return mix_launch<BF, NG, 128, 1, 3, 16>(2, out, bs, iq, ikc, page_table, B, pos0, T,
-                                                     d, nbmax, topk, local_blocks, init_blocks,
-                                                     ctr, ws, allow_fma, st);
-        if (cfg == 2) /* 128 threads, 1 key each, 40 KB ring, 3 per SM */
-            return mix_launch<BF, NG, 128, 1, 4, 4>(3, out, bs, iq, ikc, page_table, B, pos0, T, d,
-                                                 nbmax, topk, local_blocks, init_blocks, ctr,
-                                                 ws, allow_fma, st);
-        if (cfg == 3) /* the default's 2 keys per thread with a 2-deep ring (40 KB):
-                       * 4 CTAs (16 warps) per SM instead of 2, for occupancy
-                       * (ncu: the default runs 8 warps per SM at 30% of DRAM) */
-            return mix_launch<BF, NG, 128, 2, 2, 4>(4, out, bs, iq, ikc, page_table, B, pos0, T, d,
-                                                 nbmax, topk, local_blocks, init_blocks, ctr,
-                                                 ws, allow_fma, st);
-    }
-#endif
-    (void)cfg;
     return mix_launch<BF, NG, MIX_DEFAULT>(MIX_DEFAULT_PER_SM, out, bs, iq, ikc, page_table, B,
                                            pos0, T, d, nbmax, topk, local_blocks, init_blocks,
-                                           ctr, ws, allow_fma, st);
+                                           ctr, ws, st);
 }
 
 template <int BF>
-static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const float *iq,
+static hipError_t mix_dispatch_g(int G, int32_t *out, float *bs, const float *iq,
                                  const void *ikc, const int32_t *page_table, int B, int64_t pos0,
                                  int T, int d, int nbmax, int topk, int local_blocks,
-                                 int init_blocks, unsigned *ctr, void *ws, int allow_fma, hipStream_t st)
+                                 int init_blocks, unsigned *ctr, void *ws, hipStream_t st)
 {
+#define MIX_ARGS out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk, local_blocks, \
+                 init_blocks, ctr, ws, st
     switch (G) {
     case 1:
-        return mix_dispatch<BF, 1>(cfg, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
-                                   local_blocks, init_blocks, ctr, ws, allow_fma, st);
+        return mix_dispatch<BF, 1>(MIX_ARGS);
     case 2:
-        return mix_dispatch<BF, 2>(cfg, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
-                                   local_blocks, init_blocks, ctr, ws, allow_fma, st);
+        return mix_dispatch<BF, 2>(MIX_ARGS);
     case 3:
-        return mix_dispatch<BF, 3>(cfg, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
-                                   local_blocks, init_blocks, ctr, ws, allow_fma, st);
+        return mix_dispatch<BF, 3>(MIX_ARGS);
     default:
-        return mix_dispatch<BF, 4>(cfg, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
-                                   local_blocks, init_blocks, ctr, ws, allow_fma, st);
+        return mix_dispatch<BF, 4>(MIX_ARGS);
     }
+#undef MIX_ARGS
 }
 
 /* ==========================================================================
  * Streaming indexer (k_idx): the default m3g_msa_indexer path on NVIDIA
  * (and in the CPU emulation) for the bf16 index-K cache with d = 128,
  * G <= 4, B % 32 == 0, topk <= 32. The fused kernel above stays the
- * portable path (hipcc / AMD) and a benchmark variant.
+ * portable path (hipcc / AMD; bench-gpu times it on NVIDIA too).
  *
  * Why a new kernel: the fused kernel ran 8 warps per SM (123 registers,
  * 84 KB of shared memory per 128-thread block, every slice behind a block
@@ -1364,8 +1321,7 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
  * walked the lists with chains of dependent L2 loads (~7.2 us at 128K;
  * this one ~4.0 us). The ticket: one thread per block takes it with one
  * acquire-release atomic (idx_ticket: releases its block's list stores; the
- * last block acquires everyone's); variant bit 7 (128) the previous form,
- * fence.acq_rel.gpu, atomic, fence for the last block.
+ * last block acquires everyone's).
  *
  * Programmatic dependent launch (NVIDIA): the kernel lets the next kernel
  * launch at once and, before waiting for the previous kernel, starts the
@@ -1379,8 +1335,8 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
  * each block's range before the dependency wait (+1.1 / +0.8 us at 128K /
  * 1M), and of whole warp tiles 0 / 1 / 2 tiles ahead of the ring while
  * streaming (1M: +4.3 / +14.5 / +21.9 us against without); the L2::256B fetch
- * hint on the copies (variant bit 9: 21.85 / 88.63 us against 22.32 /
- * 86.35); 8 warps x 3 stages or 6 warps x 4 stages (see idx_dispatch).
+ * hint on the copies (21.85 / 88.63 us against 22.32 / 86.35); 8 warps x 3
+ * stages or 6 warps x 4 stages (see idx_dispatch).
  * Tuning builds of 2026-11-30 (bench-gpu, 128K / 1M; the default 19.98 /
  * 76.32 and 20.06 / 76.70 us in the same two runs): one SM left out of the
  * grid so that the next launch's blocks need not wait for the merging
@@ -1413,10 +1369,7 @@ static hipError_t mix_dispatch_g(int G, int cfg, int32_t *out, float *bs, const 
 #endif
 #define IDX_F_SCORES_ONLY 2        /* kernel flag: block scores only (timing) */
 #define IDX_F_NO_MERGE 4           /* kernel flag: no merge in the last block (timing) */
-#define IDX_F_L2W 8                /* kernel flag: cp.async with the L2::256B fetch hint */
 #define IDX_F_PROVEN 16            /* kernel flag: FMA where the range words prove it exact */
-#define IDX_F_PRO2 32              /* kernel flag: the whole ring requested before the wait */
-#define IDX_F_FENCE 64             /* kernel flag: the previous ticket (fence, atomic, fence) */
 
 #if IDX_ON
 
@@ -1482,14 +1435,7 @@ static __device__ __forceinline__ void idx_pdl_wait()
  * In practice (RMS-normed, rotated bf16 index q / k) fq', fk' lie far inside
  * [60, 190]; the fallback exists for adversarial inputs (bench-gpu checks
  * both directions with crafted overflow cases).
- *
- * idx_q_fma_ok: the older unproven opt-in (variant bit 0, benchmarks only):
- * q bf16 and 0 or 2^-60 <= |q| < 2^61, keys assumed in [2^-75, 2^67). */
-static __device__ __forceinline__ int idx_q_fma_ok(float v)
-{
-    const unsigned u = __float_as_uint(v), e = (u >> 23) & 0xffu;
-    return (u & 0xffffu) == 0 && ((u & 0x7fffffffu) == 0 || (e >= 127u - 60u && e < 127u + 61u));
-}
+ */
 
 /* q value v (fp32 bits) against the cache's range words (klo, khi), as above */
 static __device__ __forceinline__ int idx_fma_exact(float v, unsigned klo, unsigned khi)
@@ -1562,31 +1508,6 @@ MSA_UNROLL
     }
 }
 
-/* mix_cp16 with the L2::256B hint: L2 fetches the whole 256-byte key row
- * from DRAM when a unit copies one half of it. */
-static __device__ __forceinline__ void idx_cp16_l2w(void *s, const void *g)
-{
-#if MIX_CPASYNC && defined(__CUDA_ARCH__)
-    const unsigned a = (unsigned)__cvta_generic_to_shared(s);
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(a), "l"(g)
-                 : "memory");
-#else
-    mix_cp16(s, g);
-#endif
-}
-
-/* GPU-scope acquire-release fence (one thread; cheaper than __threadfence's
- * sequentially consistent fence, which every thread of every block used to
- * run before the ticket). */
-static __device__ __forceinline__ void idx_fence()
-{
-#if MIX_CPASYNC && defined(__CUDA_ARCH__)
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-#else
-    __threadfence();
-#endif
-}
-
 /* The ticket: one GPU-scope acquire-release atomic add, returning the old
  * value. Release: the block's list stores, ordered before thread 0 by the
  * block barrier (cumulativity, as with the fence it replaces); acquire:
@@ -1606,19 +1527,6 @@ static __device__ __forceinline__ unsigned idx_ticket(unsigned *p)
     __threadfence();
     return k;
 #endif
-}
-
-/* The previous ticket (variant bit 128, IDX_F_FENCE): fence (release,
- * cumulative over the block's stores seen via the barrier), plain atomic,
- * and for the last of the P blocks a second fence (acquire: every block's
- * lists). Returns the old counter value. */
-static __device__ __forceinline__ unsigned idx_ticket_fenced(unsigned *p, int P)
-{
-    idx_fence();
-    const unsigned k = atomicAdd(p, 1u);
-    if (k == (unsigned)(P - 1))
-        idx_fence();
-    return k;
 }
 
 #if defined(M3_EMU)
@@ -1738,12 +1646,11 @@ static __device__ void idx_merge(int32_t *out, size_t ostride, const mix_u64 *li
         o[i] = -1;
 }
 
-/* grid (P, T), NW warps, KPT keys per lane. flags: 1 = FMA allowed (FMA = 1
- * builds only; used when idx_q_fma_ok holds for all of iq[t]),
+/* grid (P, T), NW warps, KPT keys per lane. flags: IDX_F_PROVEN = FMA
+ * where the range words prove it exact (FMA = 1 builds only),
  * IDX_F_SCORES_ONLY = block scores only (timing of the streaming part; out,
  * ctr, ws untouched), IDX_F_NO_MERGE = lists and tickets but the last block
- * does not merge (timing; out untouched), IDX_F_L2W = copies with the
- * L2::256B hint. */
+ * does not merge (timing; out untouched). */
 template <int NG, int NW, int ST, int KPT, int FMA>
 __global__ void IDX_BOUNDS(NW * 32)
     k_idx(int32_t *out, float *bs, const float *iq, const char *ikc, const int32_t *page_table,
@@ -1776,7 +1683,6 @@ __global__ void IDX_BOUNDS(NW * 32)
     const int rtiles = (IDX_RT / tpb) * tpb; /* tiles per round: whole blocks */
     char *stage = sm + L::ring + (size_t)w * ST * IDX_TILEB;
     const int scores_only = (flags & IDX_F_SCORES_ONLY) != 0;
-    const int l2w = (flags & IDX_F_L2W) != 0;
 
     idx_pdl_trigger();
     if (tid < 16)
@@ -1813,12 +1719,8 @@ MSA_UNROLL
             for (int i = 0; i < 16; i++) { /* 512 bytes per warp instruction */
                 const int r = i * (32 / CPS) + lane / CPS, k = i * KPT / 16, rr = r & 31;
                 const int pos = sw ? (cc ^ ((r >> 1) & 3)) : (cc ^ (r & 7));
-                if (rr < nv[k]) {
-                    if (l2w)
-                        idx_cp16_l2w(dst + r * SB + (pos << 4), src[k] + rr * IDX_ROWB + cc * 16);
-                    else
-                        mix_cp16(dst + r * SB + (pos << 4), src[k] + rr * IDX_ROWB + cc * 16);
-                }
+                if (rr < nv[k])
+                    mix_cp16(dst + r * SB + (pos << 4), src[k] + rr * IDX_ROWB + cc * 16);
             }
         }
         mix_cp_commit();
@@ -1829,8 +1731,7 @@ MSA_UNROLL
     load_pages(0);
     __syncthreads(); /* misc, pages of round 0 */
     int pre = 0;
-    const int pro2 = (flags & IDX_F_PRO2) != 0; /* ST prologue units, else ST - 1 */
-    const int npro = ST - 1 + pro2;
+    const int npro = ST - 1; /* prologue units */
     {
         const int tend = ntile < rtiles ? ntile : rtiles;
         int last = -1; /* the last tile of the prologue units that exists */
@@ -1858,7 +1759,7 @@ MSA_UNROLL
         const float v = iq[(size_t)t * NG * IDX_D + e];
         qs[e] = v;
         if (FMA)
-            qbad |= proven ? !idx_fma_exact(v, rlo, rhi) : !idx_q_fma_ok(v);
+            qbad |= !proven || !idx_fma_exact(v, rlo, rhi);
     }
     if (qbad)
         atomicAdd(&misc[1], 1u);
@@ -1867,7 +1768,7 @@ MSA_UNROLL
         for (int g = 0; g < NG; g++)
             bsrow[(size_t)g * nbmax + b] = -INFINITY;
     __syncthreads();
-    const int use_fma = FMA && (proven || (flags & 1)) && misc[1] == 0;
+    const int use_fma = FMA && proven && misc[1] == 0;
 
     const int nf = msa_forced_list(NULL, nb, qb, topk, local_blocks, init_blocks); /* every head */
     const int need = topk - nf;
@@ -1886,8 +1787,7 @@ MSA_UNROLL
                 issue(u, r0, tend);
         float acc[KPT][NG];
         for (int u = 0; u < myn; u++) {
-            if (!pro2)
-                issue(u + ST - 1, r0, tend);
+            issue(u + ST - 1, r0, tend);
             mix_cp_wait<ST - 1>(); /* unit u landed (this thread's copies) */
             idx_syncwarp();        /* ... and every lane's */
             const int sl = u % KPT;
@@ -1907,8 +1807,6 @@ MSA_UNROLL
                 idx_unit<NG, KPT, 0>(st, qs, sl, acc);
             }
             idx_syncwarp(); /* stage u % ST free for unit u + ST */
-            if (pro2)
-                issue(u + ST, r0, tend);
             if (sl == KPT - 1) { /* warp tile done: tile maxima (keys ascending) */
                 const int tl0 = r0 + (w + (u / KPT) * NW) * KPT;
 MSA_UNROLL
@@ -1970,7 +1868,7 @@ MSA_UNROLL
     }
     __syncthreads(); /* the block's list stores happen before thread 0's release */
     if (tid == 0)
-        misc[0] = (flags & IDX_F_FENCE) ? idx_ticket_fenced(&ctr[t], P) : idx_ticket(&ctr[t]);
+        misc[0] = idx_ticket(&ctr[t]);
     __syncthreads();
     if (misc[0] != (unsigned)(P - 1))
         return;
@@ -2016,19 +1914,17 @@ static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const voi
 /* The default: 12 warps, 2 x 8 KB stages per warp (192 KB ring), one block
  * per SM, IDX_KPT_DEFAULT keys per lane. */
 #define IDX_KPT_DEFAULT 2
-/* G = 4, cfg 0: 4 keys per lane when every block has at most this many MSA
+/* G = 4: 4 keys per lane when every block has at most this many MSA
  * blocks (short contexts: 128K on 132 SMs is 8), else IDX_KPT_DEFAULT */
 #define IDX_KPT4_MAXB 16
 
-/* cfg (m3g_msa_indexer_tuned (variant >> 1) & 7): 0 default (4 keys per
- * lane up to IDX_KPT4_MAXB MSA blocks per block, else 2; G < 4: 2); 5, 6,
- * 7: 1, 2, 4 keys per lane (12 warps x 2 stages each). fma: instantiate the
- * kernel that may use fmaf (its flags decide per launch). Other shapes of the same
- * 192 KB ring measured slower (H200, bench-gpu, with this merge): 8 warps x
- * 3 stages 22.54 / 97.01 us at 128K / 1M, 6 warps x 4 stages 25.51 /
- * 123.06 us (default 22.32 / 86.35 us in the same run). */
-static hipError_t idx_dispatch(int G, int cfg, int fma, int32_t *out, float *bs,
-                               const float *iq,
+/* 4 keys per lane when every block has at most IDX_KPT4_MAXB MSA blocks
+ * (G = 4), else IDX_KPT_DEFAULT. fma: instantiate the kernel that may use
+ * fmaf (its flags decide per launch). Other shapes of the same 192 KB ring
+ * measured slower (H200, bench-gpu, with this merge): 8 warps x 3 stages
+ * 22.54 / 97.01 us at 128K / 1M, 6 warps x 4 stages 25.51 / 123.06 us
+ * (default 22.32 / 86.35 us in the same run). */
+static hipError_t idx_dispatch(int G, int fma, int32_t *out, float *bs, const float *iq,
                                const void *ikc, const int32_t *page_table, int B, int64_t pos0,
                                int T, int nbmax, int topk, int local_blocks, int init_blocks,
                                unsigned *ctr, void *ws, const unsigned *ikr, int flags, int pdl,
@@ -2037,14 +1933,8 @@ static hipError_t idx_dispatch(int G, int cfg, int fma, int32_t *out, float *bs,
 #define IDX_ARGS out, bs, iq, ikc, page_table, B, pos0, T, nbmax, topk, local_blocks, init_blocks, \
                  ctr, ws, ikr, flags, pdl, st
     const int P = idx_grid_p(T, nbmax), bmax = (nbmax + P - 1) / P;
-    const int kpt = cfg == 5   ? 1
-                    : cfg == 6 ? 2
-                    : cfg == 7 ? 4
-                               : (bmax <= IDX_KPT4_MAXB ? 4 : IDX_KPT_DEFAULT);
     if (G == 4) {
-        if (kpt == 1)
-            return fma ? idx_launch<4, 12, 2, 1, 1>(IDX_ARGS) : idx_launch<4, 12, 2, 1, 0>(IDX_ARGS);
-        if (kpt == 4)
+        if (bmax <= IDX_KPT4_MAXB)
             return fma ? idx_launch<4, 12, 2, 4, 1>(IDX_ARGS) : idx_launch<4, 12, 2, 4, 0>(IDX_ARGS);
         return fma ? idx_launch<4, 12, 2, 2, 1>(IDX_ARGS) : idx_launch<4, 12, 2, 2, 0>(IDX_ARGS);
     }
@@ -2059,7 +1949,7 @@ static hipError_t idx_dispatch(int G, int cfg, int fma, int32_t *out, float *bs,
 #undef IDX_ARGS
 }
 
-/* Bandwidth ceiling (benchmark only, variant bit 11): a trivial kernel that
+/* Bandwidth ceiling (benchmark only, M3G_IDX_CEILING): a trivial kernel that
  * streams the same n bytes with the indexer's grid style (nsm * mult blocks
  * of 384 threads, each a contiguous range; 8 independent 16-byte loads per
  * thread in flight) and does nothing with them (a data-dependent store that
@@ -2131,33 +2021,32 @@ hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const vo
                               int ik_dtype, const int32_t *page_table, int B, int64_t pos0, int T,
                               int G, int d, int nbmax, int topk, int local_blocks,
                               int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
-                              const unsigned *ik_range, int variant, hipStream_t st)
+                              const unsigned *ik_range, int probe, hipStream_t st)
 {
     if (T <= 0)
         return hipSuccess;
     if (G <= 0 || d <= 0 || B <= 0 || topk <= 0 || topk > 32 ||
-        (ik_dtype != M3G_F32 && ik_dtype != M3G_BF16))
+        (ik_dtype != M3G_F32 && ik_dtype != M3G_BF16) ||
+        (probe & ~(M3G_IDX_FUSED | M3G_IDX_SCORES_ONLY | M3G_IDX_NO_PDL | M3G_IDX_NO_MERGE |
+                   M3G_IDX_CEILING | (3 << 12))) != 0)
         return hipErrorInvalidValue;
-    const int allow_fma = variant & 1, cfg = (variant >> 1) & 7;
     const int need_ws_ok = ws_bytes >= m3g_msa_indexer_ws(T, G, nbmax);
-    (void)ik_range; /* the streaming kernel only (the fused kernel: variant bit 0) */
 #if IDX_ON
-    if ((variant & 2048) && ik_dtype == M3G_BF16) /* bandwidth ceiling (timing only) */
-        return idx_ceil_launch(ikc, (int64_t)nbmax * B * d * 2, bs, 1 << ((variant >> 12) & 3),
-                               (variant & 32) == 0, st);
-    if ((cfg == 0 || cfg >= 5) && need_ws_ok && T <= 65535 &&
+    if ((probe & M3G_IDX_CEILING) && ik_dtype == M3G_BF16) /* bandwidth ceiling (timing only) */
+        return idx_ceil_launch(ikc, (int64_t)nbmax * B * d * 2, bs, 1 << ((probe >> 12) & 3),
+                               (probe & M3G_IDX_NO_PDL) == 0, st);
+    if (!(probe & M3G_IDX_FUSED) && need_ws_ok && T <= 65535 &&
         idx_takes(ikc, ik_dtype, B, G, d, nbmax, topk, ctr, ws)) {
-        const int proven = ik_range != NULL && !(variant & 1024);
-        return idx_dispatch(G, cfg, allow_fma || proven, out, bs, iq, ikc, page_table, B, pos0, T,
-                            nbmax, topk, local_blocks, init_blocks, ctr, ws, ik_range,
-                            allow_fma | (proven ? IDX_F_PROVEN : 0) |
-                                ((variant & 16) ? IDX_F_SCORES_ONLY : 0) |
-                                ((variant & 64) ? IDX_F_NO_MERGE : 0) |
-                                ((variant & 512) ? IDX_F_L2W : 0) |
-                                ((variant & 16384) ? IDX_F_PRO2 : 0) |
-                                ((variant & 128) ? IDX_F_FENCE : 0),
-                            (variant & 32) == 0, st);
+        const int proven = ik_range != NULL;
+        return idx_dispatch(G, proven, out, bs, iq, ikc, page_table, B, pos0, T, nbmax, topk,
+                            local_blocks, init_blocks, ctr, ws, ik_range,
+                            (proven ? IDX_F_PROVEN : 0) |
+                                ((probe & M3G_IDX_SCORES_ONLY) ? IDX_F_SCORES_ONLY : 0) |
+                                ((probe & M3G_IDX_NO_MERGE) ? IDX_F_NO_MERGE : 0),
+                            (probe & M3G_IDX_NO_PDL) == 0, st);
     }
+#else
+    (void)ik_range;
 #endif
     const int esz = ik_dtype == M3G_BF16 ? 2 : 4;
     const int fused = ctr != NULL && ws != NULL && need_ws_ok && G <= 4 &&
@@ -2170,25 +2059,11 @@ hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const vo
             return e;
         return m3g_msa_select(out, bs, pos0, T, G, nbmax, B, topk, local_blocks, init_blocks, st);
     }
-    /* the fused kernel: cfg 1-3 its tuning variants, 4 (and 0 where the
-     * streaming kernel does not apply) its default configuration */
-    const int mcfg = cfg <= 3 ? cfg : 0;
-    if (ik_dtype == M3G_BF16)
-        return mix_dispatch_g<1>(G, mcfg, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
-                                 local_blocks, init_blocks, ctr, ws, allow_fma, st);
-    return mix_dispatch_g<0>(G, mcfg, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
-                             local_blocks, init_blocks, ctr, ws, allow_fma, st);
-}
-
-hipError_t m3g_msa_indexer_tuned(int32_t *out, float *bs, const float *iq, const void *ikc,
-                                 int ik_dtype, const int32_t *page_table, int B, int64_t pos0,
-                                 int T, int G, int d, int nbmax, int topk, int local_blocks,
-                                 int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
-                                 int variant, hipStream_t st)
-{
-    return m3g_msa_indexer_ex(out, bs, iq, ikc, ik_dtype, page_table, B, pos0, T, G, d, nbmax,
-                              topk, local_blocks, init_blocks, ctr, ws, ws_bytes, NULL, variant,
-                              st);
+    if (ik_dtype == M3G_BF16) /* the fused kernel */
+        return mix_dispatch_g<1>(G, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
+                                 local_blocks, init_blocks, ctr, ws, st);
+    return mix_dispatch_g<0>(G, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
+                             local_blocks, init_blocks, ctr, ws, st);
 }
 
 hipError_t m3g_msa_indexer(int32_t *out, float *bs, const float *iq, const void *ikc, int ik_dtype,
@@ -2196,6 +2071,6 @@ hipError_t m3g_msa_indexer(int32_t *out, float *bs, const float *iq, const void 
                            int nbmax, int topk, int local_blocks, int init_blocks, unsigned *ctr,
                            void *ws, size_t ws_bytes, hipStream_t st)
 {
-    return m3g_msa_indexer_tuned(out, bs, iq, ikc, ik_dtype, page_table, B, pos0, T, G, d, nbmax,
-                                 topk, local_blocks, init_blocks, ctr, ws, ws_bytes, 0, st);
+    return m3g_msa_indexer_ex(out, bs, iq, ikc, ik_dtype, page_table, B, pos0, T, G, d, nbmax,
+                              topk, local_blocks, init_blocks, ctr, ws, ws_bytes, NULL, 0, st);
 }

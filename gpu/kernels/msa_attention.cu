@@ -8,15 +8,14 @@
  * final max M and sum L; P.V in fp32; output rounded).
  *
  * Design (NVIDIA, bf16, hd in {16, 32, 64, 128}, nh / nkv <= 16, B <= 128,
- * topk <= 32): the default, variant 8 of m3g_msa_attention_prefill_tuned,
- * is k_msa_ws: one CTA per (11 consecutive query rows, KV group); the
- * rows' block lists merged into their union (a set) and each union block's
- * K and V staged once by a producer warp through a barrier-guarded ring;
+ * topk <= 32): k_msa_ws, one CTA per (11 consecutive query rows, KV group);
+ * the rows' block lists merged into their union and each union block's K
+ * and V staged once by a producer warp through a barrier-guarded ring;
  * consumer warp w owns row t0 + w with the group's 16 query heads as M of
- * mma.sync m16n8k16; two passes with exact p (pass 1: max and sum; pass 2:
- * S again, p, P.V in 64-key pieces). Other variants (bench-gpu): 1-5, 7, 9
- * (other row counts and schedules, exact p) and 6 (one pass, online
- * softmax: faster, p rounded on the running max's scale; opt-in only).
+ * mma.sync m16n8k16. m3g_msa_attention_prefill: two passes with exact p
+ * (pass 1: max and sum; pass 2: S again, p, P.V in 64-key pieces).
+ * m3g_msa_attention_prefill_onepass: one pass, online softmax (faster; p
+ * rounded on the running max's scale, within the bf16 profile).
  * Portable path (hipcc, the emulation, fp32 mode, other shapes): a scalar
  * two-pass kernel, one block per (row, group), one warp per head.
  *
@@ -36,10 +35,8 @@
 #define M3_MSA_TC 0
 #endif
 
-#define MSA_R 8      /* query rows per thread block (one warp each) */
 #define MSA_KT 128   /* keys per staged tile (= one MSA block, B <= 128) */
 #define MSA_MAXK 32  /* topk limit of the tensor-core path (R * topk <= 256 threads) */
-#define MSA_NST 3    /* K/V pipeline stages of the tensor-core path (>= 2) */
 
 /* ---- portable scalar path ------------------------------------------------ */
 
@@ -140,44 +137,6 @@ __global__ void k_msa_scalar(float *out, const float *q, const void *kc, const v
 
 /* cp.async, ldmatrix, mma.sync and bf16x2 packing: m3t_* of tc.cuh */
 
-/* Stage K (and V) rows of MSA block b into shared memory: 128 rows of HD
- * bf16 at row stride LD elements; rows j >= B or past the tile's last
- * position kmax are zero-filled. */
-template <int HD, int KVBF>
-__device__ __forceinline__ void msa_stage(uint16_t *Ks, uint16_t *Vs, const void *kc,
-                                          const void *vc, int with_v, int64_t rowbase, int64_t k0,
-                                          int64_t kmax, int B, size_t kvw, int g)
-{
-    constexpr int LD = HD + 8, CH = HD / 8; /* 16-byte chunks per row */
-    for (int idx = threadIdx.x; idx < MSA_KT * CH; idx += MSA_R * 32) {
-        const int j = idx / CH, c = idx % CH;
-        const int ok = j < B && k0 + j <= kmax;
-        const size_t src = (size_t)(rowbase + (ok ? j : 0)) * kvw + (size_t)g * HD + 8 * c;
-        uint16_t *dk = Ks + j * LD + 8 * c, *dv = Vs + j * LD + 8 * c;
-        if (KVBF) {
-            m3t_cp16(dk, (const uint16_t *)kc + src, ok ? 16 : 0);
-            if (with_v)
-                m3t_cp16(dv, (const uint16_t *)vc + src, ok ? 16 : 0);
-        } else { /* fp32 cache holding bf16 values (bf16 mode): exact conversion */
-            uint4 zk = make_uint4(0, 0, 0, 0), zv = zk;
-            if (ok) {
-                const float4 *pk = (const float4 *)((const float *)kc + src);
-                const float4 a = pk[0], bb = pk[1];
-                zk = make_uint4(m3t_pack_bf16(a.x, a.y), m3t_pack_bf16(a.z, a.w),
-                                m3t_pack_bf16(bb.x, bb.y), m3t_pack_bf16(bb.z, bb.w));
-                if (with_v) {
-                    const float4 *pv = (const float4 *)((const float *)vc + src);
-                    const float4 c0 = pv[0], c1 = pv[1];
-                    zv = make_uint4(m3t_pack_bf16(c0.x, c0.y), m3t_pack_bf16(c0.z, c0.w),
-                                    m3t_pack_bf16(c1.x, c1.y), m3t_pack_bf16(c1.z, c1.w));
-                }
-            }
-            *(uint4 *)dk = zk;
-            if (with_v)
-                *(uint4 *)dv = zv;
-        }
-    }
-}
 
 /* S[16 heads][128 keys] = Q K^T for this warp's row: s[n][e] is key
  * 8n + 2(lane%4) + (e&1), head lane/4 + 8(e>>1). */
@@ -198,22 +157,6 @@ __device__ __forceinline__ void msa_mask_keys(float s[16][4], int b, int64_t pos
     }
 }
 
-template <int HD>
-__device__ __forceinline__ void msa_qk(float s[16][4], const uint32_t qa[HD / 16][4],
-                                       const uint16_t *Ks, int lane)
-{
-    constexpr int LD = HD + 8;
-#pragma unroll
-    for (int n = 0; n < 16; n++)
-        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-#pragma unroll
-        for (int np = 0; np < 8; np++) {
-            m3t_qk16(s[2 * np], s[2 * np + 1], qa[kk], Ks, LD, np, kk, lane);
-        }
-    }
-}
 
 __device__ __forceinline__ float msa_ex2(float x)
 {
@@ -247,8 +190,7 @@ __device__ __forceinline__ void msa_pass1_done(float &m0, float &m1, float &l0, 
  * (s: S of the warp's 16 heads x 128 keys, keys it may not see -inf): per
  * head (lane/4, lane/4 + 8), n = max(m, (max s) c2) and, when n is finite,
  * l = l 2^(m - n) + the sum over nn ascending of 2^(s c2 - n) (l = 0 while m
- * = -inf), m = n. APPROX: exp2 as ex2.approx.ftz (k_msa_ws), else exp2f
- * (k_msa_tc). */
+ * = -inf), m = n. APPROX: exp2 as ex2.approx.ftz, else exp2f. */
 template <bool APPROX>
 __device__ __forceinline__ float msa_exp2(float x)
 {
@@ -281,196 +223,9 @@ __device__ __forceinline__ void msa_pass1_stats(const float sc[16][4], float c2,
     msa_pass1_head<APPROX, 2>(sc, c2, n1, m1, l1);
 }
 
-/* grid (ceil(T / R), nkv), block R * 32. */
-template <int HD, int KVBF>
-__global__ void __launch_bounds__(MSA_R * 32, 1)
-    k_msa_tc(float *out, const float *q, const void *kc, const void *vc,
-             const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
-             const int32_t *blocks, int topk, float c2)
-{
-    constexpr int LD = HD + 8;
-    static_assert(MSA_R * 16 <= MSA_KT && MSA_NST >= 2, "Q must fit one K slot");
-    extern __shared__ __align__(16) unsigned char msa_sm[];
-    /* MSA_NST stages of (K [128][LD], V [128][LD]); Q [R * 16][LD] (R * 16 ==
-     * 128 rows) shares the K slot of the last stage: it is read into
-     * registers before the first barrier of the key loop, and that stage is
-     * first written after it */
-    uint16_t *S0 = (uint16_t *)msa_sm;
-    uint16_t *Qs = S0 + (MSA_NST - 1) * 2 * MSA_KT * LD;
-    int *cand = (int *)(S0 + MSA_NST * 2 * MSA_KT * LD); /* [R * topk] */
-    int *ulist = cand + MSA_R * MSA_MAXK;              /* union block ids */
-    int *umask = ulist + MSA_R * MSA_MAXK;             /* rows that chose each */
-    int *wcnt = umask + MSA_R * MSA_MAXK;              /* [R] + total */
-
-    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
-    const int g = blockIdx.y, hpg = nh / nkv;
-    const int t0 = blockIdx.x * MSA_R, t = t0 + w;
-    const int nrows = T - t0 < MSA_R ? T - t0 : MSA_R;
-    const int64_t pos = pos0 + t;
-    const int64_t kmax = pos0 + t0 + nrows - 1; /* last position of the tile */
-    const size_t kvw = (size_t)nkv * HD;
-
-    /* Q of row t (16 heads, zero rows beyond hpg / T) -> bf16 in shared */
-    for (int e = lane; e < 16 * HD / 4; e += 32) {
-        const int hh = e / (HD / 4), d4 = e % (HD / 4);
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (t < T && hh < hpg)
-            v = ((const float4 *)(q + ((size_t)t * nh + (size_t)g * hpg + hh) * HD))[d4];
-        uint2 pk = make_uint2(m3t_pack_bf16(v.x, v.y), m3t_pack_bf16(v.z, v.w));
-        *(uint2 *)(Qs + (w * 16 + hh) * LD + 4 * d4) = pk;
-    }
-    /* candidate blocks of the tile's rows; union with row masks */
-    const int n = MSA_R * topk;
-    if (tid < n) {
-        const int r = tid / topk, tr = t0 + r;
-        int b = -1;
-        if (tr < T) {
-            b = blocks[((size_t)g * T + tr) * topk + tid % topk];
-            if (b > (int)((pos0 + tr) / B))
-                b = -1;
-        }
-        cand[tid] = b < 0 ? -1 : b;
-    }
-    __syncthreads();
-    /* entry tid is the first occurrence of its block: uniform loops, so each
-     * cand[j] read is a shared-memory broadcast */
-    int dup = 0, mask = 0;
-    const int b_me = tid < n ? cand[tid] : -1;
-    for (int r = 0; r < MSA_R; r++)
-        for (int e = 0; e < topk; e++) {
-            const int j = r * topk + e;
-            if (cand[j] == b_me) {
-                dup |= j < tid;
-                mask |= 1 << r;
-            }
-        }
-    const int first = b_me >= 0 && !dup;
-    const unsigned bal = __ballot_sync(0xffffffffu, first);
-    if (lane == 0)
-        wcnt[w] = __popc(bal);
-    __syncthreads();
-    int off = 0, nU = 0;
-    for (int i = 0; i < MSA_R; i++) {
-        off += i < w ? wcnt[i] : 0;
-        nU += wcnt[i];
-    }
-    if (first) {
-        const int k = off + __popc(bal & ((1u << lane) - 1u));
-        ulist[k] = b_me;
-        umask[k] = mask;
-    }
-    __syncthreads();
-
-    /* this warp's Q fragments (A operand, 16 heads x HD) */
-    uint32_t qa[HD / 16][4];
-    {
-        const int mi = lane >> 3, r8 = lane & 7;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++)
-            m3t_ldsm4(qa[kk], Qs + (w * 16 + r8 + 8 * (mi & 1)) * LD + kk * 16 + 8 * (mi >> 1));
-    }
-
-    const int nsteps = 2 * nU; /* pass 1: K of each union block; pass 2: K and V */
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* heads lane/4, lane/4+8 (x c2) */
-    float il0 = 0.0f, il1 = 0.0f;
-    float o[HD / 8][4];
-#pragma unroll
-    for (int i = 0; i < HD / 8; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-
-    /* steps 0 .. MSA_NST - 2 in flight before the loop; one commit group per
-     * step (empty past the end), so wait_group MSA_NST - 2 leaves step s done */
-    for (int s1 = 0; s1 < MSA_NST - 1; s1++) {
-        if (s1 < nsteps) {
-            const int b1 = ulist[s1 % nU];
-            uint16_t *K1 = S0 + s1 * 2 * MSA_KT * LD;
-            msa_stage<HD, KVBF>(K1, K1 + MSA_KT * LD, kc, vc, s1 >= nU,
-                                (int64_t)page_table[b1] * B, (int64_t)b1 * B, kmax, B, kvw, g);
-        }
-        m3t_cp_commit();
-    }
-    for (int s = 0; s < nsteps; s++) {
-        m3t_cp_wait<MSA_NST - 2>();
-        __syncthreads(); /* step s visible to all; every warp is past step s - 1 */
-        {                /* prefetch step s + NST - 1 into the stage step s - 1 used */
-            const int s1 = s + MSA_NST - 1;
-            if (s1 < nsteps) {
-                const int b1 = ulist[s1 % nU];
-                uint16_t *K1 = S0 + (s1 % MSA_NST) * 2 * MSA_KT * LD;
-                msa_stage<HD, KVBF>(K1, K1 + MSA_KT * LD, kc, vc, s1 >= nU,
-                                    (int64_t)page_table[b1] * B, (int64_t)b1 * B, kmax, B, kvw,
-                                    g);
-            }
-            m3t_cp_commit();
-        }
-        const int u = s % nU, pass2 = s >= nU;
-        const uint16_t *Ks = S0 + (s % MSA_NST) * 2 * MSA_KT * LD;
-        if (s == nU) { /* pass 1 done: global max and sum of the two heads */
-            msa_pass1_done(m0, m1, l0, l1, il0, il1);
-        }
-        if (t < T && ((umask[u] >> w) & 1)) { /* warp-uniform */
-            const int b = ulist[u];
-            float sc[16][4];
-            msa_qk<HD>(sc, qa, Ks, lane);
-            msa_mask_keys(sc, b, pos, B, lane);
-            if (!pass2) {
-                msa_pass1_stats<false>(sc, c2, m0, m1, l0, l1);
-            } else {
-                const uint16_t *Vs = Ks + MSA_KT * LD;
-#pragma unroll
-                for (int kk = 0; kk < 8; kk++) { /* 16 keys per k-step */
-                    uint32_t pa[4];
-                    pa[0] = m3t_pack_bf16(exp2f(__fmaf_rn(sc[2 * kk][0], c2, -m0)) * il0,
-                                          exp2f(__fmaf_rn(sc[2 * kk][1], c2, -m0)) * il0);
-                    pa[1] = m3t_pack_bf16(exp2f(__fmaf_rn(sc[2 * kk][2], c2, -m1)) * il1,
-                                          exp2f(__fmaf_rn(sc[2 * kk][3], c2, -m1)) * il1);
-                    pa[2] = m3t_pack_bf16(exp2f(__fmaf_rn(sc[2 * kk + 1][0], c2, -m0)) * il0,
-                                          exp2f(__fmaf_rn(sc[2 * kk + 1][1], c2, -m0)) * il0);
-                    pa[3] = m3t_pack_bf16(exp2f(__fmaf_rn(sc[2 * kk + 1][2], c2, -m1)) * il1,
-                                          exp2f(__fmaf_rn(sc[2 * kk + 1][3], c2, -m1)) * il1);
-#pragma unroll
-                    for (int np = 0; np < HD / 16; np++)
-                        m3t_pv16(o[2 * np], o[2 * np + 1], pa, Vs, LD, kk, np, lane);
-                }
-            }
-        }
-    }
-    if (t >= T)
-        return;
-    const int h0 = lane >> 2;
-#pragma unroll
-    for (int nn = 0; nn < HD / 8; nn++) {
-        const int d = 8 * nn + 2 * (lane & 3);
-        if (h0 < hpg)
-            *(float2 *)(out + ((size_t)t * nh + (size_t)g * hpg + h0) * HD + d) =
-                make_float2(m3d_round_bf16(o[nn][0]), m3d_round_bf16(o[nn][1]));
-        if (h0 + 8 < hpg)
-            *(float2 *)(out + ((size_t)t * nh + (size_t)g * hpg + h0 + 8) * HD + d) =
-                make_float2(m3d_round_bf16(o[nn][2]), m3d_round_bf16(o[nn][3]));
-    }
-}
-
-template <int HD, int KVBF>
-static hipError_t msa_tc_launch(float *out, const float *q, const void *kc, const void *vc,
-                                const int32_t *page_table, int B, int64_t pos0, int T, int nh,
-                                int nkv, const int32_t *blocks, int topk, float c2,
-                                hipStream_t st)
-{
-    constexpr int LD = HD + 8;
-    const size_t shm = sizeof(uint16_t) * (2 * MSA_NST * (size_t)MSA_KT * LD) +
-                       sizeof(int) * (3 * MSA_R * MSA_MAXK + MSA_R + 1);
-    hipError_t e = cudaFuncSetAttribute(k_msa_tc<HD, KVBF>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
-    if (e != hipSuccess)
-        return e;
-    k_msa_tc<HD, KVBF><<<dim3((T + MSA_R - 1) / MSA_R, nkv), dim3(MSA_R * 32), shm, st>>>(
-        out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, c2);
-    return hipGetLastError();
-}
-
 /* ---- warp-specialized tensor-core kernels (NVIDIA; the default) -----------
- * k_msa_ws<HD, KVBF, ONLINE, RR, PRO>: the tile of k_msa_tc with RR query rows,
- * but no CTA-wide barrier per step: warp RR (the producer) streams the union
+ * k_msa_ws<HD, KVBF, ONLINE, RR, PRO>: RR query rows per CTA and no
+ * CTA-wide barrier per step: warp RR (the producer) streams the union
  * blocks' K and V through a ring of MSA_NS slots of one 128-row K or V block
  * each (cp.async, zero-fill, completion signalled on a per-slot "full"
  * mbarrier with cp.async.mbarrier.arrive.noinc); the RR consumer warps (one
@@ -478,30 +233,24 @@ static hipError_t msa_tc_launch(float *out, const float *q, const void *kc, cons
  * selected that block, and release it on the slot's "empty" barrier (RR
  * arrivals: every consumer passes every slot, so the barrier phases stay
  * aligned with the slot-use counter and a warp runs at most MSA_NS slot uses
- * ahead of the slowest). Warps drift out of phase (tensor, MUFU and load work
- * of different warps overlap). exp2 is ex2.approx.ftz (an exp(s - M) below
- * 2^-126 flushes to 0 instead of a denormal; k_msa_tc's exp2f keeps it).
- *  ONLINE 0 (two passes, exact p as k_msa_tc): the producer streams K of
- *   every union block (pass 1), then K and V (pass 2); the K slot of a
- *   pass-2 step is released before its P.V.
- *  ONLINE 1 (one pass): K then V of each union block once; per block S =
- *   Q K^T, running max / sum update, P V.
- *  ONLINE 2 (one pass, pipelined; variant 6): the same stream, but each
- *   block is handled as two 64-key pieces and the Q K^T of piece i + 1 is
- *   issued interleaved with the P V of piece i (msa_fused), so a warp's own
- *   softmax does not leave the tensor pipe idle; a piece's P V is owed until
- *   the next piece (its V slot released then); before a block the row did
- *   not select, the owed P V is settled, so a warp never holds a slot across
- *   a skip (no ring deadlock: at most 2 slots held + 1 awaited < MSA_NS).
- *  ONLINE 3 (two passes, exact p; variant 7, the default): ONLINE 0's
- *   stream and pass 1; pass 2 is ONLINE 2's piece pipeline without the
- *   running max (p = bf16(2^(s c2 - m) * (1 / L)) with pass 1's final m, L:
- *   msa_exact_half), so its results are bitwise those of ONLINE 0.
- * PRO (tile prologue and union order; 0 for variants 2-7): bit 0: the union
- *   computed by rows (no division, no branch per candidate pair) and each
- *   consumer's Q row requested before it (registers, stored as bf16 after the
- *   last CTA barrier); bit 1: the union listed in ascending block id (rank =
- *   number of distinct smaller ids) instead of first-seen order.
+ * ahead of the slowest). exp2 is ex2.approx.ftz (an exp(s - M) below 2^-126
+ * flushes to 0 instead of a denormal).
+ *  ONLINE 2 (one pass, m3g_msa_attention_prefill_onepass): K then V of each
+ *   union block once, each block handled as two 64-key pieces; the Q K^T of
+ *   piece i + 1 is issued interleaved with the P V of piece i (msa_fused),
+ *   so a warp's own softmax does not leave the tensor pipe idle; a piece's
+ *   P V is owed until the next piece (its V slot released then); before a
+ *   block the row did not select, the owed P V is settled, so a warp never
+ *   holds a slot across a skip (no ring deadlock: at most 2 slots held + 1
+ *   awaited < MSA_NS).
+ *  ONLINE 3 (two passes, exact p, m3g_msa_attention_prefill): the producer
+ *   streams K of every union block (pass 1: max and sum), then K and V;
+ *   pass 2 is ONLINE 2's piece pipeline without the running max (p =
+ *   bf16(2^(s c2 - m) * (1 / L)) with pass 1's final m, L: msa_exact_half).
+ * PRO bit 0 (the exact kernel): the union computed by rows (no division, no
+ *   branch per candidate pair) and each consumer's Q row requested before it
+ *   (registers, stored as bf16 after the last CTA barrier); the same union
+ *   as PRO 0 (first-seen order), so the same results.
  * RR <= 11: 12 warps = 3 per SM sub-partition, whose 16,384 registers allow
  * 168 per thread (a 13th warp would cap it at 128 and spill); 11 rows also
  * fill the shared memory (5 slots + Q of 11 rows + barriers and lists, hd
@@ -719,8 +468,7 @@ __device__ __forceinline__ void msa_exact_half(const float s[8][4], uint32_t pa[
 
 /* grid (ceil(T / RR), nkv), block (RR + 1) * 32: RR consumer warps (query
  * rows) and the producer; RR <= 11 (at most 3 warps per SM sub-partition,
- * so ptxas may use 168 registers per thread). ONLINE 0: k_msa_ws (two
- * passes, exact p); ONLINE 1: k_msa_os (one pass, online softmax; below). */
+ * so ptxas may use 168 registers per thread). */
 /* One K slot of k_msa_ws's ring (position c, then c + 1): wait for it, S of
  * union block ulist[u] for the warp's 16 heads with the causal mask when the
  * row chose the block (sel; sc untouched otherwise), then release the slot
@@ -848,10 +596,9 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
     int *ulist = cand + RR * MSA_MAXK;                   /* union block ids */
     int *umask = ulist + RR * MSA_MAXK;                  /* rows that chose each */
     int *wcnt = umask + RR * MSA_MAXK;                   /* [R] */
-    int *dcand = wcnt + RR; /* PRO & 2: [R * topk] first occurrences (else -1) */
 
-    /* ONLINE 3: two passes with exact p as ONLINE 0, pass 2 pipelined */
-    constexpr bool TWO = ONLINE == 0 || ONLINE == 3;
+    static_assert(ONLINE == 2 || ONLINE == 3, "ONLINE 2 (one pass) or 3 (two passes)");
+    constexpr bool TWO = ONLINE == 3;
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int g = blockIdx.y, hpg = nh / nkv;
     const int t0 = blockIdx.x * RR;
@@ -880,7 +627,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
                 qv[i] = ((const float4 *)(q + ((size_t)t * nh + (size_t)g * hpg + hh) * HD))[d4];
         }
     }
-    /* candidate blocks of the tile's rows; union with row masks (as k_msa_tc) */
+    /* candidate blocks of the tile's rows; union with row masks */
     const int n = RR * topk;
     if (tid < n) {
         const int r = tid / topk, tr = t0 + r;
@@ -915,18 +662,6 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
                 mask |= 1 << (j / topk);
             }
     const int first = b_me >= 0 && !dup;
-    int rank = 0; /* PRO & 2: the block's place in the union = distinct smaller ids */
-    if (PRO & 2) {
-        if (tid < n)
-            dcand[tid] = first ? b_me : -1;
-        __syncthreads();
-        if (first)
-#pragma unroll 4
-            for (int j = 0; j < n; j++) {
-                const int x = dcand[j];
-                rank += x >= 0 && x < b_me;
-            }
-    }
     const unsigned bal = __ballot_sync(0xffffffffu, first);
     if (lane == 0 && w < RR)
         wcnt[w] = __popc(bal);
@@ -937,7 +672,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
         nU += wcnt[i];
     }
     if (first) {
-        const int k = (PRO & 2) ? rank : off + __popc(bal & ((1u << lane) - 1u));
+        const int k = off + __popc(bal & ((1u << lane) - 1u));
         ulist[k] = b_me;
         umask[k] = mask;
     }
@@ -995,7 +730,7 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
     for (int i = 0; i < HD / 8; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
-    if (ONLINE == 2) { /* k_msa_os pipelined: 64-key pieces, Q K^T of piece i + 1 on the
+    if (ONLINE == 2) { /* one pass: 64-key pieces, Q K^T of piece i + 1 on the
                         * tensor cores interleaved with P V of piece i */
         msa_piece_pipe<HD, 0>(o, m0, m1, l0, l1, 0.0f, 0.0f, 0, nU, ulist, umask, full, empty, S0,
                               Qw, pos, B, t, T, w, lane, c2);
@@ -1008,102 +743,18 @@ __global__ void __launch_bounds__((RR + 1) * 32, 1)
             o[i][3] *= il1;
         }
     }
-    if (ONLINE == 1) { /* k_msa_os: one pass, running max m and sum l per head */
-        int c = 0;
-        for (int u = 0; u < nU; u++) {
-            const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
-            float sc[16][4];
-            msa_score_slot<HD>(sc, sel, ulist, u, c, full, empty, S0, Qw, pos, B, lane);
-            if (sel) { /* new running max (finite: key k0 <= pos is visible) */
-                float x0, x1;
-                m3t_row_max<16>(sc, x0, x1);
-                msa_new_max<HD>(x0, x1, c2, m0, m1, l0, l1, o);
-            }
-            const int vs = c % MSA_NS;
-            msa_bar_wait(&full[vs], (uint32_t)((c / MSA_NS) & 1));
-            if (sel) {
-                const uint16_t *Vs = S0 + vs * SLOT;
-#pragma unroll
-                for (int kk = 0; kk < 8; kk++) { /* 16 keys per k-step */
-                    const float p00 = msa_ex2(__fmaf_rn(sc[2 * kk][0], c2, -m0));
-                    const float p01 = msa_ex2(__fmaf_rn(sc[2 * kk][1], c2, -m0));
-                    const float p10 = msa_ex2(__fmaf_rn(sc[2 * kk][2], c2, -m1));
-                    const float p11 = msa_ex2(__fmaf_rn(sc[2 * kk][3], c2, -m1));
-                    const float p20 = msa_ex2(__fmaf_rn(sc[2 * kk + 1][0], c2, -m0));
-                    const float p21 = msa_ex2(__fmaf_rn(sc[2 * kk + 1][1], c2, -m0));
-                    const float p30 = msa_ex2(__fmaf_rn(sc[2 * kk + 1][2], c2, -m1));
-                    const float p31 = msa_ex2(__fmaf_rn(sc[2 * kk + 1][3], c2, -m1));
-                    l0 += (p00 + p01) + (p20 + p21);
-                    l1 += (p10 + p11) + (p30 + p31);
-                    uint32_t pa[4];
-                    pa[0] = m3t_pack_bf16(p00, p01);
-                    pa[1] = m3t_pack_bf16(p10, p11);
-                    pa[2] = m3t_pack_bf16(p20, p21);
-                    pa[3] = m3t_pack_bf16(p30, p31);
-#pragma unroll
-                    for (int np = 0; np < HD / 16; np++)
-                        m3t_pv16(o[2 * np], o[2 * np + 1], pa, Vs, LD, kk, np, lane);
-                }
-            }
-            __syncwarp();
-            if (lane == 0)
-                msa_bar_arrive(&empty[vs]);
-            c++;
-        }
-        msa_row_inverse(l0, l1, il0, il1);
-#pragma unroll
-        for (int i = 0; i < HD / 8; i++) {
-            o[i][0] *= il0;
-            o[i][1] *= il0;
-            o[i][2] *= il1;
-            o[i][3] *= il1;
-        }
-    }
-
-    /* two passes: ONLINE 0 both passes here, ONLINE 3 pass 1 only */
+    /* ONLINE 3, pass 1: the max and the sum of each head over the union */
     int c = 0;
-    for (int s = 0; s < (ONLINE == 0 ? nsteps : ONLINE == 3 ? nU : 0); s++) {
-        const int u = s < nU ? s : s - nU, pass2 = s >= nU;
+    for (int u = 0; u < (ONLINE == 3 ? nU : 0); u++) {
         const int sel = t < T && ((umask[u] >> w) & 1); /* warp-uniform */
-        if (s == nU) { /* pass 1 done: this row's max and sum of the two heads */
-            msa_pass1_done(m0, m1, l0, l1, il0, il1);
-        }
         float sc[16][4];
         msa_score_slot<HD>(sc, sel, ulist, u, c, full, empty, S0, Qw, pos, B, lane);
-        if (!pass2) {
-            if (sel)
-                msa_pass1_stats<true>(sc, c2, m0, m1, l0, l1);
-            continue;
-        }
-        const int vs = c % MSA_NS;
-        msa_bar_wait(&full[vs], (uint32_t)((c / MSA_NS) & 1));
-        if (sel) {
-            const uint16_t *Vs = S0 + vs * SLOT;
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++) { /* 16 keys per k-step */
-                uint32_t pa[4];
-                pa[0] = m3t_pack_bf16(msa_ex2(__fmaf_rn(sc[2 * kk][0], c2, -m0)) * il0,
-                                      msa_ex2(__fmaf_rn(sc[2 * kk][1], c2, -m0)) * il0);
-                pa[1] = m3t_pack_bf16(msa_ex2(__fmaf_rn(sc[2 * kk][2], c2, -m1)) * il1,
-                                      msa_ex2(__fmaf_rn(sc[2 * kk][3], c2, -m1)) * il1);
-                pa[2] = m3t_pack_bf16(msa_ex2(__fmaf_rn(sc[2 * kk + 1][0], c2, -m0)) * il0,
-                                      msa_ex2(__fmaf_rn(sc[2 * kk + 1][1], c2, -m0)) * il0);
-                pa[3] = m3t_pack_bf16(msa_ex2(__fmaf_rn(sc[2 * kk + 1][2], c2, -m1)) * il1,
-                                      msa_ex2(__fmaf_rn(sc[2 * kk + 1][3], c2, -m1)) * il1);
-#pragma unroll
-                for (int np = 0; np < HD / 16; np++)
-                    m3t_pv16(o[2 * np], o[2 * np + 1], pa, Vs, LD, kk, np, lane);
-            }
-        }
-        __syncwarp();
-        if (lane == 0)
-            msa_bar_arrive(&empty[vs]);
-        c++;
+        if (sel)
+            msa_pass1_stats<true>(sc, c2, m0, m1, l0, l1);
     }
-    if (ONLINE == 3) { /* pass 1 done (as at s == nU above); pass 2 as ONLINE 2's
-                        * pipeline (64-key pieces, Q K^T of piece i + 1 interleaved with
-                        * P V of piece i) with exact p: the same S, p and P V order per
-                        * output element as ONLINE 0 (bitwise equal results) */
+    if (ONLINE == 3) { /* pass 1 done; pass 2 as ONLINE 2's pipeline (64-key pieces,
+                        * Q K^T of piece i + 1 interleaved with P V of piece i) with
+                        * exact p */
         msa_pass1_done(m0, m1, l0, l1, il0, il1);
         /* ring positions continue after pass 1's nU */
         msa_piece_pipe<HD, 1>(o, m0, m1, l0, l1, il0, il1, nU, nU, ulist, umask, full, empty, S0,
@@ -1131,8 +782,7 @@ static hipError_t msa_ws_launch(float *out, const float *q, const void *kc, cons
 {
     constexpr int LD = HD + 8;
     const size_t shm = sizeof(uint16_t) * ((MSA_NS * (size_t)MSA_KT + RR * 16) * LD) +
-                       sizeof(uint64_t) * 2 * MSA_NS + sizeof(int) * (3 * RR * MSA_MAXK + RR) +
-                       ((PRO & 2) ? sizeof(int) * RR * MSA_MAXK : 0);
+                       sizeof(uint64_t) * 2 * MSA_NS + sizeof(int) * (3 * RR * MSA_MAXK + RR);
     hipError_t e = cudaFuncSetAttribute(k_msa_ws<HD, KVBF, ONLINE, RR, PRO>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
     if (e != hipSuccess)
@@ -1158,60 +808,35 @@ int m3g_msa_attention_tc(int nh, int nkv, int hd, int B, int topk, int kv_dtype,
 #endif
 }
 
-/* Which tensor-core kernel variant 0 selects: 1 = k_msa_tc; k_msa_ws<HD,
- * KVBF, ONLINE, RR, PRO>: 2 = two passes, 8 rows per CTA, 3 = one pass, 8
- * rows, 4 = one pass, 11 rows, 5 = two passes, 11 rows (the default until
- * 2026-11-29), 6 = one pass pipelined over 64-key pieces, 11 rows (fastest;
- * not the default, see the header), 7 = 5 with its pass 2 pipelined as 6
- * (bitwise 5's results; the default until 2026-11-30), 8 = 7 with the cheap tile prologue (PRO 1; bitwise 5's results:
- * the default), 9 = 8 with the union in ascending block id (PRO 3; exact p,
- * another fp32 summation order than 5; fastest, opt-in). */
-#define MSA_DEFAULT_VARIANT 8
-
-hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const void *kc,
-                                           const void *vc, int kv_dtype,
-                                           const int32_t *page_table, int B, int64_t pos0, int T,
-                                           int nh, int nkv, int hd, const int32_t *blocks,
-                                           int topk, int mode, int variant, hipStream_t st)
+/* The launch for both p roundings: onepass 0 = k_msa_ws<.., 3, 11, 1>
+ * (two passes, exact p), 1 = k_msa_ws<.., 2, 11, 0> (one pass, online
+ * softmax); the scalar kernel (exact p) where the tensor-core path does not
+ * apply. */
+static hipError_t msa_prefill(float *out, const float *q, const void *kc, const void *vc,
+                              int kv_dtype, const int32_t *page_table, int B, int64_t pos0, int T,
+                              int nh, int nkv, int hd, const int32_t *blocks, int topk, int mode,
+                              int onepass, hipStream_t st)
 {
     if (T <= 0)
         return hipSuccess;
     if (hd <= 0 || hd > 128 || nkv <= 0 || nh % nkv != 0 || B <= 0 || !blocks || topk <= 0 ||
-        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16) || variant < 0 || variant > 9)
+        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16))
         return hipErrorInvalidValue;
     const float scale = (float)(1.0 / sqrt((double)hd)); /* as ref/attention.c */
 #if M3_MSA_TC
     if (m3g_msa_attention_tc(nh, nkv, hd, B, topk, kv_dtype, mode)) {
         const float c2 = scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
         const int bf = kv_dtype == M3G_BF16;
-        const int v = variant ? variant : MSA_DEFAULT_VARIANT;
-#define MSA_WS_CASE(HD_, ON_, RR_, PRO_)                                                      \
-    return bf ? msa_ws_launch<HD_, 1, ON_, RR_, PRO_>(out, q, kc, vc, page_table, B, pos0, T,  \
-                                                      nh, nkv, blocks, topk, c2, st)          \
-              : msa_ws_launch<HD_, 0, ON_, RR_, PRO_>(out, q, kc, vc, page_table, B, pos0, T,  \
-                                                      nh, nkv, blocks, topk, c2, st);
+#define MSA_WS_CASE(HD_, ON_, PRO_)                                                           \
+    return bf ? msa_ws_launch<HD_, 1, ON_, 11, PRO_>(out, q, kc, vc, page_table, B, pos0, T,   \
+                                                     nh, nkv, blocks, topk, c2, st)           \
+              : msa_ws_launch<HD_, 0, ON_, 11, PRO_>(out, q, kc, vc, page_table, B, pos0, T,   \
+                                                     nh, nkv, blocks, topk, c2, st);
 #define MSA_TC_CASE(HD_)                                                                      \
     if (hd == HD_) {                                                                          \
-        if (v == 9)                                                                           \
-            MSA_WS_CASE(HD_, 3, 11, 3)                                                        \
-        if (v == 8)                                                                           \
-            MSA_WS_CASE(HD_, 3, 11, 1)                                                        \
-        if (v == 7)                                                                           \
-            MSA_WS_CASE(HD_, 3, 11, 0)                                                        \
-        if (v == 6)                                                                           \
-            MSA_WS_CASE(HD_, 2, 11, 0)                                                        \
-        if (v == 5)                                                                           \
-            MSA_WS_CASE(HD_, 0, 11, 0)                                                        \
-        if (v == 4)                                                                           \
-            MSA_WS_CASE(HD_, 1, 11, 0)                                                        \
-        if (v == 3)                                                                           \
-            MSA_WS_CASE(HD_, 1, MSA_R, 0)                                                     \
-        if (v == 2)                                                                           \
-            MSA_WS_CASE(HD_, 0, MSA_R, 0)                                                     \
-        return bf ? msa_tc_launch<HD_, 1>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv,    \
-                                          blocks, topk, c2, st)                               \
-                  : msa_tc_launch<HD_, 0>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv,    \
-                                          blocks, topk, c2, st);                              \
+        if (onepass)                                                                          \
+            MSA_WS_CASE(HD_, 2, 0)                                                            \
+        MSA_WS_CASE(HD_, 3, 1)                                                                \
     }
         MSA_TC_CASE(128)
         MSA_TC_CASE(64)
@@ -1220,6 +845,8 @@ hipError_t m3g_msa_attention_prefill_tuned(float *out, const float *q, const voi
 #undef MSA_TC_CASE
 #undef MSA_WS_CASE
     }
+#else
+    (void)onepass;
 #endif
     const int hpg = nh / nkv;
     const int nw = hpg < MSA_SMAXW ? hpg : MSA_SMAXW;
@@ -1237,6 +864,17 @@ hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc,
                                      int T, int nh, int nkv, int hd, const int32_t *blocks,
                                      int topk, int mode, hipStream_t st)
 {
-    return m3g_msa_attention_prefill_tuned(out, q, kc, vc, kv_dtype, page_table, B, pos0, T, nh,
-                                           nkv, hd, blocks, topk, mode, 0, st);
+    return msa_prefill(out, q, kc, vc, kv_dtype, page_table, B, pos0, T, nh, nkv, hd, blocks,
+                       topk, mode, 0, st);
+}
+
+hipError_t m3g_msa_attention_prefill_onepass(float *out, const float *q, const void *kc,
+                                             const void *vc, int kv_dtype,
+                                             const int32_t *page_table, int B, int64_t pos0,
+                                             int T, int nh, int nkv, int hd,
+                                             const int32_t *blocks, int topk, int mode,
+                                             hipStream_t st)
+{
+    return msa_prefill(out, q, kc, vc, kv_dtype, page_table, B, pos0, T, nh, nkv, hd, blocks,
+                       topk, mode, 1, st);
 }
