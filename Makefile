@@ -502,7 +502,7 @@ bench-gpu: $(GPU_BUILD)/bench-gpu
 # gpu-emu-test: bin/m3-gpu built against a CPU emulation of the HIP subset
 # (gpu/emu/hip_emu.h, g++ -std=c++20, threads), judged by bin/m3-conform on
 # small model vectors. Checks kernel logic without a GPU (not speed).
-GPU_EMU_CASES ?= vectors/model/tiny_fp32 vectors/model/layer_sparse_moe_bf16 vectors/model/layer_dense_bf16 \
+GPU_EMU_CASES ?= vectors/model/tiny_fp32 vectors/model/tiny_decode_bf16 vectors/model/layer_sparse_moe_bf16 vectors/model/layer_dense_bf16 \
                  vectors/model/vision_tiny_fp32 vectors/vision/layer_fp32 vectors/vision/tower_video_fp32 \
                  vectors/vision/tower_2img_bf16 vectors/vision/projector_bf16
 CXX ?= g++

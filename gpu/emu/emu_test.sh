@@ -7,7 +7,10 @@
 # GPU; it says nothing about speed or GPU memory-model bugs. Model cases
 # whose inputs hold pixel_values run with --pixels (the vision tower on the
 # device); cases under */vision/* are component cases run by
-# `m3-gpu vision-case`.
+# `m3-gpu vision-case`. Every text case also runs with --stream-weights (its
+# dump must be byte-identical to the resident one) and, when it has
+# params.chunks or params.max_new_tokens, with its chunks and its greedy
+# continuation (--chunks, --max-new-tokens), judged in full.
 #
 #   sh gpu/emu/emu_test.sh EMU_BIN CONFORM_BIN PYTHON CASE_DIR...
 set -e
@@ -47,5 +50,27 @@ PYEOF
     echo "gpu-emu $c: $(tail -1 "$tmp/out")"
   else
     grep -v ' Pass ' "$tmp/out"; echo "gpu-emu $c: FAILED"; exit 1
+  fi
+  [ -n "$vis" ] && continue
+  # streamed weights: the same bytes as resident ones
+  "$emu" forward --model "$c" --tokens "$ids" --dtype "$mode" --stream-weights --quiet \
+      --dump "$tmp/streamed.safetensors" >/dev/null 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+  if cmp -s "$tmp/dump.safetensors" "$tmp/streamed.safetensors"; then
+    echo "gpu-emu $c --stream-weights: dump byte-identical to resident weights"
+  else
+    echo "gpu-emu $c --stream-weights: FAILED (dump differs from resident weights)"; exit 1
+  fi
+  # the case's own chunks (and greedy continuation), run as a serving engine runs them
+  ext=$("$py" -c 'import json,sys; p=json.load(open(sys.argv[1])).get("params",{}); print(",".join(map(str,p.get("chunks",[]))), p.get("max_new_tokens",0))' "$c/case.json")
+  chunks=${ext% *} nnew=${ext#* }
+  [ -n "$chunks" ] || [ "$nnew" != 0 ] || continue
+  opt= decl="--declare-unsupported greedy"
+  [ -n "$chunks" ] && opt="--chunks $chunks"
+  [ "$nnew" != 0 ] && opt="$opt --max-new-tokens $nnew" decl=
+  "$emu" forward --model "$c" --tokens "$ids" --dtype "$mode" $opt --dump "$tmp/chunked.safetensors" >/dev/null
+  if "$conform" check --case "$c" --dump "$tmp/chunked.safetensors" --profile "$mode" $decl >"$tmp/out" 2>&1; then
+    echo "gpu-emu $c $opt: $(tail -1 "$tmp/out")"
+  else
+    grep -v ' Pass ' "$tmp/out"; echo "gpu-emu $c $opt: FAILED"; exit 1
   fi
 done
