@@ -14,6 +14,11 @@
 #   sh tools/real_device_check.sh OUTDIR chunked  the chunked and prefix-reuse cases run as a serving port
 #                                                 runs them (tools/real_hf_chunked.py, HF through its cache),
 #                                                 an index-K-losing run that must fail, m3-gpu's greedy ids
+#   sh tools/real_device_check.sh OUTDIR bg       suite + a 4-layer checkpoint synthesized and the
+#                                                 2,600-token golden computed, all in the background
+#   sh tools/real_device_check.sh OUTDIR gpu      m3-gpu's chunked prefills of the chunked and
+#                                                 prefix-reuse cases (fp32, bf16), judged; resident
+#                                                 against streamed weights on the 4-layer checkpoint
 #
 # GOLDEN_CASES (environment) narrows the goldens that `start` computes.
 # Two calls because one device command runs at most 10 minutes; the goldens
@@ -141,6 +146,86 @@ print("greedy_2049: golden %s, m3-gpu fp32 %s: %s" % (g, got[-len(g):], "equal" 
 PYEOF
   fi
   log "chunked phase: $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+
+R4=$B/real-4l   # 4 layers at the released shapes (3 dense + 1 MSA + MoE), vocabulary 16,384
+if [ "$phase" = bg ]; then
+  mkdir -p $B && touch $B/.deps-ok
+  make -j16 BUILD=$B bin/m3-ref bin/m3-conform gpu >"$out/build.log" 2>&1 || { log "BUILD FAILED"; exit 1; }
+  rm -rf $G; mkdir -p $G
+  setsid sh -c "$PY tools/real_suite.py --out $B/vectors-real --no-golden --no-verify >$G/suite.log 2>&1 && touch $G/suite.done &&
+    bin/m3-conform golden --case $S/prompt_2600 --no-hash --quiet >$G/prompt_2600.log 2>&1; echo \$? >$G/prompt_2600.rc" </dev/null >/dev/null 2>&1 &
+  setsid sh -c "bin/m3-conform synth --seed 1 --layers 4 --vocab 16384 --out $R4 --quiet >$G/r4.log 2>&1; echo \$? >$G/r4.rc" </dev/null >/dev/null 2>&1 &
+  log "background: suite + golden prompt_2600, 4-layer synth"
+  exit 0
+fi
+if [ "$phase" = gpu ]; then
+  t0=$(date +%s)
+  mkdir -p $D
+  while [ ! -f $G/suite.done ] && [ $(( $(date +%s) - t0 )) -lt 200 ]; do sleep 3; done
+  ids=$(ids_of "$S/prompt_2600/inputs.safetensors")
+  for c in prefix_reuse_2600 chunked_decode_2600; do
+    ch=$($PY -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["params"]["chunks"])))' $S/$c/case.json)
+    for dt in fp32 bf16; do
+      s1=$(date +%s.%N)
+      bin/m3-gpu forward --model $S/$c --tokens "$ids" --dtype $dt --chunks "$ch" --quiet \
+          --dump $D/$c.gpu_$dt.chunked.safetensors >"$out/gpu_${c}_$dt.log" 2>&1
+      log "m3-gpu forward --chunks ($c, $dt): rc=$? $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $s1}") s"
+    done
+  done
+  while [ ! -f $G/r4.rc ] && [ $(( $(date +%s) - t0 )) -lt 300 ]; do sleep 3; done
+  log "4-layer synth: rc=$(cat $G/r4.rc 2>/dev/null) $(du -sh $R4 2>/dev/null | cut -f1)"
+  ids4=$($PY - $R4/inputs.safetensors <<'PYEOF'
+import json, struct, sys
+import numpy as np
+with open(sys.argv[1], 'rb') as f:
+    n = struct.unpack('<Q', f.read(8))[0]
+    m = json.loads(f.read(n))['input_ids']
+    f.seek(8 + n + m['data_offsets'][0])
+    a = np.frombuffer(f.read(m['data_offsets'][1] - m['data_offsets'][0]), dtype=np.int32)[:2048]
+print(','.join(str(int(x)) for x in a))
+PYEOF
+)
+  cat $R4/*.safetensors >/dev/null   # the checkpoint in the page cache for both runs
+  for dt in bf16 fp32; do
+    bin/m3-gpu forward --model $R4 --tokens "$ids4" --dtype $dt --dump $D/r4.$dt.resident.safetensors >"$out/r4_${dt}_resident.log" 2>&1
+    log "4-layer resident $dt: rc=$? $(grep 'wall' "$out/r4_${dt}_resident.log" | tail -1)"
+    bin/m3-gpu forward --model $R4 --tokens "$ids4" --dtype $dt --stream-weights --dump $D/r4.$dt.streamed.safetensors >"$out/r4_${dt}_streamed.log" 2>&1
+    log "4-layer streamed $dt: rc=$? $(grep -E 'streamed weights|wall' "$out/r4_${dt}_streamed.log" | tr '\n' ' ')"
+    if cmp -s $D/r4.$dt.resident.safetensors $D/r4.$dt.streamed.safetensors; then
+      log "4-layer $dt: streamed dump BYTE-IDENTICAL to resident ($(stat -c %s $D/r4.$dt.resident.safetensors) bytes)"
+    else
+      log "4-layer $dt: streamed dump DIFFERS from resident"
+    fi
+  done
+  while [ ! -f $G/prompt_2600.rc ] && [ $(( $(date +%s) - t0 )) -lt 480 ]; do sleep 3; done
+  if [ "$(cat $G/prompt_2600.rc 2>/dev/null)" = 0 ]; then
+    for c in chunked_decode_2600 prefix_reuse_2600; do
+      cp $S/prompt_2600/expected.safetensors $S/$c/
+      cp $S/prompt_2600/evidence.safetensors $S/$c/ 2>/dev/null
+    done
+    log "golden prompt_2600 $(sha256sum $S/prompt_2600/expected.safetensors | cut -c1-16)..."
+    for c in prefix_reuse_2600 chunked_decode_2600; do
+      judge $c $D/$c.gpu_fp32.chunked.safetensors fp32 gpu_fp32_chunked_$c --declare-unsupported greedy &
+    done
+    wait
+    for c in prefix_reuse_2600 chunked_decode_2600; do
+      setsid sh -c "bin/m3-conform check --case $S/$c --dump $D/$c.gpu_bf16.chunked.safetensors --profile bf16 --no-hash --declare-unsupported greedy >$G/judge_bf16_$c.txt 2>&1; echo \$? >$G/judge_bf16_$c.rc" </dev/null >/dev/null 2>&1 &
+    done
+    log "bf16 chunked judgements started in the background ($G/judge_bf16_*)"
+  else
+    log "golden prompt_2600 not ready"
+  fi
+  log "gpu phase: $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+if [ "$phase" = collect ]; then
+  for f in $G/judge_bf16_*.txt; do
+    [ -f "$f" ] || continue
+    cp "$f" "$out/"
+    log "$(basename $f .txt): rc=$(cat ${f%.txt}.rc 2>/dev/null) $(grep 'verdict' "$f" | tail -1) $(tail -1 "$f")"
+  done
   exit 0
 fi
 
