@@ -151,7 +151,7 @@ static int cmd_forward(int argc, char **argv)
         return usage_err("forward", "a batch (several --tokens) or --teacher-forced takes no "
                                     "vision input, and --teacher-forced takes exactly one "
                                     "--tokens");
-    if ((o.chunks || o.max_new > 0) && (o.n_src != 1 || o.teacher || vis))
+    if ((o.chunks || (o.have_max_new && o.max_new > 0)) && (o.n_src != 1 || o.teacher || vis))
         return usage_err("forward", "--chunks and --max-new-tokens take one --tokens, without "
                                     "--teacher-forced or vision input");
     const m3g_vision_request vreq = vision_request(&o);
