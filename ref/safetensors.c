@@ -773,6 +773,7 @@ typedef struct w_ent {
     int64_t shape[M3_MAX_DIMS];
     void *data;
     size_t nbytes;
+    size_t cap; /* bytes allocated at data (>= nbytes; appends along the first axis grow it) */
 } w_ent;
 
 typedef struct w_meta {
@@ -870,6 +871,7 @@ int m3_st_writer_add(m3_st_writer *w, const char *name, m3_dtype dt, int ndim,
         slot->shape[i] = shape[i];
     slot->data = copy;
     slot->nbytes = nbytes;
+    slot->cap = nbytes;
     return 0;
 }
 
@@ -904,6 +906,22 @@ int m3_st_writer_append(m3_st_writer *w, const char *name, m3_dtype dt, int ndim
     if ((sb && outer > SIZE_MAX / sb) || a->nbytes > SIZE_MAX - outer * sb)
         return m3_fail(e, "safetensors writer: tensor %s: too large", name);
     const size_t nbytes = a->nbytes + outer * sb;
+    if (outer == 1) { /* rows at the end: grow geometrically, so n appends copy O(n) bytes */
+        if (nbytes > a->cap) {
+            size_t cap = a->cap > SIZE_MAX / 2 ? nbytes : 2 * a->cap;
+            cap = cap < nbytes ? nbytes : cap;
+            char *g = realloc(a->data, cap ? cap : 1);
+            if (!g)
+                return m3_fail(e, "safetensors writer: tensor %s: out of memory (%zu bytes)", name,
+                               cap);
+            a->data = g;
+            a->cap = cap;
+        }
+        memcpy((char *)a->data + a->nbytes, data, sb);
+        a->nbytes = nbytes;
+        a->shape[ax] += shape[ax];
+        return 0;
+    }
     char *buf = malloc(nbytes ? nbytes : 1);
     if (!buf)
         return m3_fail(e, "safetensors writer: tensor %s: out of memory (%zu bytes)", name,
@@ -915,6 +933,7 @@ int m3_st_writer_append(m3_st_writer *w, const char *name, m3_dtype dt, int ndim
     free(a->data);
     a->data = buf;
     a->nbytes = nbytes;
+    a->cap = nbytes;
     a->shape[ax] += shape[ax];
     return 0;
 }

@@ -198,6 +198,25 @@ static void test_append(void **state)
     assert_int_equal(t->nbytes, sizeof want);
     assert_memory_equal(t->data, want, sizeof want);
     m3_store_close(s);
+
+    /* 300 one-row appends (the decode steps of a chunked dump): the growth path */
+    w = m3_st_writer_new();
+    assert_non_null(w);
+    float rows[300][3];
+    for (int r = 0; r < 300; r++) {
+        for (int c = 0; c < 3; c++)
+            rows[r][c] = (float)(r * 3 + c);
+        int64_t one[2] = {1, 3};
+        assert_int_equal(m3_st_writer_append(w, "l", M3_F32, 2, one, rows[r], 0, &e), 0);
+    }
+    assert_int_equal(m3_st_writer_save(w, p, &e), 0);
+    m3_st_writer_free(w);
+    assert_int_equal(m3_store_open(&s, p, &e), 0);
+    t = m3_store_get(s, "l");
+    assert_int_equal(t->shape[0], 300);
+    assert_int_equal(t->nbytes, sizeof rows);
+    assert_memory_equal(t->data, rows, sizeof rows);
+    m3_store_close(s);
 }
 
 static void test_header_errors(void **state)
