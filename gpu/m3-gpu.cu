@@ -19,9 +19,10 @@
  * Spec: M3-MODEL-*, M3-DUMP-*, M3-NUM-MODE-1, M3-NUM-BF16-2, M3-MSA-CACHE-1,
  * M3-EAGLE-VERIFY-1/2 (in the files named above).
  * Known differences: in bf16 a batch of more than 8 rows takes the GEMM and
- * may differ from the single-prompt run by a bf16 step. Not done: chunked
- * prefill, batches with vision or --draft, graph capture of decode, full-M3
- * memory (all weights are uploaded). Checks: docs/performance.md.
+ * may differ from the single-prompt run by a bf16 step. forward takes
+ * --chunks, --max-new-tokens and --stream-weights for one prompt. Not done:
+ * chunked prefill in generate, batches with vision or --draft, graph capture
+ * of decode, pinned staging for streamed weights. Checks: docs/performance.md.
  */
 #include <stdio.h>
 #include <string.h>
