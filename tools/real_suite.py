@@ -228,6 +228,9 @@ def main():
         else:
             print("real_suite: computing the golden of %s with the reference (%d tokens%s)..." % (
                 c0, key[2], ", %d greedy" % n0 if n0 else ""), flush=True)
+            for f in (gold, evid, stamp):  # a stale golden (another build, an interrupted run)
+                if os.path.exists(f):
+                    os.remove(f)
             r = subprocess.run([a.conform, "golden", "--case", d0])
             if r.returncode:
                 sys.exit("real_suite: m3-conform golden failed for %s (exit %d)" % (c0, r.returncode))
