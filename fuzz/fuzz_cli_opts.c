@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         *nl = 0;
         p = nl + 1;
     }
-    const unsigned all = 2047u, masks[3] = {all, all & ~(unsigned)M3_CLI_BATCH, M3_CLI_CASE};
+    const unsigned all = 16383u, /* every option group */ masks[3] = {all, all & ~(unsigned)M3_CLI_BATCH, M3_CLI_CASE};
     for (int k = 0; k < 3; k++) {
         m3_cli_opts o;
         m3_err e;
@@ -36,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
              !(o.temperature >= M3_SAMPLE_MIN_TEMPERATURE && o.temperature <= 1e6f)) ||
             (o.have_fps && !(o.fps > 0.0f)) || (o.dump && !*o.dump) ||
             (o.dtype && strcmp(o.dtype, "fp32") && strcmp(o.dtype, "bf16")) ||
-            (!(masks[k] & M3_CLI_BATCH) && o.n_src > 2))
+            (!(masks[k] & M3_CLI_BATCH) && o.n_src > 2) || (o.greedy_by_temp && (o.have_temp || !o.greedy)) ||
+            (o.chunks && !*o.chunks))
             abort();
         for (int i = 0; i < o.n_src; i++)
             if (!o.src[i])

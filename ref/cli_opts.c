@@ -133,6 +133,7 @@ int m3_cli_parse(int argc, char *const *argv, unsigned allow, m3_cli_opts *o, m3
             o->stream_weights = 1;
         } else if (!strcmp(a, "--greedy") && (allow & M3_CLI_GEN)) {
             o->greedy = 1;
+            o->greedy_by_temp = 0;
         } else if (!strcmp(a, "--temperature") && (allow & M3_CLI_GEN)) {
             TAKES_VALUE();
             /* 0 is greedy (M3-SAMPLE-1); tiny positive values would overflow logit / T */
@@ -141,10 +142,16 @@ int m3_cli_parse(int argc, char *const *argv, unsigned allow, m3_cli_opts *o, m3
                 o->temperature > 1e6f)
                 return m3_fail(e, "--temperature needs 0 (greedy) or a number in [1e-4, 1e6] "
                                   "(got '%s')", val);
-            if (o->temperature == 0.0f)
+            /* the last --temperature wins: 0 makes greedy what an earlier value sampled */
+            if (o->temperature == 0.0f) {
+                o->have_temp = 0;
+                o->greedy_by_temp = !o->greedy || o->greedy_by_temp;
                 o->greedy = 1;
-            else
+            } else {
                 o->have_temp = 1;
+                if (o->greedy_by_temp)
+                    o->greedy = o->greedy_by_temp = 0;
+            }
         } else if (!strcmp(a, "--top-p") && (allow & M3_CLI_GEN)) {
             TAKES_VALUE();
             if (m3_cli_parse_float(val, &o->top_p) || !(o->top_p > 0.0f) || o->top_p > 1.0f)
@@ -226,9 +233,10 @@ int m3_cli_parse_chunks(const char *s, int T, int **out, int *n, m3_err *e)
     long long sum = 0;
     for (int i = 0; i < k; i++) {
         if (v[i] < 1) {
+            const int bad = (int)v[i];
             free(v);
             return m3_fail(e, "--chunks: chunk %d has %d tokens (every chunk needs at least 1)",
-                           i, (int)v[i]);
+                           i, bad);
         }
         sum += v[i];
     }

@@ -61,6 +61,7 @@ typedef struct m3_cli_opts {
     const char *chunks;   /* --chunks, as given (m3_cli_parse_chunks) */
     int stream_weights;   /* --stream-weights */
     int greedy;           /* --greedy, or --temperature 0 */
+    int greedy_by_temp;   /* greedy came from --temperature 0 alone (a later --temperature undoes it) */
     int have_temp, have_top_p, have_top_k, have_seed;
     float temperature, top_p;
     long long top_k, seed;

@@ -205,6 +205,47 @@ static void test_numbers(void **state)
     assert_int_equal(n, 0);
 }
 
+/* The last --temperature wins; --chunks, --stream-weights and --max-new-tokens
+ * in their own groups; m3_cli_parse_chunks checks sizes against the prompt. */
+static void test_repeats_and_chunks(void **state)
+{
+    (void)state;
+    m3_cli_opts o;
+    m3_err e;
+    assert_int_equal(parse(ALL_GEN, &o, &e, "--model", "m", "--temperature", "0.7", "--temperature",
+                           "0", NULL), 0);
+    assert_true(o.greedy && !o.have_temp);
+    assert_int_equal(parse(ALL_GEN, &o, &e, "--model", "m", "--temperature", "0", "--temperature",
+                           "0.5", NULL), 0);
+    assert_true(!o.greedy && o.have_temp && o.temperature == 0.5f);
+    /* an explicit --greedy stays; the pair is the command's to refuse */
+    assert_int_equal(parse(ALL_GEN, &o, &e, "--model", "m", "--greedy", "--temperature", "0",
+                           "--temperature", "0.5", NULL), 0);
+    assert_true(o.greedy && o.have_temp);
+    FAILS("unknown option", ALL_GEN, "--model", "m", "--chunks", "1,2");
+    FAILS("unknown option", ALL_GEN, "--model", "m", "--stream-weights");
+    const unsigned fwd = M3_CLI_TOKENS | M3_CLI_CHUNKS | M3_CLI_STREAM | M3_CLI_CONTINUE;
+    assert_int_equal(parse(fwd, &o, &e, "--model", "m", "--tokens", "1,2,3", "--chunks", "2,1",
+                           "--stream-weights", NULL), 0);
+    assert_true(o.stream_weights && !o.have_max_new && o.max_new == 32);
+    assert_int_equal(parse(fwd, &o, &e, "--model", "m", "--max-new-tokens", "4", NULL), 0);
+    assert_true(o.have_max_new && o.max_new == 4);
+    FAILS("--chunks: empty list", fwd, "--model", "m", "--chunks", "");
+    int *c = NULL, n = 0;
+    assert_int_equal(m3_cli_parse_chunks("2,1", 3, &c, &n, &e), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(c[0], 2);
+    assert_int_equal(c[1], 1);
+    free(c);
+    assert_int_equal(m3_cli_parse_chunks("2,2", 3, &c, &n, &e), -1);
+    assert_non_null(strstr(e.msg, "sum to 4 tokens, but the prompt has 3"));
+    assert_int_equal(m3_cli_parse_chunks("3,0", 3, &c, &n, &e), -1);
+    assert_non_null(strstr(e.msg, "chunk 1 has 0 tokens"));
+    assert_int_equal(m3_cli_parse_chunks("1,x", 2, &c, &n, &e), -1);
+    assert_non_null(strstr(e.msg, "--chunks"));
+    assert_null(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -213,6 +254,7 @@ int main(void)
         cmocka_unit_test(test_groups_and_errors),
         cmocka_unit_test(test_prompt_rules),
         cmocka_unit_test(test_numbers),
+        cmocka_unit_test(test_repeats_and_chunks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
