@@ -1,7 +1,8 @@
 /* fuzz_cli_opts.c — the command lines of bin/m3-ref and bin/m3-gpu through
  * m3_cli_parse (ref/cli_opts.h): the input is split at newlines into at most
  * 64 arguments, parsed with every option group; an accepted set must hold
- * every range the parser promises, and m3_cli_prompt_check must not crash. */
+ * every range the parser promises, m3_cli_prompt_check must not crash, and
+ * --chunks parses to sizes >= 1 summing to the prompt (16 tokens) or fails. */
 #include "cli_opts.h"
 #include "common.h"
 #include "sampling.h"
@@ -43,6 +44,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!o.src[i])
                 abort();
         (void)m3_cli_prompt_check(&o, &e);
+        if (o.chunks) { /* sizes against a prompt of 16 tokens: all >= 1, summing to 16 */
+            int *c = NULL, n = 0;
+            if (m3_cli_parse_chunks(o.chunks, 16, &c, &n, &e) == 0) {
+                int sum = 0;
+                for (int i = 0; i < n; i++) {
+                    if (c[i] < 1)
+                        abort();
+                    sum += c[i];
+                }
+                if (sum != 16)
+                    abort();
+            } else if (c) {
+                abort();
+            }
+            free(c);
+        }
     }
     free(s);
     return 0;
