@@ -220,6 +220,27 @@ PYEOF
   log "gpu phase: $(( $(date +%s) - t0 )) s"
   exit 0
 fi
+if [ "$phase" = tf ]; then
+  t0=$(date +%s)
+  mkdir -p $B $D && touch $B/.deps-ok
+  make -j16 BUILD=$B bin/m3-ref bin/m3-conform gpu >"$out/build.log" 2>&1 || { log "BUILD FAILED"; tail -20 "$out/build.log"; exit 1; }
+  $PY tools/real_suite.py --out $B/vectors-real --no-golden --no-verify --only prompt_129,prompt_2049 >"$out/suite.log" 2>&1 || { log "suite FAILED"; exit 1; }
+  for c in prompt_129 prompt_2049; do
+    bin/m3-conform golden --case $S/$c --no-hash --quiet >"$out/golden_$c.log" 2>&1 &
+  done
+  wait
+  log "suite + goldens: $(( $(date +%s) - t0 )) s"
+  for c in prompt_129 prompt_2049; do
+    for dt in fp32 bf16; do
+      bin/m3-gpu forward --model $S/$c --tokens "$(ids_of $S/$c/inputs.safetensors)" --dtype $dt --stream-weights \
+          --teacher-forced $S/$c/expected.safetensors --dump $D/$c.tf_$dt.safetensors --quiet >"$out/tf_${c}_$dt.log" 2>&1
+      log "m3-gpu forward --teacher-forced --stream-weights ($c, $dt): rc=$?"
+      judge $c $D/$c.tf_$dt.safetensors $dt tf_${c}_$dt --declare-unsupported greedy
+    done
+  done
+  log "tf phase: $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
 if [ "$phase" = collect ]; then
   for f in $G/judge_bf16_*.txt; do
     [ -f "$f" ] || continue
