@@ -78,7 +78,7 @@ touch "$TMP/done"
 sleep 60
 EOF
 tmux -L $SOCK new-session -d -s prog -x 160 -y 12 "sh $TMP/run.sh" ||
-    { fail "tmux cannot start a session"; echo "progress_test: $FAILS of $N checks failed"; exit 1; }
+    { fail "tmux cannot start its server"; echo "progress_test: $FAILS of $N checks failed"; exit 1; }
 : >"$TMP/seen"
 MULTI=0
 i=0

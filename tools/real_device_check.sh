@@ -22,7 +22,7 @@
 #
 # GOLDEN_CASES (environment) narrows the goldens that `start` computes.
 # Two calls because one device command runs at most 10 minutes; the goldens
-# run on in a process session of their own between them. Headers and
+# run on between them, detached with setsid. Headers and
 # libraries the device lacks come from .devroot/ (Debian packages unpacked
 # with dpkg -x on the development machine; not committed).
 set -u
@@ -92,6 +92,21 @@ wait_goldens() { # seconds-from-t0 limit
     sleep 5
   done
 }
+greedy_compare() { # m3-gpu's fp32 greedy ids (the last ints of gpu_greedy_fp32.txt) against the golden's
+  [ -f $S/greedy_2049/expected.safetensors ] || return 0
+  $PY - $S/greedy_2049/expected.safetensors "$out/gpu_greedy_fp32.txt" <<'PYEOF' | tee -a "$out/summary.txt"
+import json, struct, sys, re
+import numpy as np
+with open(sys.argv[1], 'rb') as f:
+    n = struct.unpack('<Q', f.read(8))[0]
+    m = json.loads(f.read(n))['greedy_tokens']
+    f.seek(8 + n + m['data_offsets'][0])
+    g = np.frombuffer(f.read(m['data_offsets'][1] - m['data_offsets'][0]), dtype=np.int32).tolist()
+txt = open(sys.argv[2]).read() if len(sys.argv) > 2 else ''
+got = [int(x) for x in re.findall(r'-?\d+', txt)]
+print("greedy_2049: golden %s, m3-gpu fp32 %s: %s" % (g, got[-len(g):], "equal" if got[-len(g):] == g else "DIFFER"))
+PYEOF
+}
 judge() { # case dump profile label [extra]
   c=$1 d=$2 p=$3 label=$4; shift 4
   [ -f $S/$c/expected.safetensors ] || { log "$label: no golden"; return; }
@@ -131,20 +146,7 @@ if [ "$phase" = chunked ]; then
   judge prefix_reuse_2600 $D/prefix_lost.hf_fp32.safetensors fp32 hf_fp32_prefix_reuse_index_k_lost &
   judge prefix_reuse_2600 $D/prompt_2600.gpu_bf16.safetensors bf16 gpu_bf16_prefix_reuse_one_pass --declare-unsupported greedy &
   wait
-  if [ -f $S/greedy_2049/expected.safetensors ]; then
-    $PY - $S/greedy_2049/expected.safetensors "$out/gpu_greedy_fp32.txt" <<'PYEOF' | tee -a "$out/summary.txt"
-import json, struct, sys, re
-import numpy as np
-with open(sys.argv[1], 'rb') as f:
-    n = struct.unpack('<Q', f.read(8))[0]
-    m = json.loads(f.read(n))['greedy_tokens']
-    f.seek(8 + n + m['data_offsets'][0])
-    g = np.frombuffer(f.read(m['data_offsets'][1] - m['data_offsets'][0]), dtype=np.int32).tolist()
-txt = open(sys.argv[2]).read()
-got = [int(x) for x in re.findall(r'-?\d+', txt)]
-print("greedy_2049: golden %s, m3-gpu fp32 %s: %s" % (g, got[-len(g):], "equal" if got[-len(g):] == g else "DIFFER"))
-PYEOF
-  fi
+  greedy_compare
   log "chunked phase: $(( $(date +%s) - t0 )) s"
   exit 0
 fi
@@ -271,7 +273,7 @@ done
 # greedy: m3-gpu generate against the golden's greedy_tokens (compared below)
 ids=$(ids_of "$S/greedy_2049/inputs.safetensors")
 bin/m3-gpu generate --model "$S/greedy_2049" --tokens "$ids" --max-new-tokens 8 --greedy --print-ids \
-    --dtype fp32 >"$out/gpu_greedy_fp32.txt" 2>&1
+    --dtype fp32 >"$out/gpu_greedy_fp32.txt" 2>"$out/gpu_greedy_fp32.err"
 log "m3-gpu generate greedy_2049 fp32 rc=$?: $(tail -1 "$out/gpu_greedy_fp32.txt")"
 wait_goldens 540
 for c in $GOLDEN_CASES; do
@@ -286,18 +288,5 @@ done
 # a chunked and a prefix-reuse case judged on the one-shot dumps (ports that run one pass)
 judge chunked_decode_2600 $D/prompt_2600.hf_fp32.safetensors fp32 hf_fp32_chunked_decode_2600
 judge prefix_reuse_2600 $D/prompt_2600.gpu_bf16.safetensors bf16 gpu_bf16_prefix_reuse_2600 --declare-unsupported greedy
-if [ -f $S/greedy_2049/expected.safetensors ]; then
-  $PY - $S/greedy_2049/expected.safetensors "$out/gpu_greedy_fp32.txt" <<'PYEOF' | tee -a "$out/summary.txt"
-import json, struct, sys, re
-import numpy as np
-with open(sys.argv[1], 'rb') as f:
-    n = struct.unpack('<Q', f.read(8))[0]
-    m = json.loads(f.read(n))['greedy_tokens']
-    f.seek(8 + n + m['data_offsets'][0])
-    g = np.frombuffer(f.read(m['data_offsets'][1] - m['data_offsets'][0]), dtype=np.int32).tolist()
-txt = open(sys.argv[2]).read()
-got = [int(x) for x in re.findall(r'-?\d+', txt.split('\n')[0])] if txt else []
-print("greedy_2049: golden %s, m3-gpu fp32 %s: %s" % (g, got[-len(g):], "equal" if got[-len(g):] == g else "DIFFER"))
-PYEOF
-fi
+greedy_compare
 log "dumps phase: $(( $(date +%s) - t0 )) s"
