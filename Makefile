@@ -216,10 +216,11 @@ tour-check: bin/m3-ref bin/m3-conform
 	echo "tour-check: docs/img/ pictures up to date"; \
 	bin/m3-ref forward --model vectors/model/layer_dense_fp32 --tokens 1,2,3 --dump "$$tmp/dense.safetensors" >/dev/null; \
 	for bad in "--dump $$tmp/demo.safetensors" "--dump $$tmp/demo.safetensors --out $$tmp/none" \
-	           "--dump $$tmp/missing.safetensors --out $$tmp" "--dump $$tmp/dense.safetensors --out $$tmp"; do \
+	           "--dump $$tmp/missing.safetensors --out $$tmp" "--dump $$tmp/dense.safetensors --out $$tmp" \
+	           "--dump fuzz/regressions/fuzz_plot/expert_id_int_max.safetensors --out $$tmp"; do \
 	  rc=0; bin/m3-conform plot $$bad >/dev/null 2>"$$tmp/err" || rc=$$?; \
 	  [ $$rc = 2 ] && [ -s "$$tmp/err" ] || { echo "tour-check: m3-conform plot $$bad: exit $$rc, want 2 and a message"; exit 1; }; done; \
-	echo "tour-check: m3-conform plot rejects a missing --out, a missing dir, a missing dump and a dump without MSA or MoE layers"
+	echo "tour-check: m3-conform plot rejects a missing --out, a missing dir, a missing dump, a dump without MSA or MoE layers and an expert id past 65535"
 
 # ---- run, bench, vectors ---------------------------------------------------
 run: all

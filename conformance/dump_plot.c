@@ -274,27 +274,24 @@ int cf_plot_routing(const cf_tset *dump, const char *title, const char *png_path
         snprintf(buf, sizeof buf, "layers.%d.moe.scores", ls[i].layer);
         const cf_tensor *sc = cf_tset_get(dump, buf);
         int ne = 0;
-        for (size_t j = 0; j < t->n; j++)
+        for (size_t j = 0; j < t->n; j++) {
+            if (t->i[j] < 0 || t->i[j] > 65535) {
+                m3_fail(e, "%s: entry %zu is %d, not an expert id (0..65535)", t->name, j,
+                        (int)t->i[j]);
+                goto done;
+            }
             ne = t->i[j] + 1 > ne ? t->i[j] + 1 : ne;
+        }
         if (sc && sc->ndim == 2 && sc->shape[1] >= ne && sc->shape[1] <= 65536)
             ne = (int)sc->shape[1];
-        if (ne < 1 || ne > 65536) {
-            m3_fail(e, "%s: expert ids up to %d (expected 0..65535)", t->name, ne - 1);
-            goto done;
-        }
         E[i] = ne;
         cnt[i] = calloc((size_t)ne, sizeof **cnt);
         if (!cnt[i]) {
             m3_fail(e, "out of memory for the plot");
             goto done;
         }
-        for (size_t j = 0; j < t->n; j++) {
-            if (t->i[j] < 0) {
-                m3_fail(e, "%s: entry %zu is %d, not an expert id", t->name, j, (int)t->i[j]);
-                goto done;
-            }
+        for (size_t j = 0; j < t->n; j++)
             cnt[i][t->i[j]]++;
-        }
         maxE = ne > maxE ? ne : maxE;
         T = (int)t->shape[0];
         k = (int)t->shape[1];
