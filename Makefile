@@ -447,12 +447,12 @@ ifneq ($(NVCC),)
 GPU_TC   := nv
 GPU_CXX  := $(NVCC) $(NVCC_FLAGS)
 GPU_LINK := $(NVCC) -arch=sm_90
-GPU_LIBS := -lcublas -lcublasLt
+GPU_LIBS := -lcublas -lcublasLt -lpthread
 else ifneq ($(HIPCC),)
 GPU_TC   := hip
 GPU_CXX  := $(HIPCC) $(HIPCC_FLAGS)
 GPU_LINK := $(HIPCC) $(addprefix --offload-arch=,$(HIP_ARCHS))
-GPU_LIBS :=
+GPU_LIBS := -lpthread
 endif
 GPU_KOBJ    := $(patsubst gpu/kernels/%.cu,$(GPU_BUILD)/$(GPU_TC)/%.o,$(GPU_KSRC))
 GPU_HOSTOBJ := $(patsubst %,$(GPU_BUILD)/$(GPU_TC)/%.o,$(GPU_HOST))
@@ -471,8 +471,8 @@ gpu: $(GPU_KOBJ) $(GPU_HOSTOBJ) $(LIB)
 	$(GPU_LINK) -o bin/m3-gpu $(GPU_HOSTOBJ) $(GPU_KOBJ) $(LIB) $(GPU_LIBS) $(LDLIBS)
 $(GPU_BUILD)/bench-gpu: $(GPU_KOBJ) $(GPU_BUILD)/$(GPU_TC)/bench.o
 	$(GPU_LINK) -o $@ $^ $(GPU_LIBS) -lm
-$(GPU_BUILD)/test-ops: $(GPU_KOBJ) $(GPU_BUILD)/$(GPU_TC)/tests/test_ops.o $(LIB)
-	$(GPU_LINK) -o $@ $(GPU_KOBJ) $(GPU_BUILD)/$(GPU_TC)/tests/test_ops.o $(LIB) $(GPU_LIBS) $(LDLIBS)
+$(GPU_BUILD)/test-ops: $(GPU_KOBJ) $(GPU_BUILD)/$(GPU_TC)/tests/test_ops.o $(GPU_BUILD)/$(GPU_TC)/weight_stream.o $(LIB)
+	$(GPU_LINK) -o $@ $(GPU_KOBJ) $(GPU_BUILD)/$(GPU_TC)/tests/test_ops.o $(GPU_BUILD)/$(GPU_TC)/weight_stream.o $(LIB) $(GPU_LIBS) $(LDLIBS)
 else
 gpu $(GPU_BUILD)/bench-gpu $(GPU_BUILD)/test-ops:
 	@echo "make gpu: neither nvcc nor hipcc found; install the CUDA toolkit or 'apt-get install hipcc'"; exit 1
@@ -513,10 +513,10 @@ $(GPU_BUILD)/emu/m3-gpu-emu: $(GPU_KSRC) $(GPU_HOSTSRC) $(wildcard gpu/*.h) gpu/
 	$(CXX) -std=c++20 -O2 -ffp-contract=off -DM3_EMU -Wall -Wextra -Werror -Igpu -Iref -I/usr/include/cjson \
 	  -x c++ $(GPU_KSRC) $(GPU_HOSTSRC) -x none $(LIB) $(LDLIBS) -pthread -o $@
 
-$(GPU_BUILD)/emu/test-ops: $(GPU_KSRC) gpu/tests/test_ops.cu gpu/emu/hip_emu.h $(GPU_HDR) $(LIB)
+$(GPU_BUILD)/emu/test-ops: $(GPU_KSRC) gpu/tests/test_ops.cu gpu/weight_stream.cu gpu/weight_stream.h gpu/emu/hip_emu.h $(GPU_HDR) $(LIB)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++20 -O2 -ffp-contract=off -DM3_EMU -Wall -Wextra -Werror -Igpu -Iref -I/usr/include/cjson \
-	  -x c++ $(GPU_KSRC) gpu/tests/test_ops.cu -x none $(LIB) $(LDLIBS) -pthread -o $@
+	  -x c++ $(GPU_KSRC) gpu/tests/test_ops.cu gpu/weight_stream.cu -x none $(LIB) $(LDLIBS) -pthread -o $@
 
 gpu-test-emu: $(GPU_BUILD)/emu/test-ops
 	$(GPU_BUILD)/emu/test-ops

@@ -111,12 +111,19 @@ static int stream_report(dev_model *dm, int T, double prefill_s, m3_err *e)
         m3g_h2d_bandwidth((size_t)1 << 30, 0, &pageable, e))
         return -1;
     const double gb = (double)ws->bytes_copied / 1e9;
+    char stage[64];
+    if (ws->pin[0])
+        snprintf(stage, sizeof stage, "through %d pinned buffers of %zu MiB by %d threads",
+                 M3G_WS_RING, ws->pin_bytes >> 20, ws->copiers);
+    else
+        snprintf(stage, sizeof stage, "from the mapping (pageable)");
     fprintf(stderr,
             "m3-gpu forward: streamed weights: prefill of %d tokens in %.3f s (%.1f tokens/s); "
-            "%lld layer loads, %.2f GB, copies %.3f s of device time (%.1f GB/s); "
-            "host-to-device now: pinned %.1f GB/s, pageable %.1f GB/s\n",
+            "%lld layer loads, %.2f GB, copies %.3f s of device time (%.1f GB/s), staged %s "
+            "(host %.3f s); host-to-device now: pinned %.1f GB/s, pageable %.1f GB/s\n",
             T, prefill_s, prefill_s > 0 ? T / prefill_s : 0.0, (long long)ws->fetches, gb,
-            ws->copy_ms / 1e3, ws->copy_ms > 0 ? gb / (ws->copy_ms / 1e3) : 0.0, pinned, pageable);
+            ws->copy_ms / 1e3, ws->copy_ms > 0 ? gb / (ws->copy_ms / 1e3) : 0.0, stage,
+            ws->host_s, pinned, pageable);
     return 0;
 }
 

@@ -22,7 +22,7 @@
  * may differ from the single-prompt run by a bf16 step. forward takes
  * --chunks, --max-new-tokens and --stream-weights for one prompt. Not done:
  * chunked prefill in generate, batches with vision or --draft, graph capture
- * of decode, pinned staging for streamed weights. Checks: docs/performance.md.
+ * of decode. Checks: docs/performance.md.
  */
 #include <stdio.h>
 #include <string.h>

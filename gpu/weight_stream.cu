@@ -6,13 +6,156 @@
  * slot's held layer changes only in fetch, so a layer that is still in its
  * slot (a model of at most two layers, or a fetch repeated) is not copied
  * again.
+ *
+ * Staging: the jobs of a layer are cut into pieces that fill the ring
+ * buffers in order (small tensors share a buffer); each piece is copied from
+ * the mapping by the copy threads together (pieces of at least WS_SPLIT
+ * bytes, or a quarter of a ring buffer, are split evenly between them), then its transfer is enqueued at
+ * once. pin_done[i] is recorded after the last transfer out of buffer i; the
+ * host waits for it before filling buffer i again. While the next layer's
+ * source pages are copied, the kernel is asked to read the one after it
+ * ahead (madvise WILLNEED), for checkpoints that are not in the page cache.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "weight_stream.h"
 
 #define WS_ALIGN 256
+#define WS_PIN_BYTES ((size_t)64 << 20) /* each ring buffer */
+#define WS_SPLIT ((size_t)1 << 20)      /* pieces this big (or a quarter buffer) use every copier */
+#define WS_MAX_COPIERS 8
+
+/* ---- the copy threads -------------------------------------------------------------- */
+
+/* n workers wait for a new generation, copy their share of [src, src+bytes)
+ * to dst and count down; the caller copies share 0 and waits for the rest. */
+struct m3g_wstream_pool {
+    int n; /* workers (the caller is copier n + 1) */
+    pthread_t tid[WS_MAX_COPIERS];
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned gen;
+    int pending, quit;
+    char *dst;
+    const char *src;
+    size_t bytes;
+};
+
+/* Share k of n + 1 of a copy of `bytes`: [*off, *off + *len). */
+static void pool_share(size_t bytes, int parts, int k, size_t *off, size_t *len)
+{
+    const size_t per = (bytes / (size_t)parts + 4095) & ~(size_t)4095;
+    *off = per * (size_t)k < bytes ? per * (size_t)k : bytes;
+    *len = *off + per < bytes ? per : bytes - *off;
+}
+
+struct pool_arg {
+    m3g_wstream_pool *p;
+    int k;
+};
+
+static void *pool_worker(void *arg)
+{
+    m3g_wstream_pool *p = ((pool_arg *)arg)->p;
+    const int k = ((pool_arg *)arg)->k;
+    free(arg);
+    unsigned seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (p->gen == seen && !p->quit)
+            pthread_cond_wait(&p->go, &p->mu);
+        if (p->quit) {
+            pthread_mutex_unlock(&p->mu);
+            return NULL;
+        }
+        seen = p->gen;
+        char *dst = p->dst;
+        const char *src = p->src;
+        const size_t bytes = p->bytes;
+        pthread_mutex_unlock(&p->mu);
+        size_t off, len;
+        pool_share(bytes, p->n + 1, k, &off, &len);
+        if (len)
+            memcpy(dst + off, src + off, len);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0)
+            pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static void pool_free(m3g_wstream_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n; i++)
+        pthread_join(p->tid[i], NULL);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* A pool of up to `workers` threads; NULL when none could be started. */
+static m3g_wstream_pool *pool_new(int workers)
+{
+    m3g_wstream_pool *p = (m3g_wstream_pool *)calloc(1, sizeof *p);
+    if (!p || workers < 1)
+        return (free(p), (m3g_wstream_pool *)NULL);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    for (int i = 0; i < workers && i < WS_MAX_COPIERS; i++) {
+        pool_arg *a = (pool_arg *)malloc(sizeof *a);
+        if (!a)
+            break;
+        a->p = p;
+        a->k = i + 1;
+        if (pthread_create(&p->tid[i], NULL, pool_worker, a) != 0) {
+            free(a);
+            break;
+        }
+        p->n = i + 1;
+    }
+    if (p->n == 0) {
+        pool_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* dst <- src, bytes, by every copier when the piece has at least split bytes. */
+static void pool_copy(m3g_wstream_pool *p, char *dst, const char *src, size_t bytes, size_t split)
+{
+    if (!p || bytes < split) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->dst = dst;
+    p->src = src;
+    p->bytes = bytes;
+    p->pending = p->n;
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    size_t off, len;
+    pool_share(bytes, p->n + 1, 0, &off, &len);
+    memcpy(dst + off, src + off, len);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
 
 /* hipError_t check: fill e with the call and the runtime's message. */
 #define WS_CK(call, e)                                                                       \
@@ -23,6 +166,11 @@
     } while (0)
 
 int m3g_wstream_init(m3g_wstream *ws, int L, size_t slot_bytes, m3_err *e)
+{
+    return m3g_wstream_init_ring(ws, L, slot_bytes, 0, e);
+}
+
+int m3g_wstream_init_ring(m3g_wstream *ws, int L, size_t slot_bytes, size_t pin_bytes, m3_err *e)
 {
     memset(ws, 0, sizeof *ws);
     ws->held[0] = ws->held[1] = -1;
@@ -48,6 +196,33 @@ int m3g_wstream_init(m3g_wstream *ws, int L, size_t slot_bytes, m3_err *e)
         WS_CK(hipEventCreate(&ws->freed[s]), e);
         WS_CK(hipEventCreate(&ws->t0[s]), e);
     }
+    /* the pinned ring; without it the copies read the mapping directly */
+    pin_bytes = pin_bytes ? (pin_bytes + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN : WS_PIN_BYTES;
+    int ok = 1;
+    for (int i = 0; i < M3G_WS_RING && ok; i++) {
+        void *h = NULL;
+        ok = hipHostMalloc(&h, pin_bytes, 0) == hipSuccess && h;
+        ws->pin[i] = ok ? (char *)h : NULL;
+        ok = ok && hipEventCreate(&ws->pin_done[i]) == hipSuccess;
+    }
+    if (!ok) {
+        for (int i = 0; i < M3G_WS_RING; i++) {
+            if (ws->pin[i])
+                (void)hipHostFree(ws->pin[i]);
+            if (ws->pin_done[i])
+                (void)hipEventDestroy(ws->pin_done[i]);
+            ws->pin[i] = NULL;
+            ws->pin_done[i] = NULL;
+        }
+        (void)hipGetLastError(); /* the refused allocation is not an error of the run */
+        ws->copiers = 0;
+        return 0;
+    }
+    ws->pin_bytes = pin_bytes;
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const int want = ncpu > WS_MAX_COPIERS ? WS_MAX_COPIERS : ncpu < 1 ? 1 : (int)ncpu;
+    ws->pool = want > 1 ? pool_new(want - 1) : NULL;
+    ws->copiers = 1 + (ws->pool ? ws->pool->n : 0);
     return 0;
 }
 
@@ -55,6 +230,13 @@ void m3g_wstream_free(m3g_wstream *ws)
 {
     if (ws->copy)
         (void)hipStreamSynchronize(ws->copy);
+    pool_free(ws->pool);
+    for (int i = 0; i < M3G_WS_RING; i++) {
+        if (ws->pin[i])
+            (void)hipHostFree(ws->pin[i]);
+        if (ws->pin_done[i])
+            (void)hipEventDestroy(ws->pin_done[i]);
+    }
     for (int s = 0; s < 2; s++) {
         if (ws->slot[s])
             (void)hipFree(ws->slot[s]);
@@ -137,6 +319,60 @@ static int account(m3g_wstream *ws, int s, m3_err *e)
     return 0;
 }
 
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Ask the kernel to read [p, p + bytes) of the mapping ahead (advice only). */
+static void read_ahead(const void *p, size_t bytes)
+{
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (!bytes || pg == 0 || pg == (uintptr_t)-1)
+        return;
+    const uintptr_t a = (uintptr_t)p & ~(pg - 1);
+    (void)madvise((void *)a, (uintptr_t)p + bytes - a, MADV_WILLNEED);
+}
+
+/* Close the ring buffer being filled: record its last transfer, move on. */
+static int ring_flush(m3g_wstream *ws, m3_err *e)
+{
+    if (ws->ring_fill == 0)
+        return 0;
+    WS_CK(hipEventRecord(ws->pin_done[ws->ring], ws->copy), e);
+    ws->pin_rec[ws->ring] = 1;
+    ws->ring = (ws->ring + 1) % M3G_WS_RING;
+    ws->ring_fill = 0;
+    return 0;
+}
+
+/* One job through the ring: pieces copied into ring buffers by the copy
+ * threads, each piece's transfer enqueued as soon as it is filled. */
+static int stage(m3g_wstream *ws, const m3g_copy_job *jb, m3_err *e)
+{
+    size_t done = 0;
+    while (done < jb->bytes) {
+        if (ws->ring_fill == ws->pin_bytes && ring_flush(ws, e))
+            return -1;
+        if (ws->ring_fill == 0 && ws->pin_rec[ws->ring]) /* its last transfer must be over */
+            WS_CK(hipEventSynchronize(ws->pin_done[ws->ring]), e);
+        const size_t room = ws->pin_bytes - ws->ring_fill, left = jb->bytes - done;
+        const size_t n = left < room ? left : room;
+        char *buf = ws->pin[ws->ring] + ws->ring_fill;
+        const size_t split = ws->pin_bytes / 4 < WS_SPLIT ? ws->pin_bytes / 4 : WS_SPLIT;
+        pool_copy(ws->pool, buf, (const char *)jb->src + done, n, split);
+        WS_CK(hipMemcpyAsync((char *)jb->dst + done, buf, n, hipMemcpyHostToDevice, ws->copy),
+              e);
+        ws->ring_fill += (n + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
+        if (ws->ring_fill > ws->pin_bytes)
+            ws->ring_fill = ws->pin_bytes;
+        done += n;
+    }
+    return 0;
+}
+
 int m3g_wstream_fetch(m3g_wstream *ws, int l, m3_err *e)
 {
     if (l < 0 || l >= ws->L || ws->planned != ws->L)
@@ -149,11 +385,24 @@ int m3g_wstream_fetch(m3g_wstream *ws, int l, m3_err *e)
         return -1;
     if (ws->freed_set[s]) /* the slot's previous occupant has finished computing */
         WS_CK(hipStreamWaitEvent(ws->copy, ws->freed[s], 0), e);
+    const double h0 = wall_s();
     WS_CK(hipEventRecord(ws->t0[s], ws->copy), e);
-    for (int j = ws->first[l]; j < ws->first[l + 1]; j++)
-        WS_CK(hipMemcpyAsync(ws->jobs[j].dst, ws->jobs[j].src, ws->jobs[j].bytes,
-                             hipMemcpyHostToDevice, ws->copy), e);
+    if (!ws->pin[0]) {
+        for (int j = ws->first[l]; j < ws->first[l + 1]; j++)
+            WS_CK(hipMemcpyAsync(ws->jobs[j].dst, ws->jobs[j].src, ws->jobs[j].bytes,
+                                 hipMemcpyHostToDevice, ws->copy), e);
+    } else {
+        if (l + 1 < ws->L) /* the layer after this one: read ahead from disk if need be */
+            for (int j = ws->first[l + 1]; j < ws->first[l + 2]; j++)
+                read_ahead(ws->jobs[j].src, ws->jobs[j].bytes);
+        for (int j = ws->first[l]; j < ws->first[l + 1]; j++)
+            if (stage(ws, &ws->jobs[j], e))
+                return -1;
+        if (ring_flush(ws, e))
+            return -1;
+    }
     WS_CK(hipEventRecord(ws->loaded[s], ws->copy), e);
+    ws->host_s += wall_s() - h0;
     ws->held[s] = l;
     ws->fetches++;
     ws->bytes_copied += (int64_t)ws->layer_bytes[l];

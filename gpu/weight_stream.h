@@ -12,10 +12,15 @@
  * overlap the compute of layer l (double buffering), and the KV and index-K
  * caches, which are not in the slots, stay resident.
  *
- * The copies read the checkpoint's pages through its mapping (pageable host
- * memory; nothing is copied wholesale on the host). Bitwise equal to resident
- * weights: the kernels and their inputs are the same bytes. Weights must be
- * stored as bf16 or fp32 (the dtypes uploaded as they are).
+ * The copies are staged through a ring of pinned host buffers: host threads
+ * copy the checkpoint's mapped bytes into a free ring buffer (a few at a time,
+ * never the layer wholesale) and the copy stream moves each buffer to the
+ * device while the next one fills; a buffer is refilled once its transfer has
+ * completed. Where pinned memory cannot be had, the copies read the mapping
+ * directly (pageable, the driver's own staging, about an eighth of the
+ * rate). Bitwise equal to resident weights: the kernels and their inputs are
+ * the same bytes. Weights must be stored as bf16 or fp32 (the dtypes uploaded
+ * as they are).
  * Spec: M3-MODEL-1 (layer order); the forward's clauses are unchanged.
  */
 #ifndef M3G_WEIGHT_STREAM_H
@@ -36,6 +41,10 @@ typedef struct m3g_copy_job {
     size_t bytes;
 } m3g_copy_job;
 
+#define M3G_WS_RING 4 /* pinned staging buffers */
+
+typedef struct m3g_wstream_pool m3g_wstream_pool; /* the host copy threads */
+
 typedef struct m3g_wstream {
     int L;
     char *slot[2];
@@ -53,11 +62,25 @@ typedef struct m3g_wstream {
     int64_t fetches;      /* layer loads issued */
     int64_t bytes_copied; /* their bytes */
     double copy_ms;       /* device time of the copies (events around each load) */
+    /* pinned staging (pin[0] == NULL: pageable copies from the mapping) */
+    char *pin[M3G_WS_RING];
+    size_t pin_bytes;             /* capacity of each ring buffer */
+    hipEvent_t pin_done[M3G_WS_RING]; /* its last transfer has completed */
+    int pin_rec[M3G_WS_RING];     /* pin_done recorded at least once */
+    int ring;                     /* the buffer being filled */
+    size_t ring_fill;             /* its bytes filled */
+    m3g_wstream_pool *pool;       /* NULL: the calling thread copies alone */
+    int copiers;                  /* host threads copying, the caller included */
+    double host_s;                /* host wall time spent in fetch (staging copies) */
 } m3g_wstream;
 
 /* Allocate two slots of slot_bytes each, the copy stream and its events for
- * a model of L layers. On failure fills e (naming the device bytes asked). */
+ * a model of L layers, and the pinned staging ring with its copy threads
+ * (pageable copies where pinned memory or threads cannot be had). On failure
+ * fills e (naming the device bytes asked). */
 int m3g_wstream_init(m3g_wstream *ws, int L, size_t slot_bytes, m3_err *e);
+/* The same with ring buffers of pin_bytes each (0: the default, 64 MiB). */
+int m3g_wstream_init_ring(m3g_wstream *ws, int L, size_t slot_bytes, size_t pin_bytes, m3_err *e);
 /* Release everything of ws; a zeroed ws is allowed. */
 void m3g_wstream_free(m3g_wstream *ws);
 
@@ -72,7 +95,10 @@ int m3g_wstream_add(m3g_wstream *ws, void *dst, const void *src, size_t bytes, m
 int m3g_wstream_end(m3g_wstream *ws, m3_err *e);
 
 /* Issue layer l's copies into its slot unless the slot already holds it
- * (the copy stream first waits for the compute that last used the slot). */
+ * (the copy stream first waits for the compute that last used the slot).
+ * With pinned staging the calling thread returns once the last byte is in a
+ * ring buffer and its transfer is enqueued; it may wait for the compute that
+ * last used the slot (already enqueued by then, so it cannot deadlock). */
 int m3g_wstream_fetch(m3g_wstream *ws, int l, m3_err *e);
 /* Make compute wait until layer l's weights are on the device. */
 int m3g_wstream_acquire(m3g_wstream *ws, int l, hipStream_t compute, m3_err *e);

@@ -17,6 +17,9 @@
  * comparison, every element written. Row-strided outputs also check that
  * the gaps between rows were not written.
  *
+ * The weight-streaming ring (gpu/weight_stream.h) is checked here too,
+ * against the host bytes it stages.
+ *
  * Not here (no ref/ function of their own to compare with; the model and
  * vision vectors of make gpu-emu-test and tools/gpu_device_check.sh judge
  * them inside the forward): m3g_moe_combine, m3g_vision_attention,
@@ -51,6 +54,7 @@ extern "C" {
 #include "hip_compat.h"
 #include "kernels/common.cuh"
 #include "kernels/kernels.h"
+#include "weight_stream.h"
 
 /* ---- comparison rules ------------------------------------------------------ */
 
@@ -1173,6 +1177,101 @@ static void t_round(tctx *c, const op_case *k)
     cmp_f(c, "x", (const float *)fetch(c, dx, (size_t)n * 4), want, n, &TOL_BIT);
 }
 
+/* p: layers, ring buffer KiB. The weight-streaming ring (gpu/weight_stream.h)
+ * against its source bytes: pieces larger than a ring buffer, pieces that
+ * share one, ragged sizes, the ring wrapping, two passes over the layers. */
+static void t_wstream(tctx *c, const op_case *k)
+{
+    enum { NJ = 5 };
+    const int L = k->p[0];
+    const size_t pin = (size_t)k->p[1] << 10;
+    const size_t sz[NJ] = {5 * pin / 2 + 7, 1000, 3 * pin / 2 + 3, 17, pin};
+    m3g_wstream ws;
+    m3_err e;
+    e.msg[0] = 0;
+    size_t slot = 0;
+    for (int j = 0; j < NJ; j++)
+        slot += (sz[j] + 7 * L + 255) / 256 * 256;
+    if (m3g_wstream_init_ring(&ws, L, slot, pin, &e) != 0) {
+        failf(c, "m3g_wstream_init_ring: %s", e.msg);
+        m3g_wstream_free(&ws);
+        return;
+    }
+    snprintf(c->shape, sizeof c->shape, "%d layers of %d pieces, ring 4 x %zu KiB, %s", L, NJ,
+             pin >> 10, ws.pin[0] ? "pinned" : "pageable (no pinned memory)");
+    if (ws.pin[0])
+        snprintf(c->shape + strlen(c->shape), sizeof c->shape - strlen(c->shape),
+                 " by %d threads", ws.copiers);
+    unsigned char *src[8][NJ];
+    void *dst[8][NJ];
+    size_t lbytes[8] = {0};
+    for (int l = 0; l < L && !c->fail; l++) {
+        if (m3g_wstream_begin_layer(&ws, l, &e) != 0) {
+            failf(c, "begin_layer %d: %s", l, e.msg);
+            break;
+        }
+        for (int j = 0; j < NJ; j++) {
+            const size_t n = sz[j] + (size_t)(7 * l);
+            src[l][j] = (unsigned char *)halloc(c, n);
+            for (size_t i = 0; i < n; i++) {
+                c->rng = c->rng * 6364136223846793005ull + 1442695040888963407ull;
+                src[l][j][i] = (unsigned char)(c->rng >> 56);
+            }
+            dst[l][j] = m3g_wstream_alloc(&ws, n, &e);
+            if (!dst[l][j] || m3g_wstream_add(&ws, dst[l][j], src[l][j], n, &e) != 0) {
+                failf(c, "layer %d piece %d: %s", l, j, e.msg);
+                break;
+            }
+            lbytes[l] += n;
+        }
+    }
+    if (!c->fail && m3g_wstream_end(&ws, &e) != 0)
+        failf(c, "end: %s", e.msg);
+    /* the loads to expect: a fetch copies unless the layer's slot still holds it */
+    int held[2] = {-1, -1};
+    int64_t want_loads = 0, want_bytes = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int l = 0; l <= L; l++) {
+            const int f = l % L; /* fetch 0, then fetch l + 1 after layer l */
+            if (held[f % 2] != f) {
+                held[f % 2] = f;
+                want_loads++;
+                want_bytes += (int64_t)lbytes[f];
+            }
+        }
+    for (int pass = 0; pass < 2 && !c->fail; pass++) {
+        if (m3g_wstream_fetch(&ws, 0, &e) != 0) {
+            failf(c, "fetch 0: %s", e.msg);
+            break;
+        }
+        for (int l = 0; l < L && !c->fail; l++) {
+            if (m3g_wstream_acquire(&ws, l, c->st, &e) != 0 || hipStreamSynchronize(c->st)) {
+                failf(c, "acquire %d: %s", l, e.msg);
+                break;
+            }
+            for (int j = 0; j < NJ && !c->fail; j++) {
+                const size_t n = sz[j] + (size_t)(7 * l);
+                const unsigned char *g = (const unsigned char *)fetch(c, dst[l][j], n);
+                for (size_t i = 0; i < n; i++)
+                    if (g[i] != src[l][j][i]) {
+                        failf(c, "pass %d layer %d piece %d (%zu bytes): byte %zu is 0x%02x, "
+                                 "want 0x%02x", pass, l, j, n, i, g[i], src[l][j][i]);
+                        break;
+                    }
+            }
+            if (!c->fail && (m3g_wstream_release(&ws, l, c->st, &e) != 0 ||
+                             m3g_wstream_fetch(&ws, (l + 1) % L, &e) != 0))
+                failf(c, "release %d / fetch %d: %s", l, (l + 1) % L, e.msg);
+        }
+    }
+    if (!c->fail && m3g_wstream_sync(&ws, &e) != 0)
+        failf(c, "sync: %s", e.msg);
+    if (!c->fail && (ws.fetches != want_loads || ws.bytes_copied != want_bytes))
+        failf(c, "%lld layer loads of %lld bytes, want %lld of %lld", (long long)ws.fetches,
+              (long long)ws.bytes_copied, (long long)want_loads, (long long)want_bytes);
+    m3g_wstream_free(&ws);
+}
+
 /* The table. Shapes are ragged on purpose (T and widths off the kernels'
  * tile sizes); the full M3 shapes run in gpu/bench.cu. */
 static const op_case CASES[] = {
@@ -1259,6 +1358,9 @@ static const op_case CASES[] = {
     {"m3g_bias_act", t_bias_act, {2, 64, 1, 0, 0}},
     {"m3g_vision_rope", t_vision_rope, {5, 4, 80, 78, 1}},
     {"m3g_vision_rope", t_vision_rope, {3, 2, 64, 32, 0}},
+    /* weight streaming (gpu/weight_stream.h) */
+    {"m3g_wstream", t_wstream, {3, 256}},
+    {"m3g_wstream", t_wstream, {2, 64}},
     /* conversions */
     {"m3g_to_bf16", t_to_bf16, {1001}},
     {"m3g_round", t_round, {777, 1}},
