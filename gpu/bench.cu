@@ -490,6 +490,88 @@ static int make_indexer(bench_case *bc, const char *name, int ctx_len, int l2)
     return 0;
 }
 
+/* ---- the MSA decode step: indexer, selection and attention ------------- */
+/* One sparse layer's decode step as m3-gpu launches it (gpu/forward.cu): the
+ * indexer with its top-16 merge (m3g_msa_indexer_ex) over ctx_len index-K
+ * rows, then the block-sparse attention over the 16 selected blocks of 128
+ * keys per KV group (m3g_attention_sk), one query at position ctx_len - 1,
+ * bf16 caches. Rotation r has its own index-K cache and its own page table
+ * (the pages rotated by r * npages / nrot), so its K/V pages differ from the
+ * other rotations' even where the selections agree. Bytes: the index-K
+ * cache, the selected K and V, q and the output. */
+typedef struct step_ctx {
+    float *q, *out, *iq, *bs;
+    uint16_t *kc16, *vc16;
+    void *ik[4];
+    unsigned *ikr[4];
+    int32_t *pages[4], *sel;
+    unsigned *ctr;
+    void *iws, *sws;
+    size_t iws_n, sws_n;
+    int ctx_len, nb;
+} step_ctx;
+
+static hipError_t step_launch(void *c, int r, hipStream_t st)
+{
+    const step_ctx *x = (const step_ctx *)c;
+    const int64_t pos0 = x->ctx_len - 1;
+    const hipError_t e = m3g_msa_indexer_ex(x->sel, x->bs, x->iq, x->ik[r], M3G_BF16, x->pages[r],
+                                            BLK, pos0, 1, G, IHD, x->nb, TOPK_B, 1, 0, x->ctr,
+                                            x->iws, x->iws_n, x->ikr[r], 0, st);
+    if (e != hipSuccess)
+        return e;
+    return m3g_attention_sk(x->out, x->q, x->kc16, x->vc16, M3G_BF16, x->pages[r], BLK, pos0, 1,
+                            NH, NKV, HD, x->sel, TOPK_B, 1, x->sws, x->sws_n, st);
+}
+
+static int make_msa_step(bench_case *bc, const char *name, int ctx_len, int l2)
+{
+    step_ctx *x = (step_ctx *)calloc(1, sizeof *x);
+    if (!x)
+        return -1;
+    x->ctx_len = ctx_len;
+    x->nb = (ctx_len + BLK - 1) / BLK;
+    const size_t slots = (size_t)x->nb * BLK;
+    bc->name = name;
+    bc->bytes = 2.0 * (double)ctx_len * IHD + 2.0 * 2.0 * TOPK_B * BLK * NKV * HD +
+                2.0 * NH * HD * 4.0;
+    bc->flops = 2.0 * G * IHD * (double)ctx_len + 4.0 * NH * TOPK_B * BLK * HD;
+    bc->nrot = rotations(bc->bytes, l2) > 4 ? 4 : rotations(bc->bytes, l2);
+    x->q = (float *)dev_rand((size_t)NH * HD, 0, 41u, 1.0f);
+    x->out = (float *)dev_rand((size_t)NH * HD, 0, 42u, 0.0f);
+    x->iq = (float *)dev_rand((size_t)G * IHD, 0, 43u, 1.0f);
+    x->bs = (float *)dev_rand((size_t)G * x->nb, 0, 44u, 0.0f);
+    x->kc16 = (uint16_t *)dev_rand(slots * NKV * HD, 1, 45u, 1.0f);
+    x->vc16 = (uint16_t *)dev_rand(slots * NKV * HD, 1, 46u, 1.0f);
+    int32_t *hp = (int32_t *)malloc(sizeof(int32_t) * (size_t)x->nb);
+    if (!x->q || !x->out || !x->iq || !x->bs || !x->kc16 || !x->vc16 || !hp)
+        return -1;
+    for (int r = 0; r < bc->nrot; r++) {
+        for (int p = 0; p < x->nb; p++)
+            hp[p] = (int)((p + (int64_t)r * x->nb / bc->nrot) % x->nb);
+        if (!(x->ik[r] = dev_rand(slots * IHD, 1, 47u + r, 1.0f)) ||
+            hipMalloc((void **)&x->ikr[r], 2 * sizeof(unsigned)) != hipSuccess ||
+            m3g_ik_range_reset(x->ikr[r], 0) != hipSuccess ||
+            m3g_ik_range_scan(x->ikr[r], (const uint16_t *)x->ik[r], (int64_t)slots * IHD, 0) !=
+                hipSuccess ||
+            hipMalloc((void **)&x->pages[r], 4 * (size_t)x->nb) != hipSuccess ||
+            hipMemcpy(x->pages[r], hp, 4 * (size_t)x->nb, hipMemcpyHostToDevice) != hipSuccess)
+            return -1;
+    }
+    x->iws_n = m3g_msa_indexer_ws(1, G, x->nb);
+    x->sws_n = m3g_attention_sk_ws(BLK, ctx_len - 1, 1, NH, NKV, HD, hp, TOPK_B, M3G_BF16);
+    free(hp);
+    if (hipMalloc((void **)&x->sel, 4 * G * TOPK_B) != hipSuccess ||
+        hipMalloc((void **)&x->ctr, sizeof(unsigned)) != hipSuccess ||
+        hipMemset(x->ctr, 0, sizeof(unsigned)) != hipSuccess ||
+        hipMalloc(&x->iws, x->iws_n) != hipSuccess ||
+        hipMalloc(&x->sws, x->sws_n > 0 ? x->sws_n : 16) != hipSuccess)
+        return -1;
+    bc->ctx = x;
+    bc->launch = step_launch;
+    return 0;
+}
+
 /* ---- MSA prefill attention at 128K (m3g_msa_attention_prefill) ----------- */
 /* A slab of the last PF_ROWS query rows of a PF_CTX-token sequence, bf16 KV
  * cache, 64 q / 4 kv heads, block 128, 16 selected blocks per (row, group):
@@ -1232,6 +1314,7 @@ static int make_vis_attention(bench_case *bc, const char *name, int len, int nh,
  *  K_MSA_DECODE m3g_attention_sk, 16 blocks of 128 keys, path a (att_run)
  *  K_DENSE_DECODE m3g_attention_sk dense, a keys, variant b
  *  K_INDEXER    m3g_msa_indexer_ex over a keys; on base's data: alt b
+ *  K_MSA_STEP   the indexer then m3g_attention_sk, a keys of context
  *  K_MSA_PREFILL m3g_msa_attention_prefill, pool a, T = b rows; c = 1 the
  *               one-pass kernel on base's data
  *  K_LAYER      one decoder layer at decode (a sparse, b MoE); on base's
@@ -1240,7 +1323,7 @@ static int make_vis_attention(bench_case *bc, const char *name, int len, int nh,
  *  K_VIS_LAYER  one vision encoder layer, a patches; c = 1 exact linears
  *  base: the earlier row whose device data the row reuses (NULL: its own). */
 enum { K_LINEAR, K_FUSED, K_GEMV_ALL, K_MOE, K_MOE_SHARED, K_MSA_DECODE, K_DENSE_DECODE,
-       K_INDEXER, K_MSA_PREFILL, K_LAYER, K_VIS_ATT, K_VIS_LAYER };
+       K_INDEXER, K_MSA_STEP, K_MSA_PREFILL, K_LAYER, K_VIS_ATT, K_VIS_LAYER };
 
 typedef struct case_row {
     const char *name;
@@ -1324,6 +1407,9 @@ static const case_row CASES[] = {
      M3G_IDX_CEILING | (3 << 12) | M3G_IDX_NO_PDL, 0, 0, "indexer decode 128K"},
     {"indexer decode 1M stream ceiling x8 no pdl", K_INDEXER, 0,
      M3G_IDX_CEILING | (3 << 12) | M3G_IDX_NO_PDL, 0, 0, "indexer decode 1M"},
+    /* the whole MSA decode step (indexer + top-16 + attention), as m3-gpu runs it */
+    {"msa decode step 128K", K_MSA_STEP, 131072, 0, 0, 0, NULL},
+    {"msa decode step 1M", K_MSA_STEP, 1048576, 0, 0, 0, NULL},
     /* prefill GEMMs at M = 4096 (cuBLASLt; cublasGemmEx for comparison) */
     {"gemm M4096 q_proj 8192x6144", K_LINEAR, NH * HD, H, 4096, 0, NULL},
     {"gemm M4096 dense gate 12288x6144", K_LINEAR, ID, H, 4096, 0, NULL},
@@ -1391,14 +1477,11 @@ static const struct {
     {"gemv lm_head 200064x6144", T_HBM, 0.80},
     {"moe decode 4 experts (no shared)", T_HBM, 0.70},
     {"moe decode 4 experts + shared", T_HBM, 0.70},
-    {"msa decode attention 16x128 keys", T_US, 10.0},
-    {"indexer decode 128K", T_HBM, 0.70},
-    {"indexer decode 1M", T_HBM, 0.70},
-    {"msa prefill 128K x2048 rows indep", T_PEAK, 0.40},
-    {"msa prefill 128K x2048 rows pool24", T_PEAK, 0.40},
-    {"msa prefill 128K x2048 rows shared", T_PEAK, 0.40},
-    {"msa prefill 128K full pool24", T_PEAK, 0.40},
+    {"msa decode step 128K", T_US, 20.0},
+    {"msa decode step 1M", T_US, 80.0},
+    {"layer decode 128K MSA + MoE", T_HBM, 0.75},
     {"msa prefill 128K full pool24 1-pass", T_PEAK, 0.40},
+    {"msa prefill 128K full pool24", T_PEAK, 0.40},
     {"msa prefill 128K full indep", T_PEAK, 0.40},
     {"gemm M4096 q_proj 8192x6144", T_PEAK, 0.60},
     {"gemm M4096 dense gate 12288x6144", T_PEAK, 0.60},
@@ -1439,6 +1522,23 @@ static void print_targets(const bench_case *cases, const double *med, int n)
                    TARGETS[t].name, 10.0 * med[i]);
     }
     printf("targets met: %d of %d judged in this run\n", met, judged);
+
+    /* full-model decode (bf16, batch 1, 128K context) from the whole-layer
+     * replays: 3 dense + 57 MSA + MoE layers and the LM head */
+    double us[3] = {0, 0, 0};
+    static const char *const parts[3] = {"layer decode 128K MSA + MoE",
+                                         "layer decode 128K dense attn + MLP",
+                                         "gemv lm_head 200064x6144"};
+    for (int p = 0; p < 3; p++)
+        for (int i = 0; i < n; i++)
+            if (!strcmp(cases[i].name, parts[p]))
+                us[p] = med[i];
+    if (us[0] > 0 && us[1] > 0 && us[2] > 0) {
+        const double ms = (57.0 * us[0] + 3.0 * us[1] + us[2]) / 1e3;
+        printf("full-model decode, 128K context, bf16, batch 1 (this run): 57 x %.2f + 3 x %.2f "
+               "+ %.2f us = %.2f ms per token, %.1f tokens/s (final norm and embedding row "
+               "excluded)\n", us[0], us[1], us[2], ms, 1e3 / ms);
+    }
 }
 
 /* The case named `name` among cases[0, n), or NULL. */
@@ -1496,6 +1596,8 @@ static int make_case(const case_row *w, bench_case *cases, int *n, const bench_e
         if (base)
             return make_indexer_alt(next_case(cases, n), w->name, base, w->b);
         return make_indexer(next_case(cases, n), w->name, w->a, env->l2);
+    case K_MSA_STEP:
+        return make_msa_step(next_case(cases, n), w->name, w->a, env->l2);
     case K_MSA_PREFILL:
         if (base)
             return make_msa_prefill_onepass(next_case(cases, n), w->name, base);
