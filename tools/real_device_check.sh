@@ -19,6 +19,9 @@
 #   sh tools/real_device_check.sh OUTDIR gpu      m3-gpu's chunked prefills of the chunked and
 #                                                 prefix-reuse cases (fp32, bf16), judged; resident
 #                                                 against streamed weights on the 4-layer checkpoint
+#   sh tools/real_device_check.sh OUTDIR stream   build, the 4-layer checkpoint synthesized, then
+#                                                 resident against streamed weights alone (bf16,
+#                                                 fp32): bitwise, the prefill rate, the link
 #
 # GOLDEN_CASES (environment) narrows the goldens that `start` computes.
 # Two calls because one device command runs at most 10 minutes; the goldens
@@ -26,8 +29,8 @@
 # libraries the device lacks come from .devroot/ (Debian packages unpacked
 # with dpkg -x on the development machine; not committed).
 set -u
-out=${1:?usage: real_device_check.sh OUTDIR start|dumps}
-phase=${2:?usage: real_device_check.sh OUTDIR start|dumps}
+out=${1:?usage: real_device_check.sh OUTDIR start|dumps|chunked|bg|gpu|stream|tf|collect}
+phase=${2:?usage: real_device_check.sh OUTDIR start|dumps|chunked|bg|gpu|stream|tf|collect}
 mkdir -p "$out"
 . tools/devroot_env.sh
 PY=python3
@@ -152,6 +155,45 @@ if [ "$phase" = chunked ]; then
 fi
 
 R4=$B/real-4l   # 4 layers at the released shapes (3 dense + 1 MSA + MoE), vocabulary 16,384
+# resident against streamed weights on the 4-layer checkpoint, a 2,048-token prompt, bf16 and fp32
+stream_compare() {
+  mkdir -p $D
+  ids4=$($PY - $R4/inputs.safetensors <<'PYEOF'
+import json, struct, sys
+import numpy as np
+with open(sys.argv[1], 'rb') as f:
+    n = struct.unpack('<Q', f.read(8))[0]
+    m = json.loads(f.read(n))['input_ids']
+    f.seek(8 + n + m['data_offsets'][0])
+    a = np.frombuffer(f.read(m['data_offsets'][1] - m['data_offsets'][0]), dtype=np.int32)[:2048]
+print(','.join(str(int(x)) for x in a))
+PYEOF
+)
+  cat $R4/*.safetensors >/dev/null   # the checkpoint in the page cache for both runs
+  for dt in bf16 fp32; do
+    bin/m3-gpu forward --model $R4 --tokens "$ids4" --dtype $dt --dump $D/r4.$dt.resident.safetensors >"$out/r4_${dt}_resident.log" 2>&1
+    log "4-layer resident $dt: rc=$? $(grep 'wall' "$out/r4_${dt}_resident.log" | tail -1)"
+    bin/m3-gpu forward --model $R4 --tokens "$ids4" --dtype $dt --stream-weights --dump $D/r4.$dt.streamed.safetensors >"$out/r4_${dt}_streamed.log" 2>&1
+    log "4-layer streamed $dt: rc=$? $(grep -E 'streamed weights|wall' "$out/r4_${dt}_streamed.log" | tr '\n' ' ')"
+    if cmp -s $D/r4.$dt.resident.safetensors $D/r4.$dt.streamed.safetensors; then
+      log "4-layer $dt: streamed dump BYTE-IDENTICAL to resident ($(stat -c %s $D/r4.$dt.resident.safetensors) bytes)"
+    else
+      log "4-layer $dt: streamed dump DIFFERS from resident"
+    fi
+    rm -f $D/r4.$dt.resident.safetensors $D/r4.$dt.streamed.safetensors
+  done
+}
+if [ "$phase" = stream ]; then
+  t0=$(date +%s)
+  mkdir -p $B && touch $B/.deps-ok
+  make -j16 BUILD=$B bin/m3-conform gpu >"$out/build.log" 2>&1 || { log "BUILD FAILED"; tail -20 "$out/build.log"; exit 1; }
+  [ -f $R4/model.safetensors.index.json ] || bin/m3-conform synth --seed 1 --layers 4 --vocab 16384 --out $R4 --quiet \
+      >"$out/r4.log" 2>&1 || { log "4-layer synth FAILED: $(tail -2 "$out/r4.log")"; exit 1; }
+  log "4-layer synth: $(du -sh $R4 | cut -f1), $(( $(date +%s) - t0 )) s"
+  stream_compare
+  log "stream phase: $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
 if [ "$phase" = bg ]; then
   mkdir -p $B && touch $B/.deps-ok
   make -j16 BUILD=$B bin/m3-ref bin/m3-conform gpu >"$out/build.log" 2>&1 || { log "BUILD FAILED"; exit 1; }
@@ -178,29 +220,7 @@ if [ "$phase" = gpu ]; then
   done
   while [ ! -f $G/r4.rc ] && [ $(( $(date +%s) - t0 )) -lt 300 ]; do sleep 3; done
   log "4-layer synth: rc=$(cat $G/r4.rc 2>/dev/null) $(du -sh $R4 2>/dev/null | cut -f1)"
-  ids4=$($PY - $R4/inputs.safetensors <<'PYEOF'
-import json, struct, sys
-import numpy as np
-with open(sys.argv[1], 'rb') as f:
-    n = struct.unpack('<Q', f.read(8))[0]
-    m = json.loads(f.read(n))['input_ids']
-    f.seek(8 + n + m['data_offsets'][0])
-    a = np.frombuffer(f.read(m['data_offsets'][1] - m['data_offsets'][0]), dtype=np.int32)[:2048]
-print(','.join(str(int(x)) for x in a))
-PYEOF
-)
-  cat $R4/*.safetensors >/dev/null   # the checkpoint in the page cache for both runs
-  for dt in bf16 fp32; do
-    bin/m3-gpu forward --model $R4 --tokens "$ids4" --dtype $dt --dump $D/r4.$dt.resident.safetensors >"$out/r4_${dt}_resident.log" 2>&1
-    log "4-layer resident $dt: rc=$? $(grep 'wall' "$out/r4_${dt}_resident.log" | tail -1)"
-    bin/m3-gpu forward --model $R4 --tokens "$ids4" --dtype $dt --stream-weights --dump $D/r4.$dt.streamed.safetensors >"$out/r4_${dt}_streamed.log" 2>&1
-    log "4-layer streamed $dt: rc=$? $(grep -E 'streamed weights|wall' "$out/r4_${dt}_streamed.log" | tr '\n' ' ')"
-    if cmp -s $D/r4.$dt.resident.safetensors $D/r4.$dt.streamed.safetensors; then
-      log "4-layer $dt: streamed dump BYTE-IDENTICAL to resident ($(stat -c %s $D/r4.$dt.resident.safetensors) bytes)"
-    else
-      log "4-layer $dt: streamed dump DIFFERS from resident"
-    fi
-  done
+  stream_compare
   while [ ! -f $G/prompt_2600.rc ] && [ $(( $(date +%s) - t0 )) -lt 480 ]; do sleep 3; done
   if [ "$(cat $G/prompt_2600.rc 2>/dev/null)" = 0 ]; then
     for c in chunked_decode_2600 prefix_reuse_2600; do
