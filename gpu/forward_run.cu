@@ -113,7 +113,7 @@ static int stream_report(dev_model *dm, int T, double prefill_s, m3_err *e)
     const double gb = (double)ws->bytes_copied / 1e9;
     char stage[64];
     if (ws->pin[0])
-        snprintf(stage, sizeof stage, "through %d pinned buffers of %zu MiB by %d threads",
+        snprintf(stage, sizeof stage, "through %d pinned buffers of %zu MiB by %d host threads",
                  M3G_WS_RING, ws->pin_bytes >> 20, ws->copiers);
     else
         snprintf(stage, sizeof stage, "from the mapping (pageable)");

@@ -46,10 +46,11 @@ struct m3g_wstream_pool {
     size_t bytes;
 };
 
-/* Share k of n + 1 of a copy of `bytes`: [*off, *off + *len). */
+/* Share k of `parts` of a copy of `bytes`: [*off, *off + *len), whole pages
+ * (the last share takes the rest; shares past the end are empty). */
 static void pool_share(size_t bytes, int parts, int k, size_t *off, size_t *len)
 {
-    const size_t per = (bytes / (size_t)parts + 4095) & ~(size_t)4095;
+    const size_t per = ((bytes + (size_t)parts - 1) / (size_t)parts + 4095) & ~(size_t)4095;
     *off = per * (size_t)k < bytes ? per * (size_t)k : bytes;
     *len = *off + per < bytes ? per : bytes - *off;
 }
@@ -167,10 +168,11 @@ static void pool_copy(m3g_wstream_pool *p, char *dst, const char *src, size_t by
 
 int m3g_wstream_init(m3g_wstream *ws, int L, size_t slot_bytes, m3_err *e)
 {
-    return m3g_wstream_init_ring(ws, L, slot_bytes, 0, e);
+    return m3g_wstream_init_ring(ws, L, slot_bytes, 0, 0, e);
 }
 
-int m3g_wstream_init_ring(m3g_wstream *ws, int L, size_t slot_bytes, size_t pin_bytes, m3_err *e)
+int m3g_wstream_init_ring(m3g_wstream *ws, int L, size_t slot_bytes, size_t pin_bytes,
+                          int copiers, m3_err *e)
 {
     memset(ws, 0, sizeof *ws);
     ws->held[0] = ws->held[1] = -1;
@@ -219,7 +221,7 @@ int m3g_wstream_init_ring(m3g_wstream *ws, int L, size_t slot_bytes, size_t pin_
         return 0;
     }
     ws->pin_bytes = pin_bytes;
-    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const long ncpu = copiers > 0 ? copiers : sysconf(_SC_NPROCESSORS_ONLN);
     const int want = ncpu > WS_MAX_COPIERS ? WS_MAX_COPIERS : ncpu < 1 ? 1 : (int)ncpu;
     ws->pool = want > 1 ? pool_new(want - 1) : NULL;
     ws->copiers = 1 + (ws->pool ? ws->pool->n : 0);

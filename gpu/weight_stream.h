@@ -79,8 +79,10 @@ typedef struct m3g_wstream {
  * (pageable copies where pinned memory or threads cannot be had). On failure
  * fills e (naming the device bytes asked). */
 int m3g_wstream_init(m3g_wstream *ws, int L, size_t slot_bytes, m3_err *e);
-/* The same with ring buffers of pin_bytes each (0: the default, 64 MiB). */
-int m3g_wstream_init_ring(m3g_wstream *ws, int L, size_t slot_bytes, size_t pin_bytes, m3_err *e);
+/* The same with ring buffers of pin_bytes each and `copiers` host threads
+ * (0, 0: the defaults, 64 MiB and one a core up to 8). */
+int m3g_wstream_init_ring(m3g_wstream *ws, int L, size_t slot_bytes, size_t pin_bytes,
+                          int copiers, m3_err *e);
 /* Release everything of ws; a zeroed ws is allowed. */
 void m3g_wstream_free(m3g_wstream *ws);
 

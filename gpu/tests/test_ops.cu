@@ -1177,22 +1177,23 @@ static void t_round(tctx *c, const op_case *k)
     cmp_f(c, "x", (const float *)fetch(c, dx, (size_t)n * 4), want, n, &TOL_BIT);
 }
 
-/* p: layers, ring buffer KiB. The weight-streaming ring (gpu/weight_stream.h)
+/* p: layers, ring buffer KiB, copy threads. The weight-streaming ring (gpu/weight_stream.h)
  * against its source bytes: pieces larger than a ring buffer, pieces that
  * share one, ragged sizes, the ring wrapping, two passes over the layers. */
 static void t_wstream(tctx *c, const op_case *k)
 {
-    enum { NJ = 5 };
+    enum { NJ = 6 };
     const int L = k->p[0];
     const size_t pin = (size_t)k->p[1] << 10;
-    const size_t sz[NJ] = {5 * pin / 2 + 7, 1000, 3 * pin / 2 + 3, 17, pin};
+    /* the first piece of layer 0 starts a buffer: pin / 2 + 1 splits unevenly */
+    const size_t sz[NJ] = {pin / 2 + 1, 5 * pin / 2 + 7, 1000, 3 * pin / 2 + 3, 17, pin};
     m3g_wstream ws;
     m3_err e;
     e.msg[0] = 0;
     size_t slot = 0;
     for (int j = 0; j < NJ; j++)
         slot += (sz[j] + 7 * L + 255) / 256 * 256;
-    if (m3g_wstream_init_ring(&ws, L, slot, pin, &e) != 0) {
+    if (m3g_wstream_init_ring(&ws, L, slot, pin, k->p[2], &e) != 0) {
         failf(c, "m3g_wstream_init_ring: %s", e.msg);
         m3g_wstream_free(&ws);
         return;
@@ -1201,7 +1202,7 @@ static void t_wstream(tctx *c, const op_case *k)
              pin >> 10, ws.pin[0] ? "pinned" : "pageable (no pinned memory)");
     if (ws.pin[0])
         snprintf(c->shape + strlen(c->shape), sizeof c->shape - strlen(c->shape),
-                 " by %d threads", ws.copiers);
+                 " by %d copy thread%s", ws.copiers, ws.copiers == 1 ? "" : "s");
     unsigned char *src[8][NJ];
     void *dst[8][NJ];
     size_t lbytes[8] = {0};
@@ -1359,8 +1360,9 @@ static const op_case CASES[] = {
     {"m3g_vision_rope", t_vision_rope, {5, 4, 80, 78, 1}},
     {"m3g_vision_rope", t_vision_rope, {3, 2, 64, 32, 0}},
     /* weight streaming (gpu/weight_stream.h) */
-    {"m3g_wstream", t_wstream, {3, 256}},
-    {"m3g_wstream", t_wstream, {2, 64}},
+    {"m3g_wstream", t_wstream, {3, 256, 2}},
+    {"m3g_wstream", t_wstream, {2, 64, 8}},
+    {"m3g_wstream", t_wstream, {3, 64, 1}},
     /* conversions */
     {"m3g_to_bf16", t_to_bf16, {1001}},
     {"m3g_round", t_round, {777, 1}},
