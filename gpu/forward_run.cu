@@ -111,7 +111,7 @@ static int stream_report(dev_model *dm, int T, double prefill_s, m3_err *e)
         m3g_h2d_bandwidth((size_t)1 << 30, 0, &pageable, e))
         return -1;
     const double gb = (double)ws->bytes_copied / 1e9;
-    char stage[64];
+    char stage[96];
     if (ws->pin[0])
         snprintf(stage, sizeof stage, "through %d pinned buffers of %zu MiB by %d host threads",
                  M3G_WS_RING, ws->pin_bytes >> 20, ws->copiers);
