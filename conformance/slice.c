@@ -209,9 +209,13 @@ static void get_longs(rd *r, const cJSON *o, const char *k, long *dst, int n)
     }
     for (int i = 0; i < n && !r->bad; i++) {
         double v = num_of(r, cJSON_GetArrayItem(a, i), k);
-        if (!r->bad && (!(v >= -1 && v <= 1e15) || v != floor(v))) {
+        if (r->bad)
+            break;
+        if (!(v >= -1 && v <= 1e15) || v != floor(v)) {
             r->bad = 1;
-            m3_fail(r->e, "%s: records[%d]: field \"%s\"[%d] is not a whole number >= -1", r->name, r->idx, k, i);
+            m3_fail(r->e, "%s: records[%d]: field \"%s\"[%d] = %g is not a whole number in [-1, 1e15]",
+                    r->name, r->idx, k, i, v);
+            break;
         }
         dst[i] = (long)v;
     }

@@ -192,6 +192,11 @@ import json, sys
 d = json.load(open(sys.argv[1])); d['kit'] = '0.9'; json.dump(d, open(sys.argv[2], 'w'))" "$tmp/s2.json" "$tmp/s4.json"
 run 2 "merge: a slice of another kit version" "$conform" merge "$tmp/s1.json" "$tmp/s4.json"
 has "s4.json: field \"kit\" is \"0.9\"" "merge other kit"
+"$py" -c "
+import json, sys
+d = json.load(open(sys.argv[1])); d['records'][0]['ties']['rows'][1] = -1e300; json.dump(d, open(sys.argv[2], 'w'))" "$tmp/s2.json" "$tmp/s5.json"
+run 2 "merge: a record's rows entry out of range" "$conform" merge "$tmp/s1.json" "$tmp/s5.json"
+has "s5.json: records[0]: field \"rows\"[1] = -1e+300 is not a whole number in [-1, 1e15]" "merge rows range"
 run 2 "--layers past L" "$conform" check --teacher-forced --model $tiny --dump $mut --layers 3-5
 has "--layers 3-5: the model has 5 layers (0..4)" "layers past L"
 run 2 "--layers reversed" "$conform" check --teacher-forced --model $tiny --dump $mut --layers 4-3
