@@ -5,8 +5,11 @@
  * selection logic and the rounding points, not memory-model or timing bugs.
  *
  * Model: blocks of a launch run one after another; inside a block every
- * thread is a fiber (ucontext) of the calling host thread, resumed
- * round-robin; __syncthreads is a cooperative barrier over the block;
+ * thread is a fiber of the calling host thread, resumed round-robin (on
+ * x86-64 a register switch of its own, which makes no system call; else
+ * ucontext, which makes a system call at every switch and runs about ten
+ * times slower; -DM3EMU_UCONTEXT forces it); __syncthreads is a cooperative
+ * barrier over the block;
  * warp shuffles exchange through a per-warp slot array between two warp
  * barriers (all 32 lanes of a warp must reach every shuffle, which the
  * gpu/ kernels guarantee: warp-uniform control flow around shuffles).
@@ -62,7 +65,7 @@ struct hipDeviceProp_t {
 enum { hipMemcpyHostToDevice, hipMemcpyDeviceToHost, hipMemcpyDeviceToDevice };
 enum { hipStreamCaptureModeGlobal };
 
-/* Each emulated GPU thread is a fiber (ucontext) on the calling host thread;
+/* Each emulated GPU thread is a fiber on the calling host thread;
  * a block's fibers are scheduled round-robin and switch only at barriers
  * (__syncthreads, the two warp barriers around a shuffle) and at exit. */
 struct m3emu_bar { /* a cooperative barrier over fibers */
@@ -77,9 +80,37 @@ struct m3emu_ctx {
     int *wslot_i;
     void *dyn;
 };
+/* A fiber's saved context and the switch between two of them. */
+#if defined(__x86_64__) && !defined(M3EMU_UCONTEXT)
+struct m3emu_fctx {
+    void *sp; /* its stack pointer, the callee-saved registers pushed below it */
+};
+/* Push rbp, rbx, r12-r15 on the current stack, store rsp in *from, load to,
+ * pop the same registers there and return into the other fiber. Weak: every
+ * translation unit that includes this header emits it. */
+extern "C" void m3emu_switch(void **from, void *to);
+__asm__(".pushsection .text\n"
+        ".weak m3emu_switch\n"
+        ".type m3emu_switch, @function\n"
+        "m3emu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size m3emu_switch, .-m3emu_switch\n"
+        ".popsection\n");
+inline void m3emu_fswitch(m3emu_fctx *from, m3emu_fctx *to) { m3emu_switch(&from->sp, to->sp); }
+#else
+struct m3emu_fctx {
+    ucontext_t uc;
+};
+inline void m3emu_fswitch(m3emu_fctx *from, m3emu_fctx *to) { swapcontext(&from->uc, &to->uc); }
+#endif
+
 struct m3emu_sched {
-    ucontext_t main_uc;
-    ucontext_t *uc;   /* [nt] */
+    m3emu_fctx main_uc;
+    m3emu_fctx *uc;   /* [nt] */
     m3emu_ctx *ctx;   /* [nt] */
     int nt, cur;
     long idle;        /* yields since the last barrier release or fiber exit */
@@ -102,7 +133,7 @@ inline void m3emu_yield()
                         "barrier the others never reach\n", m3emu.bid.x, m3emu.bid.y, m3emu.bid.z);
         abort();
     }
-    swapcontext(&s->uc[s->cur], &s->main_uc);
+    m3emu_fswitch(&s->uc[s->cur], &s->main_uc);
 }
 inline void m3emu_bar_release(m3emu_bar *b)
 {
@@ -182,16 +213,40 @@ inline void m3emu_fiber_main()
     s->idle = 0;
 }
 
+#if defined(__x86_64__) && !defined(M3EMU_UCONTEXT)
+/* the first frame of a fiber: the body, then back to the scheduler for good */
+[[noreturn]] inline void m3emu_fiber_entry()
+{
+    m3emu_fiber_main();
+    m3emu_sched *s = m3emu_sch;
+    m3emu_fswitch(&s->uc[s->cur], &s->main_uc);
+    abort(); /* a finished fiber is never resumed */
+}
+
+/* a fresh fiber running m3emu_fiber_entry on stack: the six registers that
+ * m3emu_switch pops, then its return address, the entry, with rsp % 16 == 8
+ * on entry as after a call */
+inline void m3emu_make(m3emu_fctx *f, char *stack, m3emu_fctx *)
+{
+    void **p = (void **)(((uintptr_t)stack + M3EMU_STACK) & ~(uintptr_t)15);
+    *--p = NULL; /* where the entry's own return address would be */
+    *--p = (void *)m3emu_fiber_entry;
+    for (int r = 0; r < 6; r++)
+        *--p = NULL;
+    f->sp = p;
+}
+#else
 /* a fresh fiber context running m3emu_fiber_main on stack (kept out of the
  * launch template: getcontext returns twice) */
-__attribute__((noinline)) inline void m3emu_make(ucontext_t *uc, char *stack, ucontext_t *link)
+__attribute__((noinline)) inline void m3emu_make(m3emu_fctx *f, char *stack, m3emu_fctx *link)
 {
-    getcontext(uc);
-    uc->uc_stack.ss_sp = stack;
-    uc->uc_stack.ss_size = M3EMU_STACK;
-    uc->uc_link = link;
-    makecontext(uc, m3emu_fiber_main, 0);
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = stack;
+    f->uc.uc_stack.ss_size = M3EMU_STACK;
+    f->uc.uc_link = &link->uc;
+    makecontext(&f->uc, m3emu_fiber_main, 0);
 }
+#endif
 
 /* fiber stacks, reused across launches (per host thread) */
 struct m3emu_stacks {
@@ -215,7 +270,7 @@ void m3emu_launch(K k, dim3 g, dim3 b, size_t shm, A... args)
     std::vector<char> dyn(shm + 16);
     std::vector<float> ws((size_t)nw * 32);
     std::vector<int> wsi((size_t)nw * 32);
-    std::vector<ucontext_t> uc((size_t)nt);
+    std::vector<m3emu_fctx> uc((size_t)nt);
     std::vector<m3emu_ctx> ctx((size_t)nt);
     std::vector<m3emu_bar> wb((size_t)nw);
     std::vector<char> done((size_t)nt);
@@ -269,10 +324,10 @@ void m3emu_launch(K k, dim3 g, dim3 b, size_t shm, A... args)
                 s.cur = t;
                 m3emu_cur = &ctx[(size_t)t];
                 /* the fiber returns here when it yields (still running) or
-                 * exits (uc_link); an exit is marked by m3emu_fiber_main's
+                 * exits (its last switch); an exit is marked by m3emu_fiber_main's
                  * drop of the block barrier, seen as fewer expected threads */
                 const int before = bar.expected;
-                swapcontext(&s.main_uc, &uc[(size_t)t]);
+                m3emu_fswitch(&s.main_uc, &uc[(size_t)t]);
                 if (bar.expected < before) {
                     done[(size_t)t] = 1;
                     left--;
