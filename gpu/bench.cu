@@ -946,8 +946,11 @@ typedef struct layer_ctx {
                     launches, routed gate and up GEMVs + m3g_swiglu), else m3-gpu's fused
                     launches; bit 1: the norms and the prologue without their early PDL
                     release; bit 2: the router, the grouped expert GEMVs and the combine as
-                    plain launches, without PDL (7 = exactly the previous sequence) */
+                    plain launches, without PDL (7 = exactly the previous sequence);
+                    LAYER_ATTN_ONLY / LAYER_FFN_ONLY: the launches up to the post-attention
+                    norm / the rest (the two halves of the layer, timed apart) */
 } layer_ctx;
+enum { LAYER_ATTN_ONLY = 8, LAYER_FFN_ONLY = 16 };
 
 static hipError_t layer_launch(void *c, int r, hipStream_t st)
 {
@@ -967,6 +970,8 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
     } while (0)
     const int rel = !(x->old_seq & 2);
     const int mp = !(x->old_seq & 4); /* PDL launches of the MoE kernels */
+    if (x->old_seq & LAYER_FFN_ONLY)
+        goto ffn;
     LK(m3g_residual_rmsnorm_ex(x->h, x->tmp, x->xn, x->in_norm, M3G_BF16, 1, H, eps, 1, rel, st));
     LK(m3g_linear_multi(x->xn, x->qkv, seg, x->sparse ? 5 : 3, 1, 1, NULL, st));
     if (x->old_seq & 1) {
@@ -1018,6 +1023,9 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
     LK(m3g_linear(x->tmp, H, x->att, x->o, 1, 1, NULL, st));
     LK(m3g_residual_rmsnorm_ex(x->h, x->tmp, x->xn, x->post_norm, M3G_BF16, 1, H, eps, 1, rel,
                                st));
+    if (x->old_seq & LAYER_ATTN_ONLY)
+        return hipSuccess;
+ffn:
     if (x->moe) {
         const moe_ctx *m = x->experts;
         const int64_t es = (int64_t)I * H;
@@ -1165,6 +1173,14 @@ static int make_layer_alt(bench_case *bc, const char *name, const bench_case *ba
     if (!x)
         return -1;
     x->old_seq = old_seq;
+    /* the halves read their own bytes: the attention's weights, K/V and index-K, or the rest */
+    const double attn = 2.0 * (x->qkv.rows + x->o.rows) * (double)H +
+                        2.0 * 2.0 * NKV * HD * (x->sparse ? (double)TOPK_B * BLK : (double)x->ctx_len) +
+                        (x->sparse ? 2.0 * IHD * (double)x->ctx_len : 0.0);
+    if (old_seq & LAYER_ATTN_ONLY)
+        bc->bytes = attn;
+    else if (old_seq & LAYER_FFN_ONLY)
+        bc->bytes = base->bytes - attn;
     return 0;
 }
 
@@ -1430,7 +1446,9 @@ static const case_row CASES[] = {
     /* whole decoder layers at decode, 128K context, as m3-gpu launches them;
      * on the same data: the first launch sequence (separate QK-norm / RoPE /
      * cache writes, routed gate / up + SwiGLU), the fused launches without
-     * the early PDL release, the MoE kernels without PDL */
+     * the early PDL release, the MoE kernels without PDL, and the two halves
+     * of the MSA + MoE layer (attention to the post-attention norm; router,
+     * experts and combine) timed apart */
     {"layer decode 128K MSA + MoE", K_LAYER, 1, 1, 0, 0, NULL},
     {"layer decode 128K dense attn + MLP", K_LAYER, 0, 0, 0, 0, NULL},
     {"layer decode 128K MSA + MoE first seq", K_LAYER, 0, 0, 7, 0, "layer decode 128K MSA + MoE"},
@@ -1440,6 +1458,9 @@ static const case_row CASES[] = {
     {"layer decode 128K dense attn + MLP no release", K_LAYER, 0, 0, 2, 0,
      "layer decode 128K dense attn + MLP"},
     {"layer decode 128K MSA + MoE no moe pdl", K_LAYER, 0, 0, 4, 0, "layer decode 128K MSA + MoE"},
+    {"layer decode 128K MSA attention half", K_LAYER, 0, 0, LAYER_ATTN_ONLY, 0,
+     "layer decode 128K MSA + MoE"},
+    {"layer decode 128K MoE half", K_LAYER, 0, 0, LAYER_FFN_ONLY, 0, "layer decode 128K MSA + MoE"},
     /* vision (M3: 16 heads of 80; 5,184 patches = one 1008 x 1008 image),
      * bf16: the default attention, the exact kernel, the fp32-tile and the
      * other CTA size of the tensor-core kernel; whole encoder layers */
