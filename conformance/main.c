@@ -510,7 +510,7 @@ static int golden_of(const cf_case *cs, const m3_model *m, int verify, cf_tset *
 
 static int open_model(m3_model *m, const cf_case *cs, m3_err *e)
 {
-    m3_model_opts mo = {0, 1};
+    m3_model_opts mo = {0};
     memset(m, 0, sizeof *m);
     if (m3_model_open(m, cs->dir, &mo, e))
         return m3_fail_prefix(e, "case %s", cs->id);
@@ -767,7 +767,7 @@ static int cmd_check_tf(ctx *c)
     const cf_profile *prof = pick_profile(c, &cs, o->profile, &e);
     if (!prof)
         goto bad;
-    m3_model_opts mo = {0, 1};
+    m3_model_opts mo = {0};
     memset(&model, 0, sizeof model);
     if (m3_model_open(&model, dir, &mo, &e))
         goto bad;

@@ -1018,7 +1018,7 @@ static int run_eagle3_draft(inputs *in, cf_tset *out, m3_err *e)
     m3_model m;
     m3_eagle3 d;
     memset(&d, 0, sizeof d);
-    m3_model_opts mo = {0, 1};
+    m3_model_opts mo = {0};
     if (m3_model_open(&m, c->dir, &mo, e))
         return -1;
     char cp[2300], wp[2300];
@@ -1085,7 +1085,7 @@ static int run_eagle3_verify(inputs *in, cf_tset *out, m3_err *e)
     if (!ids || !(vt = need_ids(in, "verify_tokens", &n, e)))
         return -1;
     m3_model m;
-    m3_model_opts mo = {0, 1};
+    m3_model_opts mo = {0};
     if (m3_model_open(&m, c->dir, &mo, e))
         return -1;
     const int H = m.cfg.text.hidden_size, V = m.cfg.text.vocab_size;

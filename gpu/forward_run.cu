@@ -21,15 +21,14 @@ int m3g_open_model(m3_model *m, const char *cmd, const char *dir, int lenient)
 {
     m3_err e;
     memset(&e, 0, sizeof e);
-    const m3_model_opts mo = {lenient, 0};
+    const m3_model_opts mo = {lenient};
+    char notes[700];
     if (m3_model_open(m, dir, &mo, &e) != 0) {
         fprintf(stderr, "m3-gpu %s: %s\n", cmd, e.msg);
         return -1;
     }
-    if (m->cfg.n_warnings > 0)
-        fprintf(stderr, "warning: %s\n", m->cfg.warnings);
-    if (m->w.ignored_mtp > 0)
-        fprintf(stderr, "note: ignored %d mtp.* tensors\n", m->w.ignored_mtp);
+    m3_model_notes(m, notes, sizeof notes);
+    fputs(notes, stderr);
     return 0;
 }
 

@@ -67,6 +67,18 @@ fail:
     return -1;
 }
 
+void m3_model_notes(const m3_model *m, char *buf, size_t cap)
+{
+    if (!cap)
+        return;
+    buf[0] = 0;
+    size_t used = 0;
+    if (m->cfg.n_warnings > 0)
+        used += (size_t)snprintf(buf, cap, "warning: %s\n", m->cfg.warnings);
+    if (m->w.ignored_mtp > 0 && used < cap)
+        snprintf(buf + used, cap - used, "note: ignored %d mtp.* tensors\n", m->w.ignored_mtp);
+}
+
 void m3_model_close(m3_model *m)
 {
     if (!m)

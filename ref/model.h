@@ -29,11 +29,15 @@ typedef struct m3_model {
 
 typedef struct m3_model_opts {
     int lenient_config; /* unknown config keys warn instead of failing */
-    int quiet;          /* suppress notices (e.g. "ignoring 7 mtp.* tensors") */
 } m3_model_opts;
 
 /* Open the checkpoint in dir (config.json + safetensors). opts may be NULL. */
 int m3_model_open(m3_model *m, const char *dir, const m3_model_opts *opts, m3_err *e);
+
+/* The notices of an opened model, for a program to print (this library
+ * prints nothing): "warning: <config warnings>\n" and "note: ignored N mtp.*
+ * tensors\n", each when it applies, into buf (cap bytes; "" when none). */
+void m3_model_notes(const m3_model *m, char *buf, size_t cap);
 /* Release everything m3_model_open acquired; safe on a zeroed struct. */
 void m3_model_close(m3_model *m);
 

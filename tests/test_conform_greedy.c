@@ -42,7 +42,7 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     m3_err e = {{0}};
-    m3_model_opts mo = {0, 1};
+    m3_model_opts mo = {0};
     if (!f || cf_case_load(&f->c, CASE_DIR, 0, &e) || m3_model_open(&f->m, CASE_DIR, &mo, &e) ||
         cf_tset_load(&f->golden, CASE_DIR "/expected.safetensors", &e) ||
         cf_tset_load(&f->in, CASE_DIR "/inputs.safetensors", &e) ||

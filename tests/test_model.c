@@ -347,6 +347,27 @@ static void test_open_errors(void **state)
     m3_state_free(NULL);
 }
 
+/* m3_model_notes: nothing, a config warning, the mtp note, both; a short buffer. */
+static void test_model_notes(void **state)
+{
+    (void)state;
+    m3_model m;
+    memset(&m, 0, sizeof m);
+    char buf[700];
+    m3_model_notes(&m, buf, sizeof buf);
+    assert_string_equal(buf, "");
+    m.w.ignored_mtp = 3;
+    m3_model_notes(&m, buf, sizeof buf);
+    assert_string_equal(buf, "note: ignored 3 mtp.* tensors\n");
+    m.cfg.n_warnings = 1;
+    snprintf(m.cfg.warnings, sizeof m.cfg.warnings, "unknown key 'text_config.foo'");
+    m3_model_notes(&m, buf, sizeof buf);
+    assert_string_equal(buf, "warning: unknown key 'text_config.foo'\nnote: ignored 3 mtp.* tensors\n");
+    char small[12];
+    m3_model_notes(&m, small, sizeof small); /* truncated, terminated */
+    assert_string_equal(small, "warning: un");
+}
+
 /* m3_forward_embeds on the embedding rows == m3_forward on the ids, both modes. */
 static void test_forward_embeds(void **state)
 {
@@ -502,6 +523,7 @@ int main(void)
         cmocka_unit_test(test_rollback),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_model_notes),
         cmocka_unit_test(test_forward_embeds),
         cmocka_unit_test(test_dump_and_layer_forward),
     };

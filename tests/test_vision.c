@@ -98,7 +98,7 @@ static int vfx_setup(void **st)
         fprintf(stderr, "%s\n", e.msg);
         return -1;
     }
-    m3_model_opts mo = {0, 1};
+    m3_model_opts mo = {0};
     if (m3_model_open(&f->m, f->dir, &mo, &e) != 0) {
         fprintf(stderr, "%s\n", e.msg);
         return -1;

@@ -440,15 +440,14 @@ static double now_s(void)
 static int open_model(const char *cmd, m3_model *m, const m3_cli_opts *o)
 {
     m3_err e = {{0}};
-    m3_model_opts mo = {.lenient_config = o->lenient, .quiet = 0};
+    m3_model_opts mo = {.lenient_config = o->lenient};
+    char notes[700];
     if (m3_model_open(m, o->model, &mo, &e) != 0) {
         fprintf(stderr, "m3-ref %s: %s\n", cmd, e.msg);
         return -1;
     }
-    if (m->cfg.n_warnings > 0)
-        fprintf(stderr, "warning: %s\n", m->cfg.warnings);
-    if (m->w.ignored_mtp > 0)
-        fprintf(stderr, "note: ignored %d mtp.* tensors\n", m->w.ignored_mtp);
+    m3_model_notes(m, notes, sizeof notes);
+    fputs(notes, stderr);
     return 0;
 }
 
