@@ -15,7 +15,7 @@
  * same shapes) is tools/bench_torch.py, run on the same machine right after;
  * the GPU clocks are printed by the make target (nvidia-smi).
  *
- *   bench-gpu [--reps N] [--case PREFIX]   (the cases whose names start with PREFIX)
+ *   bench-gpu [--reps N] [--case PREFIX]...   (the cases whose names start with a PREFIX)
  *
  * The cases are the table CASES below (name, kind, shape, the case whose
  * device data a variant reuses); the speed targets are the table TARGETS,
@@ -1575,8 +1575,18 @@ typedef struct bench_env {
     int l2;
     m3g_blas *blas, *blas_nolt;
     hipStream_t st;
-    const char *only;
+    const char *only[16]; /* --case prefixes (none: every case) */
+    int nonly;
 } bench_env;
+
+/* 1 iff the case named name is to run: no --case, or one of them is a prefix of it. */
+static int wanted(const bench_env *env, const char *name)
+{
+    for (int k = 0; k < env->nonly; k++)
+        if (!strncmp(name, env->only[k], strlen(env->only[k])))
+            return 1;
+    return env->nonly == 0;
+}
 
 /* Set up the cases of row w at cases[*n ...]; 0 or -1 (setup failed). */
 static int make_case(const case_row *w, bench_case *cases, int *n, const bench_env *env)
@@ -1598,10 +1608,16 @@ static int make_case(const case_row *w, bench_case *cases, int *n, const bench_e
     case K_GEMV_ALL:
         /* the GEMV rows through the previous kernel (every bench-only kernel and
          * the stream ceilings when the run is limited to the GEMVs) */
-        if (env->only && strncmp(env->only, "gemv", strlen(env->only) < 4 ? strlen(env->only) : 4))
-            return 0;
+        if (env->nonly) {
+            int gemv = 0; /* a --case that names GEMV rows */
+            for (int k = 0; k < env->nonly; k++)
+                gemv |= !strncmp(env->only[k], "gemv",
+                                 strlen(env->only[k]) < 4 ? strlen(env->only[k]) : 4);
+            if (!gemv)
+                return 0;
+        }
         M3_HIP_CHECK(hipDeviceSynchronize());
-        *n = add_gemv_variants(cases, 0, *n, BENCH_GEMV_CASES, env->only != NULL, env->st);
+        *n = add_gemv_variants(cases, 0, *n, BENCH_GEMV_CASES, env->nonly > 0, env->st);
         return 0;
     case K_MOE:
         return make_moe(next_case(cases, n));
@@ -1647,10 +1663,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--case") && i + 1 < argc)
-            env.only = argv[++i];
+        else if (!strcmp(argv[i], "--case") && i + 1 < argc && env.nonly < 16)
+            env.only[env.nonly++] = argv[++i];
         else {
-            fprintf(stderr, "usage: bench-gpu [--reps N] [--case PREFIX]\n");
+            fprintf(stderr, "usage: bench-gpu [--reps N] [--case PREFIX]... (at most 16 --case)\n");
             return 2;
         }
     }
@@ -1687,7 +1703,7 @@ int main(int argc, char **argv)
         }
     M3_HIP_CHECK(hipDeviceSynchronize());
     for (int i = 0; i < n; i++) {
-        if (env.only && strncmp(cases[i].name, env.only, strlen(env.only)) != 0)
+        if (!wanted(&env, cases[i].name))
             continue;
         if (run_case(&cases[i], reps, env.st, &med[i]) != 0)
             return 1;
