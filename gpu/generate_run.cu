@@ -175,7 +175,7 @@ static int spec_generate(const gen_opts *go, const m3_model *m, dev_model *dm, g
     {
         if (!go->print_ids && !tokzr)
             fprintf(stderr, "m3-gpu: %s has no usable tokenizer; printing token ids\n", go->dir);
-        if (go->is_text[0] && tokzr && !go->print_ids) /* echo the prompt, as m3-ref */
+        if (go->is_text[0] && go->srcs[0] && tokzr && !go->print_ids) /* echo a --prompt, as m3-ref */
             fwrite(go->srcs[0], 1, strlen(go->srcs[0]), stdout);
         int stop_eos = 0;
         for (int k = 0; k < n_out; k++) {
@@ -279,7 +279,8 @@ int generate_run(const gen_opts *go)
     if ((any_text || !print_ids) && m3_tokenizer_open(&tokzr, dir, &e) != 0) {
         tokzr = NULL;
         if (any_text) {
-            fprintf(stderr, "m3-gpu generate: --prompt needs a tokenizer: %s\n", e.msg);
+            fprintf(stderr, "m3-gpu generate: %s needs a tokenizer: %s\n",
+                    go->po && go->po->conversation ? "--conversation" : "--prompt", e.msg);
             goto out;
         }
     }
@@ -411,7 +412,7 @@ int generate_run(const gen_opts *go)
         if (!print_ids && !tokzr)
             fprintf(stderr, "m3-gpu: %s has no usable tokenizer; printing token ids\n", dir);
         for (int s = 0; s < n; s++) { /* print now (streaming) or at the end (batch) */
-            if (streaming && is_text[s] && tokzr && !print_ids) /* echo the prompt, as m3-ref */
+            if (streaming && is_text[s] && srcs[s] && tokzr && !print_ids) /* echo a --prompt, as m3-ref */
                 fwrite(srcs[s], 1, strlen(srcs[s]), stdout);
         }
         for (int na = max_new > 0 ? n : 0; na > 0;) {

@@ -33,14 +33,16 @@ extern "C" {
 typedef struct gen_opts {
     const char *dir;
     const char *const *srcs; /* every --tokens / --prompt, in command-line order */
-    const int *is_text;      /* srcs[s] is a --prompt text (else token ids) */
+    const int *is_text;      /* srcs[s] is a --prompt text (else token ids); a NULL text:
+                                the conversation of po (--conversation FILE) */
     int n;                   /* number of prompts: a batch when > 1 */
     int mode, greedy_flag, print_ids, lenient;
     int quiet; /* --quiet: no progress line, no summary */
     int have_temp, have_top_p, have_top_k, have_seed; /* the sampling flags given */
     float temp, top_p;
     long long top_k, seed, max_new;
-    const m3_prompt_opts *po;       /* --chat / --system / --thinking for every --prompt */
+    const m3_prompt_opts *po;       /* --chat / --system / --thinking for every --prompt;
+                                       --conversation */
     const m3g_vision_request *vreq; /* images / video / pixels of a single prompt, or NULL */
     const char *draft;              /* --draft DIR (Eagle3 speculative decoding), or NULL */
     long long spec_k;               /* --spec-tokens K (default 3) */

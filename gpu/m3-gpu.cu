@@ -73,7 +73,8 @@ static const char *HELP_VISION_CASE =
     "encoder layer, tower, projector) on the GPU and dump its outputs for m3-conform check.\n";
 
 static const char *HELP_GENERATE =
-    "usage: m3-gpu generate --model DIR (--tokens IDS | --prompt TEXT)... [--max-new-tokens N]\n"
+    "usage: m3-gpu generate --model DIR ((--tokens IDS | --prompt TEXT)... | --conversation FILE)\n"
+    "                       [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
     "                       [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
     "                       [--vision-joint] [--stream-weights]\n"
@@ -86,7 +87,8 @@ static const char *HELP_GENERATE =
     "--max-new-tokens defaults to 32; sampling defaults come from DIR/generation_config.json,\n"
     "else temperature 1.0, top_p 0.95, top_k 40; --temperature 0 is greedy; --print-ids\n"
     "prints only the generated ids, comma-separated. --chat renders every --prompt as the\n"
-    "user turn of a conversation (--system, --thinking). Each option means what it means in\n"
+    "user turn of a conversation (--system, --thinking); --conversation FILE renders the\n"
+    "conversation in FILE as the one prompt. Each option means what it means in\n"
     "'bin/m3-ref generate --help'.\n"
     "A batch: several --tokens and/or --prompt run together (linear layers, norms and MoE over\n"
     "the rows of all prompts, attention per prompt over its own cache region), decoding one\n"
@@ -167,7 +169,8 @@ static int cmd_generate(int argc, char **argv)
     m3_err e = {{0}};
     if (m3_cli_parse(argc - 2, argv + 2,
                      M3_CLI_TOKENS | M3_CLI_PROMPT | M3_CLI_BATCH | M3_CLI_DTYPE | M3_CLI_GEN |
-                         M3_CLI_VISION | M3_CLI_STREAM, &o, &e) != 0)
+                         M3_CLI_VISION | M3_CLI_STREAM | M3_CLI_CONVERSATION,
+                     &o, &e) != 0)
         return usage_err("generate", e.msg);
     if (o.help) {
         fputs(HELP_GENERATE, stdout);
@@ -176,9 +179,12 @@ static int cmd_generate(int argc, char **argv)
     if (m3_cli_prompt_check(&o, &e) != 0)
         return usage_err("generate", e.msg);
     const int vis = m3_cli_vision_requested(&o);
-    if (o.n_src == 0)
+    if (o.conversation && o.n_src > 0)
+        return usage_err("generate", "--conversation FILE is the prompt: give it without --tokens "
+                                     "or --prompt");
+    if (o.n_src == 0 && !o.conversation)
         return usage_err("generate", "give --tokens IDS or --prompt TEXT (repeat them for a "
-                                     "batch)");
+                                     "batch), or --conversation FILE");
     if (o.greedy && (o.have_temp || o.have_top_p || o.have_top_k || o.have_seed))
         return usage_err("generate", "--greedy cannot be combined with --temperature, --top-p, "
                                      "--top-k or --seed");
@@ -194,9 +200,11 @@ static int cmd_generate(int argc, char **argv)
     memset(&go, 0, sizeof go);
     go.dir = o.model;
     go.stream = o.stream_weights;
-    go.srcs = o.src;
-    go.is_text = o.src_text;
-    go.n = o.n_src;
+    const char *conv_src[1] = {NULL}; /* the conversation: one text prompt, rendered from FILE */
+    const int conv_text[1] = {1};
+    go.srcs = o.conversation ? conv_src : o.src;
+    go.is_text = o.conversation ? conv_text : o.src_text;
+    go.n = o.conversation ? 1 : o.n_src;
     go.mode = m3_cli_bf16(&o);
     go.greedy_flag = o.greedy;
     go.print_ids = o.print_ids;

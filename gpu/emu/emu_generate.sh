@@ -3,8 +3,9 @@
 # the HIP subset, must produce the same greedy token ids as bin/m3-ref in
 # fp32 (the GPU kernels follow the reference's summation orders there), for
 # a single prompt, for the same prompt inside a batch of two, for a --chat
-# prompt (--system, --thinking) and for a vision prompt (--pixels of a
-# multimodal model vector: tower, placement at the prefill, then decode),
+# prompt (--system, --thinking), for a --conversation file (and its refusal
+# beside --tokens) and for a vision prompt (--pixels of a multimodal model
+# vector: tower, placement at the prefill, then decode),
 # and for Eagle3 speculative decoding (--draft models/demo-drafter, or the
 # drafter directory in $EMU_DRAFT: ids and acceptance statistics equal to
 # m3-ref's at K = 3, K = 1 and one seeded sampled run; a missing drafter and
@@ -39,6 +40,18 @@ if [ -z "$want" ] || [ "$got" != "$want" ]; then
   fail "$chat: m3-ref '$want', m3-gpu '$got'"
 fi
 echo "gpu-emu generate $model $chat: ids equal to m3-ref ($want)"
+
+# --conversation FILE: the file rendered as the one prompt (ref/conversation.h)
+conv=vectors/chat/cases/single_user_default.json
+want=$("$ref" generate --model "$model" --conversation "$conv" --thinking disabled --greedy --max-new-tokens 2 --print-ids 2>/dev/null)
+got=$("$emu" generate --model "$model" --conversation "$conv" --thinking disabled --greedy --max-new-tokens 2 --print-ids --dtype fp32 2>/dev/null)
+if [ -z "$want" ] || [ "$got" != "$want" ]; then
+  fail "--conversation $conv: m3-ref '$want', m3-gpu '$got'"
+fi
+rc=0
+"$emu" generate --model "$model" --conversation "$conv" --tokens 268 --greedy --max-new-tokens 2 >/dev/null 2>&1 || rc=$?
+[ $rc -eq 2 ] || fail "--conversation with --tokens: exit $rc, want 2"
+echo "gpu-emu generate $model --conversation: ids equal to m3-ref ($want); with --tokens refused (exit 2)"
 
 # vision: the case's input_ids (placeholder runs already expanded) and its pixels
 ids=$(python3 - "$vcase/inputs.safetensors" <<'PYEOF'
