@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 extern "C" {
 #include "cli_opts.h"
@@ -93,12 +92,6 @@ static void print_top5(const float *last, int V)
     printf("\n");
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The streaming figures of this run on stderr: prefill rate, bytes streamed,
  * the copies' own rate, and the link measured now (pinned and pageable). */
@@ -250,7 +243,7 @@ int forward_run(const char *dir, const char *const *toks, int n, int mode, int l
     have_sess = 1;
     sess.vis = vis.n > 0 ? &vis : NULL; /* placed into sequence 0's embeddings */
     {
-        const double t0 = now_s();
+        const double t0 = m3_monotonic_s();
         if (!chunk) {
             const gpu_batch bt = {n, (const int32_t *const *)ids, T, pos0, slot,
                                   dumpp ? w : NULL, (const float *const *)tf};
@@ -265,7 +258,7 @@ int forward_run(const char *dir, const char *const *toks, int n, int mode, int l
                 goto fail;
             }
         }
-        prefill_s = now_s() - t0;
+        prefill_s = m3_monotonic_s() - t0;
     }
     if (x->max_new > 0) { /* greedy continuation of the one prompt (M3-SAMPLE-1) */
         const int V = m.cfg.text.vocab_size;

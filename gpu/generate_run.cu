@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 extern "C" {
 #include "cli_opts.h"
@@ -20,12 +19,6 @@ extern "C" {
 #include "hip_check.h"
 #include "weight_upload.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Print generated token k of a sequence: its id (ids, or no tokenizer: comma-
  * or space-separated) or its text through the streaming decoder ds. */
@@ -137,7 +130,7 @@ static int spec_generate(const gen_opts *go, const m3_model *m, dev_model *dm, g
     memset(&sst, 0, sizeof sst);
     gpu_spec gs;
     memset(&gs, 0, sizeof gs);
-    double t0 = now_s(), t_gen = 0.0;
+    double t0 = m3_monotonic_s(), t_gen = 0.0;
     if (!out) {
         m3_fail(&e, "cannot allocate %lld output tokens", n_max);
         goto fail;
@@ -171,7 +164,7 @@ static int spec_generate(const gen_opts *go, const m3_model *m, dev_model *dm, g
         if (m3_spec_run(&be, &d, V, ids, T, sp, &so, out, &n_out, &sst, &e) != 0)
             goto fail;
     }
-    t_gen = now_s() - t0;
+    t_gen = m3_monotonic_s() - t0;
     {
         if (!go->print_ids && !tokzr)
             fprintf(stderr, "m3-gpu: %s has no usable tokenizer; printing token ids\n", go->dir);
@@ -401,13 +394,13 @@ int generate_run(const gen_opts *go)
                                &ds[0], st);
             goto out;
         }
-        const double t0 = now_s();
+        const double t0 = m3_monotonic_s();
         {
             const gpu_batch bt = {n, idp, T, p0, act, NULL, NULL};
             if (gpu_step_batch(&sess, &bt, logits, 1, &e) != 0)
                 goto fail;
         }
-        const double t_prefill = now_s() - t0, t1 = now_s();
+        const double t_prefill = m3_monotonic_s() - t0, t1 = m3_monotonic_s();
         long long steps = 0;
         if (!print_ids && !tokzr)
             fprintf(stderr, "m3-gpu: %s has no usable tokenizer; printing token ids\n", dir);
@@ -450,7 +443,7 @@ int generate_run(const gen_opts *go)
                 goto fail;
             steps += na;
         }
-        const double t_decode = now_s() - t1;
+        const double t_decode = m3_monotonic_s() - t1;
         for (int s = 0; s < n; s++) {
             const char *txt;
             size_t txtlen;

@@ -10,8 +10,8 @@
  * Staging: the jobs of a layer are cut into pieces that fill the ring
  * buffers in order (small tensors share a buffer); each piece is copied from
  * the mapping by the copy threads together (pieces of at least WS_SPLIT
- * bytes, or a quarter of a ring buffer, are split evenly between them), then its transfer is enqueued at
- * once. pin_done[i] is recorded after the last transfer out of buffer i; the
+ * bytes, or a quarter of a ring buffer, are split evenly between them), then
+ * its transfer is enqueued at once. pin_done[i] is recorded after the last transfer out of buffer i; the
  * host waits for it before filling buffer i again. While the next layer's
  * source pages are copied, the kernel is asked to read the one after it
  * ahead (madvise WILLNEED), for checkpoints that are not in the page cache.
@@ -20,10 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "weight_stream.h"
+
+extern "C" {
+#include "progress.h"
+}
 
 #define WS_ALIGN 256
 #define WS_PIN_BYTES ((size_t)64 << 20) /* each ring buffer */
@@ -109,9 +112,11 @@ static void pool_free(m3g_wstream_pool *p)
 /* A pool of up to `workers` threads; NULL when none could be started. */
 static m3g_wstream_pool *pool_new(int workers)
 {
+    if (workers < 1)
+        return NULL;
     m3g_wstream_pool *p = (m3g_wstream_pool *)calloc(1, sizeof *p);
-    if (!p || workers < 1)
-        return (free(p), (m3g_wstream_pool *)NULL);
+    if (!p)
+        return NULL;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
@@ -321,13 +326,6 @@ static int account(m3g_wstream *ws, int s, m3_err *e)
     return 0;
 }
 
-static double wall_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Ask the kernel to read [p, p + bytes) of the mapping ahead (advice only). */
 static void read_ahead(const void *p, size_t bytes)
 {
@@ -354,6 +352,7 @@ static int ring_flush(m3g_wstream *ws, m3_err *e)
  * threads, each piece's transfer enqueued as soon as it is filled. */
 static int stage(m3g_wstream *ws, const m3g_copy_job *jb, m3_err *e)
 {
+    const size_t split = ws->pin_bytes / 4 < WS_SPLIT ? ws->pin_bytes / 4 : WS_SPLIT;
     size_t done = 0;
     while (done < jb->bytes) {
         if (ws->ring_fill == ws->pin_bytes && ring_flush(ws, e))
@@ -363,7 +362,6 @@ static int stage(m3g_wstream *ws, const m3g_copy_job *jb, m3_err *e)
         const size_t room = ws->pin_bytes - ws->ring_fill, left = jb->bytes - done;
         const size_t n = left < room ? left : room;
         char *buf = ws->pin[ws->ring] + ws->ring_fill;
-        const size_t split = ws->pin_bytes / 4 < WS_SPLIT ? ws->pin_bytes / 4 : WS_SPLIT;
         pool_copy(ws->pool, buf, (const char *)jb->src + done, n, split);
         WS_CK(hipMemcpyAsync((char *)jb->dst + done, buf, n, hipMemcpyHostToDevice, ws->copy),
               e);
@@ -387,7 +385,7 @@ int m3g_wstream_fetch(m3g_wstream *ws, int l, m3_err *e)
         return -1;
     if (ws->freed_set[s]) /* the slot's previous occupant has finished computing */
         WS_CK(hipStreamWaitEvent(ws->copy, ws->freed[s], 0), e);
-    const double h0 = wall_s();
+    const double h0 = m3_monotonic_s();
     WS_CK(hipEventRecord(ws->t0[s], ws->copy), e);
     if (!ws->pin[0]) {
         for (int j = ws->first[l]; j < ws->first[l + 1]; j++)
@@ -404,7 +402,7 @@ int m3g_wstream_fetch(m3g_wstream *ws, int l, m3_err *e)
             return -1;
     }
     WS_CK(hipEventRecord(ws->loaded[s], ws->copy), e);
-    ws->host_s += wall_s() - h0;
+    ws->host_s += m3_monotonic_s() - h0;
     ws->held[s] = l;
     ws->fetches++;
     ws->bytes_copied += (int64_t)ws->layer_bytes[l];

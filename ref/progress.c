@@ -18,12 +18,17 @@
 #include <time.h>
 #include <unistd.h>
 
-static double monotonic_s(void *ctx)
+double m3_monotonic_s(void)
 {
-    (void)ctx;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double monotonic_s(void *ctx)
+{
+    (void)ctx;
+    return m3_monotonic_s();
 }
 
 m3_progress_style m3_progress_style_for(FILE *f, int quiet)

@@ -42,6 +42,9 @@ typedef enum m3_progress_unit {
 /* Seconds from some fixed origin; ctx is the clock's own state. */
 typedef double (*m3_clock_fn)(void *ctx);
 
+/* Seconds on CLOCK_MONOTONIC (the real clock of the meters; for timing runs). */
+double m3_monotonic_s(void);
+
 #define M3_PROGRESS_TTY_INTERVAL 0.2
 #define M3_PROGRESS_PLAIN_INTERVAL 30.0
 
