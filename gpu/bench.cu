@@ -932,6 +932,7 @@ static int add_gemv_variants(bench_case *cases, int i0, int n, int cap, int all,
  * changes the routed experts from launch to launch, as in a real decode). */
 typedef struct layer_ctx {
     int sparse, moe, ctx_len;
+    double attn_bytes; /* of the attention half (the rest: the MoE or MLP) */
     m3g_mat qkv, o, router, sgu, sd, gate, up, down;
     const moe_ctx *experts;
     void *in_norm, *post_norm, *q_norm, *k_norm, *iq_norm, *ik_norm, *rbias;
@@ -1082,7 +1083,12 @@ static int make_layer(bench_case *bc, const char *name, int sparse, int moe, int
     const size_t slots = (size_t)nb * BLK;
     x->qkv = layer_mat(qrows + (sparse ? G * IHD + IHD : 0), H, M3G_BF16, 101u);
     x->o = layer_mat(H, NH * HD, M3G_BF16, 102u);
-    double bytes = 2.0 * (x->qkv.rows + x->o.rows) * (double)H;
+    /* the attention half's bytes: its weights, the K/V it reads (16 selected
+     * blocks, or the whole causal context) and the bf16 index-K cache */
+    double bytes = 2.0 * (x->qkv.rows + x->o.rows) * (double)H +
+                   2.0 * 2.0 * NKV * HD * (sparse ? (double)TOPK_B * BLK : (double)ctx_len) +
+                   (sparse ? 2.0 * IHD * (double)ctx_len : 0.0);
+    x->attn_bytes = bytes;
     if (moe) {
         x->router = layer_mat(E, H, M3G_F32, 103u);
         x->sgu = layer_mat(2 * I, H, M3G_BF16, 104u);
@@ -1094,10 +1100,6 @@ static int make_layer(bench_case *bc, const char *name, int sparse, int moe, int
         x->down = layer_mat(H, ID, M3G_BF16, 108u);
         bytes += 2.0 * 3 * ID * (double)H;
     }
-    /* KV bytes read: 16 selected blocks, or the whole causal context */
-    bytes += 2.0 * 2.0 * NKV * HD * (sparse ? (double)TOPK_B * BLK : (double)ctx_len);
-    if (sparse)
-        bytes += 2.0 * IHD * (double)ctx_len; /* the bf16 index-K cache */
     x->in_norm = dev_rand(H, 1, 110u, 0.1f);
     x->post_norm = dev_rand(H, 1, 111u, 0.1f);
     x->q_norm = dev_rand(HD, 1, 112u, 0.1f);
@@ -1173,14 +1175,10 @@ static int make_layer_alt(bench_case *bc, const char *name, const bench_case *ba
     if (!x)
         return -1;
     x->old_seq = old_seq;
-    /* the halves read their own bytes: the attention's weights, K/V and index-K, or the rest */
-    const double attn = 2.0 * (x->qkv.rows + x->o.rows) * (double)H +
-                        2.0 * 2.0 * NKV * HD * (x->sparse ? (double)TOPK_B * BLK : (double)x->ctx_len) +
-                        (x->sparse ? 2.0 * IHD * (double)x->ctx_len : 0.0);
-    if (old_seq & LAYER_ATTN_ONLY)
-        bc->bytes = attn;
+    if (old_seq & LAYER_ATTN_ONLY) /* each half against its own bytes */
+        bc->bytes = x->attn_bytes;
     else if (old_seq & LAYER_FFN_ONLY)
-        bc->bytes = base->bytes - attn;
+        bc->bytes = base->bytes - x->attn_bytes;
     return 0;
 }
 

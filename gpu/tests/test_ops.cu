@@ -1177,14 +1177,19 @@ static void t_round(tctx *c, const op_case *k)
     cmp_f(c, "x", (const float *)fetch(c, dx, (size_t)n * 4), want, n, &TOL_BIT);
 }
 
-/* p: layers, ring buffer KiB, copy threads. The weight-streaming ring (gpu/weight_stream.h)
- * against its source bytes: pieces larger than a ring buffer, pieces that
- * share one, ragged sizes, the ring wrapping, two passes over the layers. */
+/* p: layers (<= 8), ring buffer KiB, copy threads. The weight-streaming ring
+ * (gpu/weight_stream.h) against its source bytes: pieces larger than a ring
+ * buffer, pieces that share one, ragged sizes, the ring wrapping, two passes
+ * over the layers. */
 static void t_wstream(tctx *c, const op_case *k)
 {
     enum { NJ = 6 };
     const int L = k->p[0];
     const size_t pin = (size_t)k->p[1] << 10;
+    if (L < 1 || L > 8) {
+        failf(c, "the case asks for %d layers (1..8)", L);
+        return;
+    }
     /* the first piece of layer 0 starts a buffer: pin / 2 + 1 splits unevenly */
     const size_t sz[NJ] = {pin / 2 + 1, 5 * pin / 2 + 7, 1000, 3 * pin / 2 + 3, 17, pin};
     m3g_wstream ws;
