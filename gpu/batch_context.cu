@@ -19,6 +19,12 @@ void gpu_sess_free(gpu_sess *s)
     free(s->hbuf);
     free(s->ct);
     free(s->stb);
+    if (s->ev_fork)
+        (void)hipEventDestroy(s->ev_fork);
+    if (s->ev_join)
+        (void)hipEventDestroy(s->ev_join);
+    if (s->side)
+        (void)hipStreamDestroy(s->side);
     memset(s, 0, sizeof *s);
 }
 
@@ -66,6 +72,12 @@ int gpu_sess_init(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax, int c
     }
     for (size_t p = 0; p < cpages; p++)
         pt[p] = (int32_t)p; /* region s: pages s*npages.. in order */
+    if (M3G_HIP(e, hipStreamCreate(&b->side)) ||
+        M3G_HIP(e, hipEventCreateWithFlags(&b->ev_fork, hipEventDisableTiming)) ||
+        M3G_HIP(e, hipEventCreateWithFlags(&b->ev_join, hipEventDisableTiming))) {
+        m3_fail_prefix(e, "the side stream of a batch context");
+        goto fail;
+    }
 #define DA(ptr, n, T_) dev_model_alloc(dm, (void **)&(ptr), (size_t)(n) * sizeof(T_), e)
     if (DA(b->h, N * H, float) || DA(b->xn, N * H, float) || DA(b->q, N * nh * hd, float) ||
         DA(b->kraw, N * nkv * hd, float) || DA(b->att, N * nh * hd, float) ||

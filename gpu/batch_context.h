@@ -44,6 +44,9 @@ typedef struct gpu_sess {
     dev_model *dm;
     m3g_blas *blas; /* may be NULL */
     hipStream_t st;
+    hipStream_t side;           /* a second stream: decode runs the indexer and the shared expert
+                                   on it, beside the projections and the routed experts */
+    hipEvent_t ev_fork, ev_join; /* side waits for st at ev_fork; st for side at ev_join */
     int mode, tmax, cap, npages, nbmax; /* npages: per region */
     int nseq;                           /* cache regions (sequences of a batch) */
     float *h, *xn, *q, *kraw, *att, *tmp, *iq, *ikraw, *bs, *g, *u, *ye, *sh, *logits, *cos_t,
@@ -79,7 +82,8 @@ typedef struct gpu_sess {
 int gpu_sess_init(gpu_sess *b, const m3_model *m, dev_model *dm, int tmax, int cap, int nseq,
                   int mode, m3g_blas *blas, hipStream_t st, m3_err *e);
 
-/* Free b's host arrays and zero it (its device buffers go with the dev_model). */
+/* Free b's host arrays, its side stream and events, and zero it (its device
+ * buffers go with the dev_model). */
 void gpu_sess_free(gpu_sess *b);
 
 /* The view of b for one sequence of a call: row buffers start at its first

@@ -59,6 +59,8 @@ typedef __nv_bfloat16 hip_bfloat16;
 #define hipStreamEndCapture cudaStreamEndCapture
 #define hipStreamCaptureModeGlobal cudaStreamCaptureModeGlobal
 #define hipEventCreate cudaEventCreate
+#define hipEventCreateWithFlags cudaEventCreateWithFlags
+#define hipEventDisableTiming cudaEventDisableTiming
 #define hipEventDestroy cudaEventDestroy
 #define hipEventRecord cudaEventRecord
 #define hipEventSynchronize cudaEventSynchronize

@@ -381,6 +381,8 @@ inline hipError_t hipEventCreate(hipEvent_t *ev)
     *ev = (void *)1;
     return hipSuccess;
 }
+inline hipError_t hipEventCreateWithFlags(hipEvent_t *ev, unsigned) { return hipEventCreate(ev); }
+enum { hipEventDisableTiming = 2 };
 inline hipError_t hipEventDestroy(hipEvent_t) { return hipSuccess; }
 inline hipError_t hipEventRecord(hipEvent_t, hipStream_t) { return hipSuccess; }
 inline hipError_t hipEventSynchronize(hipEvent_t) { return hipSuccess; }
