@@ -44,8 +44,8 @@ typedef struct gpu_sess {
     dev_model *dm;
     m3g_blas *blas; /* may be NULL */
     hipStream_t st;
-    hipStream_t side;           /* a second stream: decode runs the indexer and the shared expert
-                                   on it, beside the projections and the routed experts */
+    hipStream_t side;            /* a second stream: decode runs the shared expert on it,
+                                    beside the router and the routed experts */
     hipEvent_t ev_fork, ev_join; /* side waits for st at ev_fork; st for side at ev_join */
     int mode, tmax, cap, npages, nbmax; /* npages: per region */
     int nseq;                           /* cache regions (sequences of a batch) */

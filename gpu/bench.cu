@@ -950,9 +950,8 @@ typedef struct layer_ctx {
                     plain launches, without PDL (7 = exactly the previous sequence);
                     LAYER_ATTN_ONLY / LAYER_FFN_ONLY: the launches up to the post-attention
                     norm / the rest (the two halves of the layer, timed apart);
-                    LAYER_ONE_STREAM: every launch on one stream (m3-gpu runs the index
-                    projection, its prologue and the indexer, and the shared expert, on a
-                    side stream) */
+                    LAYER_ONE_STREAM: every launch on one stream (m3-gpu runs the shared
+                    expert on a side stream, beside the router and the routed experts) */
     hipStream_t side;
     hipEvent_t ev_fork, ev_join;
 } layer_ctx;
@@ -976,38 +975,10 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
     } while (0)
     const int rel = !(x->old_seq & 2);
     const int mp = !(x->old_seq & 4); /* PDL launches of the MoE kernels */
-    /* as gpu/forward.cu: on sparse layers the index projection, its prologue
-     * and the indexer on the side stream, beside the q/k/v projection */
-    const int side_ix = x->sparse && !(x->old_seq & (1 | LAYER_ONE_STREAM));
-    hipStream_t const side = x->side;
     if (x->old_seq & LAYER_FFN_ONLY)
         goto ffn;
     LK(m3g_residual_rmsnorm_ex(x->h, x->tmp, x->xn, x->in_norm, M3G_BF16, 1, H, eps, 1, rel, st));
-    if (side_ix) {
-        const int rq = NH * HD + 2 * NKV * HD;
-        LK(hipEventRecord(x->ev_fork, st));
-        LK(hipStreamWaitEvent(side, x->ev_fork, 0));
-        LK(m3g_linear_multi(x->xn, m3g_mat_rows(x->qkv, rq, G * IHD + IHD), seg + 3, 2, 1, 1, NULL,
-                            side));
-        m3g_prologue p;
-        memset(&p, 0, sizeof p);
-        p.T = 1, p.B = BLK, p.rd = RD, p.mode = 1, p.pos0 = pos0, p.page_table = x->pages;
-        p.cos_t = x->cos_t, p.sin_t = x->sin_t, p.eps = eps, p.no_release = !rel;
-        m3g_pro_job *j = p.job;
-        j->src = j->dst = x->iq, j->w = x->iq_norm, j->w_dtype = M3G_BF16, j->nheads = G;
-        (j++)->hd = IHD;
-        j->src = x->ikraw, j->dst = x->ikc, j->paged = 1, j->dst16 = x->ik16 + pos0 * IHD;
-        j->rng = x->ikr, j->w = x->ik_norm, j->w_dtype = M3G_BF16, j->nheads = 1;
-        (j++)->hd = IHD;
-        p.njobs = (int)(j - p.job);
-        LK(m3g_attn_prologue(&p, side));
-        LK(m3g_msa_indexer_ex(x->blk, x->bs, x->iq, x->ik16, M3G_BF16, x->pages, BLK, pos0, 1, G,
-                              IHD, nb, TOPK_B, 1, 0, x->ictr, x->iws, x->iws_n, x->ikr, 0, side));
-        LK(hipEventRecord(x->ev_join, side));
-        LK(m3g_linear_multi(x->xn, m3g_mat_rows(x->qkv, 0, rq), seg, 3, 1, 1, NULL, st));
-    } else {
-        LK(m3g_linear_multi(x->xn, x->qkv, seg, x->sparse ? 5 : 3, 1, 1, NULL, st));
-    }
+    LK(m3g_linear_multi(x->xn, x->qkv, seg, x->sparse ? 5 : 3, 1, 1, NULL, st));
     if (x->old_seq & 1) {
         LK(m3g_headnorm_rope(x->q, x->q, NULL, BLK, pos0, x->q_norm, M3G_BF16, 1, NH, HD, RD,
                              x->cos_t, x->sin_t, eps, 1, st));
@@ -1030,7 +1001,7 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
         m3g_pro_job *j = p.job;
         j->src = j->dst = x->q, j->w = x->q_norm, j->w_dtype = M3G_BF16, j->nheads = NH;
         (j++)->hd = HD;
-        if (x->sparse && !side_ix) {
+        if (x->sparse) {
             j->src = j->dst = x->iq, j->w = x->iq_norm, j->w_dtype = M3G_BF16, j->nheads = G;
             (j++)->hd = IHD;
         }
@@ -1039,7 +1010,7 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
         j->src = x->kraw, j->dst16 = x->kc16, j->paged = 2, j->w = x->k_norm;
         j->w_dtype = M3G_BF16, j->nheads = NKV;
         (j++)->hd = HD;
-        if (x->sparse && !side_ix) {
+        if (x->sparse) {
             j->src = x->ikraw, j->dst = x->ikc, j->paged = 1, j->dst16 = x->ik16 + pos0 * IHD;
             j->rng = x->ikr, j->w = x->ik_norm, j->w_dtype = M3G_BF16, j->nheads = 1;
             (j++)->hd = IHD;
@@ -1047,9 +1018,7 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
         p.njobs = (int)(j - p.job);
         LK(m3g_attn_prologue(&p, st));
     }
-    if (side_ix)
-        LK(hipStreamWaitEvent(st, x->ev_join, 0));
-    else if (x->sparse) {
+    if (x->sparse) {
         LK(m3g_msa_indexer_ex(x->blk, x->bs, x->iq, x->ik16, M3G_BF16, x->pages, BLK, pos0, 1, G,
                               IHD, nb, TOPK_B, 1, 0, x->ictr, x->iws, x->iws_n, x->ikr, 0, st));
     }
@@ -1068,10 +1037,10 @@ ffn:
         const int side_sh = !(x->old_seq & (1 | LAYER_ONE_STREAM)); /* as gpu/forward.cu */
         if (side_sh) {
             LK(hipEventRecord(x->ev_fork, st));
-            LK(hipStreamWaitEvent(side, x->ev_fork, 0));
-            LK(m3g_linear_swiglu(x->u, I, NULL, x->xn, x->sgu, 1, al, lim, be, 1, NULL, side));
-            LK(m3g_linear(x->sh, H, x->u, x->sd, 1, 1, NULL, side));
-            LK(hipEventRecord(x->ev_join, side));
+            LK(hipStreamWaitEvent(x->side, x->ev_fork, 0));
+            LK(m3g_linear_swiglu(x->u, I, NULL, x->xn, x->sgu, 1, al, lim, be, 1, NULL, x->side));
+            LK(m3g_linear(x->sh, H, x->u, x->sd, 1, 1, NULL, x->side));
+            LK(hipEventRecord(x->ev_join, x->side));
         }
         LK(m3g_router_ex(x->ridx, x->rw, x->rscores, x->xn, x->router, x->rbias, M3G_F32, 1,
                          TOPK_E, mp, st));
@@ -1511,8 +1480,6 @@ static const case_row CASES[] = {
     {"layer decode 128K MoE half", K_LAYER, 0, 0, LAYER_FFN_ONLY, 0, "layer decode 128K MSA + MoE"},
     {"layer decode 128K MSA + MoE one stream", K_LAYER, 0, 0, LAYER_ONE_STREAM, 0,
      "layer decode 128K MSA + MoE"},
-    {"layer decode 128K MSA attention half one stream", K_LAYER, 0, 0,
-     LAYER_ATTN_ONLY | LAYER_ONE_STREAM, 0, "layer decode 128K MSA + MoE"},
     {"layer decode 128K MoE half one stream", K_LAYER, 0, 0, LAYER_FFN_ONLY | LAYER_ONE_STREAM, 0,
      "layer decode 128K MSA + MoE"},
     /* vision (M3: 16 heads of 80; 5,184 patches = one 1008 x 1008 image),

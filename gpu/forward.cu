@@ -86,23 +86,18 @@ static void seq_prologue_init(const gpu_sess *b, int T, int pos0, m3g_prologue *
     p->eps = c->rms_norm_eps;
 }
 
-/* The cache writes seq_cache_jobs appends: V and K, index K, or both. */
-enum { CACHE_KV = 1, CACHE_IK = 2, CACHE_ALL = 3 };
-
 /* Append layer l's cache writes for that sequence to p (P0: the cache row
- * of position pos0, identity paging inside the sequence's region), those of
- * parts: V into its cache (bf16 conversion, or the fp32 copy of the staged
- * rows; none when the projection wrote it there), QK-norm + RoPE of K into
- * the paged K cache, and on sparse layers of index K into the paged index-K
- * cache and its bf16 copy (with the range words). Needs 3 free job slots. */
-static void seq_cache_jobs(const gpu_sess *b, const dev_layer *d, int l, size_t P0, int parts,
+ * of position pos0, identity paging inside the sequence's region): V into
+ * its cache (bf16 conversion, or the fp32 copy of the staged rows; none
+ * when the projection wrote it there), QK-norm + RoPE of K into the paged K
+ * cache, and on sparse layers of index K into the paged index-K cache and
+ * its bf16 copy (with the range words). Needs 3 free job slots. */
+static void seq_cache_jobs(const gpu_sess *b, const dev_layer *d, int l, size_t P0,
                            m3g_prologue *p)
 {
     const m3_text_config *c = &b->m->cfg.text;
     const int nkv = c->num_kv_heads, hd = c->head_dim, ihd = c->index_head_dim;
     m3g_pro_job *j = &p->job[p->njobs];
-    if (!(parts & CACHE_KV))
-        goto index_k;
     if (b->vraw) { /* V rows staged: bf16 cache rows, or copied into this region */
         memset(j, 0, sizeof *j);
         j->src = b->vraw;
@@ -122,8 +117,7 @@ static void seq_cache_jobs(const gpu_sess *b, const dev_layer *d, int l, size_t 
     else
         j->dst = b->kc[l], j->paged = 1;
     j++;
-index_k:
-    if ((parts & CACHE_IK) && c->layer_sparse[l]) {
+    if (c->layer_sparse[l]) {
         memset(j, 0, sizeof *j);
         j->src = b->ikraw;
         j->w = d->ik_norm, j->w_dtype = d->ik_norm_dt;
@@ -138,56 +132,45 @@ index_k:
     p->njobs = (int)(j - p->job);
 }
 
-/* Layer l's MSA indexer and top-K selection for the T rows of one sequence
- * at positions pos0.. (b: its gpu_sess_view) into b->blk, on stream st: block
- * scores and golden-order top-K in one launch (the fused kernel falls back
- * to the two launchers for shapes it does not take). iq holds the index
- * queries with QK-norm and RoPE applied, the index-K cache the new rows. */
-static hipError_t seq_indexer(const gpu_sess *b, int l, int T, int pos0, hipStream_t st)
-{
-    const m3_text_config *c = &b->m->cfg.text;
-    const int B = c->index_block_size > 0 ? c->index_block_size : 128;
-    const int nbmax = (pos0 + T - 1) / B + 1;
-    const int bf = b->ik16[l] != NULL;
-    return m3g_msa_indexer_ex(b->blk, b->bs, b->iq,
-                              bf ? (const void *)b->ik16[l] : (const void *)b->ikc[l],
-                              bf ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, c->index_n_heads,
-                              c->index_head_dim, nbmax, c->index_topk, c->index_local_blocks,
-                              c->index_init_blocks, b->ictr, b->iws, b->iws_n,
-                              bf ? b->ikr + 2 * l : NULL, 0, st);
-}
-
 /* The per-sequence part of layer l's attention for the T rows of one
  * sequence at positions pos0.. (b: its gpu_sess_view; P0: the cache row of
  * position pos0, identity paging inside the sequence's region): V / K /
  * index-K cache writes (one m3g_attn_prologue launch; skipped when
- * cache_done: the caller's prologue did them), MSA indexer + selection
- * (skipped when index_done: b->blk holds it), attention into b->att. q /
- * kraw / vraw / iq / ikraw hold the projections (q and iq with QK-norm and
- * RoPE already applied). */
+ * cache_done: the caller's prologue did them), MSA indexer + selection,
+ * attention into b->att. q / kraw / vraw / iq / ikraw hold the projections
+ * (q and iq with QK-norm and RoPE already applied). */
 static int seq_attention(gpu_sess *b, const dev_layer *d, int l, int T, int pos0, size_t P0,
-                         int cache_done, int index_done, m3_st_writer *dump, m3_err *e)
+                         int cache_done, m3_st_writer *dump, m3_err *e)
 {
     const m3_text_config *c = &b->m->cfg.text;
     hipStream_t st = b->st;
     const int mode = b->mode;
     const int nh = c->num_heads, nkv = c->num_kv_heads, hd = c->head_dim;
-    const int G = c->index_n_heads, K = c->index_topk;
+    const int G = c->index_n_heads, ihd = c->index_head_dim, K = c->index_topk;
     const int B = c->index_block_size > 0 ? c->index_block_size : 128;
     const int sparse = c->layer_sparse[l] != 0;
+    const int nbmax = (pos0 + T - 1) / B + 1;
     char name[160];
 
     if (!cache_done) { /* V / K / index-K cache writes in one launch */
         m3g_prologue pro;
         seq_prologue_init(b, T, pos0, &pro);
-        seq_cache_jobs(b, d, l, P0, CACHE_ALL, &pro);
+        seq_cache_jobs(b, d, l, P0, &pro);
         M3G_TRY(e, m3g_attn_prologue(&pro, st), fail);
     }
     {
         const int32_t *blocks = NULL;
         if (sparse) {
-            if (!index_done)
-                M3G_TRY(e, seq_indexer(b, l, T, pos0, st), fail);
+            /* block scores + golden-order top-K in one launch (falls back to the two
+             * launchers for shapes the fused kernel does not take) */
+            M3G_TRY(
+                e,
+                m3g_msa_indexer_ex(b->blk, b->bs, b->iq,
+                                   b->ik16[l] ? (const void *)b->ik16[l] : (const void *)b->ikc[l],
+                                   b->ik16[l] ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, G, ihd,
+                                   nbmax, K, c->index_local_blocks, c->index_init_blocks, b->ictr,
+                                   b->iws, b->iws_n, b->ik16[l] ? b->ikr + 2 * l : NULL, 0, st),
+                fail);
             blocks = b->blk;
             if (dump) {
                 snprintf(name, sizeof name, "layers.%d.attn.block_indices", l);
@@ -367,16 +350,8 @@ int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int las
         }
 
         /* attention: projections of all rows (V into its cache when one
-         * sequence runs at pos0 in fp32 mode, else staged in vraw). One
-         * sequence of T <= 8 rows (decode: GEMVs only, so no BLAS workspace
-         * is shared between streams) on a sparse layer with the fused
-         * projection: the index projection, its prologue and the indexer run
-         * on the side stream beside the q/k/v projection and its prologue;
-         * the same launches as in one stream, on disjoint buffers, so the
-         * same bits */
+         * sequence runs at pos0 in fp32 mode, else staged in vraw) */
         const size_t P0 = (size_t)bt->slot[0] * b->npages * B + (size_t)bt->pos0[0];
-        const int side_ix = sparse && ns == 1 && T <= 8 && d->nqkv == 5;
-        const gpu_sess sv0 = gpu_sess_view(b, 0, bt->slot[0]);
         if (d->nqkv) { /* one pass over [q; k; v (; index q; index k)] */
             const m3g_seg seg[5] = {{b->q, nh * hd, d->q.rows},
                                     {b->kraw, nkv * hd, d->k.rows},
@@ -384,29 +359,7 @@ int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int las
                                      d->v.rows},
                                     {b->iq, G * ihd, d->iq.rows},
                                     {b->ikraw, ihd, d->ik.rows}};
-            if (side_ix) {
-                const int rq = d->q.rows + d->k.rows + d->v.rows;
-                M3G_TRY(e, hipEventRecord(b->ev_fork, st), fail);
-                M3G_TRY(e, hipStreamWaitEvent(b->side, b->ev_fork, 0), fail);
-                M3G_TRY(e, m3g_linear_multi(b->xn, m3g_mat_rows(d->qkv, rq, d->iq.rows + d->ik.rows),
-                                            seg + 3, 2, T, mode, blas, b->side), fail);
-                m3g_prologue pro;
-                seq_prologue_init(&sv0, T, bt->pos0[0], &pro);
-                memset(&pro.job[0], 0, sizeof pro.job[0]);
-                pro.job[0].src = pro.job[0].dst = b->iq;
-                pro.job[0].w = d->iq_norm, pro.job[0].w_dtype = d->iq_norm_dt;
-                pro.job[0].nheads = G, pro.job[0].hd = ihd;
-                pro.njobs = 1;
-                seq_cache_jobs(&sv0, d, l, P0, CACHE_IK, &pro);
-                M3G_TRY(e, m3g_attn_prologue(&pro, b->side), fail);
-                M3G_TRY(e, seq_indexer(&sv0, l, T, bt->pos0[0], b->side), fail);
-                M3G_TRY(e, hipEventRecord(b->ev_join, b->side), fail);
-                M3G_TRY(e, m3g_linear_multi(b->xn, m3g_mat_rows(d->qkv, 0, rq), seg, 3, T, mode,
-                                            blas, st), fail);
-            } else {
-                M3G_TRY(e, m3g_linear_multi(b->xn, d->qkv, seg, d->nqkv, T, mode, blas, st),
-                        fail);
-            }
+            M3G_TRY(e, m3g_linear_multi(b->xn, d->qkv, seg, d->nqkv, T, mode, blas, st), fail);
         } else {
             M3G_TRY(e, m3g_linear(b->q, nh * hd, b->xn, d->q, T, mode, blas, st), fail);
             M3G_TRY(e, m3g_linear(b->kraw, nkv * hd, b->xn, d->k, T, mode, blas, st), fail);
@@ -419,11 +372,11 @@ int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int las
             M3G_TRY(e, m3g_linear(b->iq, G * ihd, b->xn, d->iq, T, mode, blas, st), fail);
             M3G_TRY(e, m3g_linear(b->ikraw, ihd, b->xn, d->ik, T, mode, blas, st), fail);
         }
-        /* QK-norm + RoPE of the queries (and index queries, unless on the
-         * side stream) of all rows (per-row tables) in one launch
-         * (m3g_attn_prologue); with one sequence the same launch also writes
-         * its V / K (/ index-K) cache rows */
+        /* QK-norm + RoPE of the queries (and index queries) of all rows (per-row
+         * tables) in one launch (m3g_attn_prologue); with one sequence the same
+         * launch also writes its V / K / index-K cache rows */
         {
+            gpu_sess sv0 = gpu_sess_view(b, 0, bt->slot[0]);
             m3g_prologue pro;
             seq_prologue_init(ns == 1 ? &sv0 : b, T, bt->pos0[0], &pro);
             m3g_pro_job *j = &pro.job[0];
@@ -432,23 +385,23 @@ int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int las
             j[0].w = d->q_norm, j[0].w_dtype = d->q_norm_dt;
             j[0].nheads = nh, j[0].hd = hd;
             pro.njobs = 1;
-            if (sparse && !side_ix) {
+            if (sparse) {
                 j[1].src = j[1].dst = b->iq;
                 j[1].w = d->iq_norm, j[1].w_dtype = d->iq_norm_dt;
                 j[1].nheads = G, j[1].hd = ihd;
                 pro.njobs = 2;
             }
-            if (ns == 1)
-                seq_cache_jobs(&sv0, d, l, P0, side_ix ? CACHE_KV : CACHE_ALL, &pro);
+            if (ns == 1) {
+                const size_t P0s = (size_t)bt->slot[0] * b->npages * B + (size_t)bt->pos0[0];
+                seq_cache_jobs(&sv0, d, l, P0s, &pro);
+            }
             M3G_TRY(e, m3g_attn_prologue(&pro, st), fail);
         }
-        if (side_ix) /* the selection */
-            M3G_TRY(e, hipStreamWaitEvent(st, b->ev_join, 0), fail);
         /* per sequence: cache writes (batches), indexer + selection, attention */
         for (int s = 0; s < ns; s++) {
             gpu_sess sv = gpu_sess_view(b, off[s], bt->slot[s]);
             const size_t P0s = (size_t)bt->slot[s] * b->npages * B + (size_t)bt->pos0[s];
-            if (seq_attention(&sv, d, l, bt->T[s], bt->pos0[s], P0s, ns == 1, side_ix,
+            if (seq_attention(&sv, d, l, bt->T[s], bt->pos0[s], P0s, ns == 1,
                               bt->dump ? bt->dump[s] : NULL, e))
                 goto fail;
         }
@@ -469,9 +422,11 @@ int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int las
 
         /* feed-forward into b->tmp */
         if (c->layer_moe[l]) {
-            /* T <= 8 rows (GEMVs) with the fused shared expert: the shared
-             * expert runs on the side stream beside the router and the routed
-             * experts (into b->u and b->sh, which they do not touch) */
+            /* T <= 8 rows (GEMVs only, so no BLAS workspace is shared between
+             * streams) with the fused shared expert: the shared expert runs on
+             * the side stream beside the router and the routed experts, into
+             * b->u and b->sh, which they do not touch (the same launches, so
+             * the same bits) */
             const int side_sh = T <= 8 && c->n_shared_experts > 0 && d->sg.data && d->sgu.data;
             if (side_sh) {
                 M3G_TRY(e, hipEventRecord(b->ev_fork, st), fail);

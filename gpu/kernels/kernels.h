@@ -310,9 +310,6 @@ hipError_t m3g_linear(float *Y, int ldy, const float *X, m3g_mat W, int T, int m
 hipError_t m3g_linear_product(float *Y, int ldy, const float *X, m3g_mat W, int T, int mode,
                               m3g_blas *blas, hipStream_t st);
 
-/* The view of rows r0 .. r0 + n - 1 of W (host only; no copy). */
-m3g_mat m3g_mat_rows(m3g_mat W, int r0, int n);
-
 /* One output of a fused projection: the next `rows` rows of the
  * concatenated weight go to y [T, ld] (see m3g_linear_multi). */
 #define M3G_MAX_SEG 6

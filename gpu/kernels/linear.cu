@@ -1712,7 +1712,7 @@ hipError_t m3g_linear_product(float *Y, int ldy, const float *X, m3g_mat W, int 
 }
 
 /* Rows [r0, r0 + n) of W as their own matrix. */
-m3g_mat m3g_mat_rows(m3g_mat W, int r0, int n)
+static m3g_mat mat_rows(m3g_mat W, int r0, int n)
 {
     m3g_mat s = W;
     s.rows = n;
@@ -1750,7 +1750,7 @@ hipError_t m3g_linear_multi(const float *X, m3g_mat W, const m3g_seg *seg, int n
     if (mode == 0 || T <= 8) /* exact order (fp32) or streaming GEMV: one pass */
         return gemv_run(o, X, W, T, mode, st);
     for (int s = 0, r0 = 0; s < nseg; r0 += seg[s].rows, s++) {
-        hipError_t e = gemm_run(seg[s].y, seg[s].ld, X, m3g_mat_rows(W, r0, seg[s].rows), T, mode,
+        hipError_t e = gemm_run(seg[s].y, seg[s].ld, X, mat_rows(W, r0, seg[s].rows), T, mode,
                                 blas, st);
         if (e != hipSuccess)
             return e;
@@ -1788,8 +1788,8 @@ hipError_t m3g_linear_swiglu(float *act, int ld, float *up_tmp, const float *X, 
     if (ld != I || !up_tmp)
         return hipErrorInvalidValue;
     hipError_t e;
-    if ((e = gemm_run(act, I, X, m3g_mat_rows(W, 0, I), T, mode, blas, st)) != hipSuccess ||
-        (e = gemm_run(up_tmp, I, X, m3g_mat_rows(W, I, I), T, mode, blas, st)) != hipSuccess)
+    if ((e = gemm_run(act, I, X, mat_rows(W, 0, I), T, mode, blas, st)) != hipSuccess ||
+        (e = gemm_run(up_tmp, I, X, mat_rows(W, I, I), T, mode, blas, st)) != hipSuccess)
         return e;
     return m3g_swiglu(act, act, up_tmp, (int64_t)T * I, alpha, limit, beta, mode, st);
 }
