@@ -13,8 +13,10 @@
  * head run once over all rows; cache writes, the MSA indexer, block
  * selection and attention run per sequence over its own cache region. One
  * m3g_attn_prologue launch per layer applies QK-norm + RoPE to the queries
- * (and, for a single sequence, writes its cache rows). Teacher forcing
- * feeds each layer the golden layers.L.input.
+ * (and, for a single sequence, writes its cache rows). Calls of <= 8 rows
+ * (GEMVs only) run the shared expert on the context's side stream, beside
+ * the router and the routed experts, joined before the combine. Teacher
+ * forcing feeds each layer the golden layers.L.input.
  *
  * Known differences: in bf16 a call of more than 8 rows may take the vendor
  * GEMM (when the context has a BLAS handle) and differ from single rows by
