@@ -435,7 +435,7 @@ GPU_HOST    := m3-gpu forward_run generate_run forward batch_context weight_uplo
 GPU_ALLSRC  := $(GPU_KSRC) $(patsubst %,gpu/%.cu,$(GPU_HOST)) gpu/bench.cu gpu/tests/test_ops.cu
 HIP_ARCHS   ?= gfx90a gfx940
 # --fmad=false / -ffp-contract=off: no fused multiply-add, as the reference (-ffp-contract=off)
-NVCC_FLAGS  := -std=c++17 -O2 -arch=sm_90 --fmad=false -DM3_HAVE_BLAS \
+NVCC_FLAGS  := -std=c++17 -O2 -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 --fmad=false -DM3_HAVE_BLAS \
                -Xcompiler -Wall,-Wextra,-Werror -Igpu -Iref -I/usr/include/cjson
 HIPCC_FLAGS := -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -x hip \
                $(addprefix --offload-arch=,$(HIP_ARCHS)) -Igpu -Iref -I/usr/include/cjson
@@ -483,7 +483,7 @@ gpu-check:
 	@set -e; ok=0; \
 	if [ -n "$(NVCC)" ]; then mkdir -p $(GPU_BUILD)/check/nv; \
 	  for f in $(GPU_ALLSRC); do $(NVCC) $(NVCC_FLAGS) -c -o $(GPU_BUILD)/check/nv/$$(basename $$f .cu).o $$f; done; \
-	  echo "gpu-check: nvcc sm_90: $(words $(GPU_ALLSRC)) files compiled"; ok=1; \
+	  echo "gpu-check: nvcc sm_90a + compute_90: $(words $(GPU_ALLSRC)) files compiled"; ok=1; \
 	else echo "gpu-check: SKIPPED the NVIDIA build: nvcc not found (not checked)"; fi; \
 	if [ -n "$(HIPCC)" ]; then mkdir -p $(GPU_BUILD)/check/hip; \
 	  for f in $(GPU_ALLSRC); do $(HIPCC) $(HIPCC_FLAGS) -c -o $(GPU_BUILD)/check/hip/$$(basename $$f .cu).o $$f \

@@ -28,6 +28,7 @@
 #include "common.cuh"
 #include "kernels.h"
 #include "tc.cuh"
+#include "wgmma.cuh"
 
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__) && !defined(M3_EMU)
 #define M3_MSA_TC 1
@@ -793,6 +794,466 @@ static hipError_t msa_ws_launch(float *out, const float *q, const void *kc, cons
     return hipGetLastError();
 }
 
+/* ---- warpgroup kernel (sm_90a; the one-pass default on the H200) ---------
+ * k_msa_wg<NWG>: one CTA per (4 NWG consecutive query rows, KV group), hd
+ * 128, B 128, bf16 caches. Warpgroup wg owns rows t0 + 4 wg .. + 3; its 64
+ * wgmma rows are (query row, head) with warp w of the group holding one
+ * query row's 16 heads, so each warp's softmax statistics are its own row's.
+ * The union of the CTA's block lists is staged once per block: the
+ * producer warp loads K and then V of each union block into a ring of
+ * MSA_WG_NS slots (32 KiB each: two TMA boxes of 64 dims x 128 keys,
+ * 128-byte swizzle) with a "full" mbarrier per slot completed by the TMA
+ * transaction count, and waits on the slot's "empty" barrier (one arrival
+ * per consumer warp) before reusing it. The block that holds the tile's
+ * last position, whose later slots may hold anything, is staged last and
+ * by the producer's own loads, with those slots zeroed (p = 0 there, and
+ * 0 x NaN would not be 0). Per union block a warpgroup that selected it
+ * in any of its rows computes S = Q K^T (8 wgmma m64n128k16, Q and K from
+ * shared memory), releases K, runs the online softmax per warp (a row that
+ * did not choose the block contributes p = 0), then O += P V (8 wgmma with
+ * P from registers and V transposed on load) and releases V; a group whose
+ * rows chose none of it only releases. The two warpgroups overlap each
+ * other's softmax with their tensor-core work. */
+#define MSA_WG_NS 5          /* ring slots (one K or V block each) */
+#define MSA_WG_TILE 32768    /* bytes of one staged 128 x 128 bf16 block */
+#define MSA_WG_QT 16384      /* bytes of one warpgroup's Q tile (64 x 128 bf16) */
+
+/* Helpers of k_msa_wg's consumer warpgroups. Slot use c (K of union block
+ * u is use 2 u, its V 2 u + 1) lives in ring slot c % MSA_WG_NS; its "full"
+ * phase has parity (c / MSA_WG_NS) & 1. */
+
+/* Wait until use c has landed (the phases stay aligned even where the
+ * warp does not read it), then release it: one arrival per warp. */
+__device__ __forceinline__ void msa_wg_pass(uint64_t *full, uint64_t *empty, int c, int lane)
+{
+    msa_bar_wait(&full[c % MSA_WG_NS], (uint32_t)((c / MSA_WG_NS) & 1));
+    __syncwarp();
+    if (lane == 0)
+        msa_bar_arrive(&empty[c % MSA_WG_NS]);
+}
+__device__ __forceinline__ void msa_wg_release(uint64_t *empty, int c, int lane)
+{
+    __syncwarp();
+    if (lane == 0)
+        msa_bar_arrive(&empty[c % MSA_WG_NS]);
+}
+
+/* After a wait: S, or O and the P that was its A operand, pinned so that no
+ * access to them moves above the wait. */
+__device__ __forceinline__ void msa_wg_pin_s(float s[64])
+{
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        m3w_pin(s[i]);
+}
+__device__ __forceinline__ void msa_wg_pin_o(float o[64], uint32_t pa[8][4])
+{
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        m3w_pin(o[i]);
+#pragma unroll
+    for (int kv = 0; kv < 8; kv++)
+        for (int e = 0; e < 4; e++)
+            m3w_pin(pa[kv][e]);
+}
+
+/* Issue S = Q K^T (64 x 128) for the K tile at shared address kb. */
+__device__ __forceinline__ void msa_wg_qk(float s[64], uint32_t qa, uint32_t kb)
+{
+    m3w_fence();
+    m3w_mma_ss0(s, m3w_desc(qa, 16, 1024), m3w_desc(kb, 16, 1024));
+#pragma unroll
+    for (int i = 1; i < 8; i++)
+        m3w_mma_ss(s, m3w_desc(qa + (i >> 2) * (MSA_WG_QT / 2) + (i & 3) * 32, 16, 1024),
+                   m3w_desc(kb + (i >> 2) * (MSA_WG_TILE / 2) + (i & 3) * 32, 16, 1024), 1);
+    m3w_commit();
+}
+
+/* Issue O += P V for the V tile at shared address vb (P: 8 k-steps of bf16). */
+__device__ __forceinline__ void msa_wg_pv(float o[64], const uint32_t pa[8][4], uint32_t vb)
+{
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        m3w_pin(o[i]);
+    m3w_fence();
+#pragma unroll
+    for (int kv = 0; kv < 8; kv++)
+        m3w_mma_rs(o, pa[kv], m3w_desc(vb + kv * 2048, MSA_WG_TILE / 2, 1024));
+    m3w_commit();
+}
+
+/* Online softmax of one block's scores s for this warp's row (sel: the row
+ * chose the block; lim: its visible keys, >= 1): keys >= lim -inf, the
+ * running max and sum per head (m, l on the exp2 scale c2), pa = bf16(p);
+ * a0, a1 = the factor O must be scaled by before P V (1 when the max did
+ * not move). A row that did not choose the block: pa = 0, a = 1. */
+__device__ __forceinline__ void msa_wg_softmax(float s[64], int sel, int lim, int lane, float c2,
+                                               float &m0, float &m1, float &l0, float &l1,
+                                               uint32_t pa[8][4], float &a0, float &a1)
+{
+    a0 = a1 = 1.0f;
+    if (!sel) {
+#pragma unroll
+        for (int kv = 0; kv < 8; kv++)
+            pa[kv][0] = pa[kv][1] = pa[kv][2] = pa[kv][3] = 0u;
+        return;
+    }
+    if (lim < 128) {
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            if (8 * (i >> 2) + 2 * (lane & 3) + (i & 1) >= lim)
+                s[i] = -INFINITY;
+    }
+    float x0 = -INFINITY, x1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        x0 = fmaxf(x0, fmaxf(s[4 * j], s[4 * j + 1]));
+        x1 = fmaxf(x1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+    for (int x = 1; x < 4; x <<= 1) {
+        x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, x));
+        x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, x));
+    }
+    const float n0 = fmaxf(m0, x0 * c2), n1 = fmaxf(m1, x1 * c2);
+    if (n0 != m0) {
+        a0 = msa_ex2(m0 - n0); /* m = -inf: 0 */
+        l0 *= a0;
+    }
+    if (n1 != m1) {
+        a1 = msa_ex2(m1 - n1);
+        l1 *= a1;
+    }
+    m0 = n0;
+    m1 = n1;
+#pragma unroll
+    for (int kv = 0; kv < 8; kv++) {
+        float p[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            p[e] = msa_ex2(__fmaf_rn(s[8 * kv + e], c2, (e & 2) ? -m1 : -m0));
+        l0 += (p[0] + p[1]) + (p[4] + p[5]);
+        l1 += (p[2] + p[3]) + (p[6] + p[7]);
+        pa[kv][0] = m3t_pack_bf16(p[0], p[1]);
+        pa[kv][1] = m3t_pack_bf16(p[2], p[3]);
+        pa[kv][2] = m3t_pack_bf16(p[4], p[5]);
+        pa[kv][3] = m3t_pack_bf16(p[6], p[7]);
+    }
+}
+
+/* o *= (a0 for the row's first head, a1 for its second), skipped when no
+ * lane's factor moved. */
+__device__ __forceinline__ void msa_wg_rescale(float o[64], float a0, float a1)
+{
+    if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            o[4 * j] *= a0;
+            o[4 * j + 1] *= a0;
+            o[4 * j + 2] *= a1;
+            o[4 * j + 3] *= a1;
+        }
+    }
+}
+
+template <int NWG>
+static constexpr size_t msa_wg_smem(void)
+{
+    return 1024 + (size_t)MSA_WG_NS * MSA_WG_TILE + (size_t)NWG * MSA_WG_QT +
+           sizeof(uint64_t) * 2 * MSA_WG_NS + sizeof(int) * (3 * 4 * NWG * MSA_MAXK + 16);
+}
+
+template <int NWG>
+__global__ void __launch_bounds__((NWG + 1) * 128, 1)
+    k_msa_wg(float *out, const float *q, const __grid_constant__ CUtensorMap tmk,
+             const __grid_constant__ CUtensorMap tmv, const uint16_t *vc,
+             const int32_t *page_table, int64_t pos0, int T, int nh, int nkv,
+             const int32_t *blocks, int topk, float c2)
+{
+#if M3_WG_CODE
+    constexpr int R = 4 * NWG, B = 128, HD = 128, NS = MSA_WG_NS;
+    extern __shared__ __align__(16) unsigned char msa_wg_sm[];
+    unsigned char *sm = msa_wg_sm + ((1024 - (m3t_smem(msa_wg_sm) & 1023)) & 1023);
+    unsigned char *ring = sm;                           /* [NS][2][128][128 B] */
+    unsigned char *Qs = ring + NS * MSA_WG_TILE;       /* [NWG][2][64][128 B] */
+    uint64_t *full = (uint64_t *)(Qs + NWG * MSA_WG_QT); /* [NS] */
+    uint64_t *empty = full + NS;                        /* [NS] */
+    int *cand = (int *)(empty + NS);                    /* [R * topk] */
+    int *ulist = cand + R * MSA_MAXK;                   /* union block ids */
+    int *umask = ulist + R * MSA_MAXK;                  /* rows that chose each */
+    int *wcnt = umask + R * MSA_MAXK;                   /* per warp, then nU */
+
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int g = blockIdx.y, hpg = nh / nkv;
+    const int t0 = blockIdx.x * R;
+    const int nrows = T - t0 < R ? T - t0 : R;
+    const int64_t kmax = pos0 + t0 + nrows - 1; /* last position of the tile */
+    const size_t kvw = (size_t)nkv * HD;
+
+    if (tid == 0) {
+        for (int i = 0; i < NS; i++) {
+            msa_bar_init(&full[i], 1);      /* the producer's arrival (+ TMA bytes) */
+            msa_bar_init(&empty[i], 4 * NWG); /* one arrival per consumer warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    /* a consumer warp's Q row (16 heads x 128, fp32) requested now, so the
+     * loads overlap the union below; stored as bf16 after it */
+    float4 qv[16];
+    {
+        const int tq = t0 + w;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            qv[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (w < 4 * NWG && tq < T && i < hpg)
+                qv[i] = *(const float4 *)(q + ((size_t)tq * nh + (size_t)g * hpg + i) * HD +
+                                          4 * lane);
+        }
+    }
+    /* candidate blocks of the tile's rows; their union, first seen first */
+    const int n = R * topk;
+    if (tid < n) {
+        const int r = tid / topk, tr = t0 + r;
+        int b = -1;
+        if (tr < T) {
+            b = blocks[((size_t)g * T + tr) * topk + tid % topk];
+            if (b > (int)((pos0 + tr) / B))
+                b = -1;
+        }
+        cand[tid] = b < 0 ? -1 : b;
+    }
+    __syncthreads();
+    int dup = 0, mask = 0;
+    const int b_me = tid < n ? cand[tid] : -1;
+    if (b_me >= 0)
+        for (int j = 0; j < n; j++)
+            if (cand[j] == b_me) {
+                dup |= j < tid;
+                mask |= 1 << (j / topk);
+            }
+    const int first = b_me >= 0 && !dup;
+    const unsigned bal = __ballot_sync(0xffffffffu, first);
+    if (lane == 0)
+        wcnt[w] = __popc(bal);
+    __syncthreads();
+    int off = 0, nU = 0;
+    for (int i = 0; i < 4 * NWG + 4; i++) {
+        off += i < w ? wcnt[i] : 0;
+        nU += wcnt[i];
+    }
+    if (first) {
+        const int k = off + __popc(bal & ((1u << lane) - 1u));
+        ulist[k] = b_me;
+        umask[k] = mask;
+    }
+    __syncthreads();
+    /* the block holding kmax, unless kmax is its last slot, goes last */
+    const int diag = kmax % B != B - 1 ? (int)(kmax / B) : -1;
+    if (tid == 0) {
+        for (int u = 0; u < nU - 1; u++)
+            if (ulist[u] == diag) {
+                const int mk = umask[u];
+                for (int v = u; v < nU - 1; v++) {
+                    ulist[v] = ulist[v + 1];
+                    umask[v] = umask[v + 1];
+                }
+                ulist[nU - 1] = diag;
+                umask[nU - 1] = mk;
+                break;
+            }
+    }
+    __syncthreads(); /* the last CTA-wide barrier */
+
+    if (w >= 4 * NWG) { /* producer warpgroup: K then V of each union block */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (w > 4 * NWG)
+            return;
+        for (int s = 0; s < 2 * nU; s++) {
+            const int u = s >> 1, part = s & 1, sl = s % NS, b = ulist[u];
+            const int row = page_table[b] * B;
+            unsigned char *dst = ring + sl * MSA_WG_TILE;
+            if (s >= NS)
+                msa_bar_wait(&empty[sl], (uint32_t)((s / NS - 1) & 1));
+            if (part == 1 && b == diag) { /* V of the last block: slots past kmax zeroed */
+                const int lim = (int)(kmax - (int64_t)b * B + 1);
+                m3w_fence_proxy();
+                for (int e = lane; e < 2 * B * 8; e += 32) {
+                    const int ch = e >> 10, j = (e >> 3) & (B - 1), p = e & 7;
+                    uint4 v = make_uint4(0, 0, 0, 0);
+                    if (j < lim)
+                        v = *(const uint4 *)(vc + (size_t)(row + j) * kvw + (size_t)g * HD +
+                                             ch * 64 + p * 8);
+                    *(uint4 *)(dst + ch * (MSA_WG_TILE / 2) + j * 128 + ((p ^ (j & 7)) << 4)) = v;
+                }
+                m3w_fence_proxy();
+                __syncwarp();
+                if (lane == 0)
+                    msa_bar_arrive(&full[sl]);
+            } else if (lane == 0) {
+                const CUtensorMap *tm = part ? &tmv : &tmk;
+                m3w_expect_tx(&full[sl], MSA_WG_TILE);
+                m3w_tma2d(dst, tm, g * HD, row, &full[sl]);
+                m3w_tma2d(dst + MSA_WG_TILE / 2, tm, g * HD + 64, row, &full[sl]);
+            }
+            __syncwarp();
+        }
+        return;
+    }
+
+    /* consumer warp: warpgroup wg, query row t, heads h0 = lane / 4, h0 + 8 */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int wg = w >> 2, wi = w & 3;
+    const int t = t0 + 4 * wg + wi;
+    const int64_t pos = pos0 + t;
+    unsigned char *Qw = Qs + wg * MSA_WG_QT;
+#pragma unroll
+    for (int i = 0; i < 16; i++) { /* head i, dims 4 lane .. 4 lane + 3 */
+        const int d = 4 * lane, m = 16 * wi + i, p = (d & 63) >> 3;
+        *(uint2 *)(Qw + (d >> 6) * (MSA_WG_QT / 2) + m * 128 + ((p ^ (m & 7)) << 4) + (d & 7) * 2) =
+            make_uint2(m3t_pack_bf16(qv[i].x, qv[i].y), m3t_pack_bf16(qv[i].z, qv[i].w));
+    }
+    m3w_fence_proxy();
+    m3w_bar(1 + wg, 128);
+    const uint32_t qa = m3t_smem(Qw), ra = m3t_smem(ring);
+
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* heads h0, h0 + 8 (x c2) */
+    float o[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        o[i] = 0.0f;
+    const int gsh = 4 * wg;                 /* this group's rows in umask */
+    const int me = (t < T) << (4 * wg + wi); /* this warp's row in umask */
+    /* u: the union block whose P V is next; un: the group's next block after it */
+    int u = 0;
+    while (u < nU && !((umask[u] >> gsh) & 15)) {
+        msa_wg_pass(full, empty, 2 * u, lane);
+        msa_wg_pass(full, empty, 2 * u + 1, lane);
+        u++;
+    }
+    uint32_t pa[8][4];
+    if (u < nU) { /* the first block: S, softmax (O is 0: no rescale) */
+        float s[64], a0, a1;
+        msa_bar_wait(&full[(2 * u) % NS], (uint32_t)(((2 * u) / NS) & 1));
+        msa_wg_qk(s, qa, ra + ((2 * u) % NS) * MSA_WG_TILE);
+        m3w_wait<0>();
+        msa_wg_pin_s(s);
+        msa_wg_release(empty, 2 * u, lane);
+        const int64_t k0 = (int64_t)ulist[u] * B;
+        msa_wg_softmax(s, umask[u] & me, (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B), lane,
+                       c2, m0, m1, l0, l1, pa, a0, a1);
+    }
+    while (u < nU) {
+        int un = u + 1;
+        while (un < nU && !((umask[un] >> gsh) & 15))
+            un++;
+        /* S of un overlaps P V of u while the ring can hold both: use 2 un
+         * at most NS - 1 after V of u (2 u + 1), which this group still holds */
+        float s[64], a0 = 1.0f, a1 = 1.0f;
+        uint32_t pn[8][4];
+        if (un < nU && 2 * un <= 2 * u + NS) {
+            for (int x = u + 1; x < un; x++) {
+                msa_wg_pass(full, empty, 2 * x, lane);
+                msa_wg_pass(full, empty, 2 * x + 1, lane);
+            }
+            msa_bar_wait(&full[(2 * un) % NS], (uint32_t)(((2 * un) / NS) & 1));
+            msa_wg_qk(s, qa, ra + ((2 * un) % NS) * MSA_WG_TILE);
+            msa_bar_wait(&full[(2 * u + 1) % NS], (uint32_t)(((2 * u + 1) / NS) & 1));
+            msa_wg_pv(o, pa, ra + ((2 * u + 1) % NS) * MSA_WG_TILE);
+            m3w_wait<1>(); /* S of un done (groups complete in order); P V of u runs on */
+            msa_wg_pin_s(s);
+            msa_wg_release(empty, 2 * un, lane);
+            const int64_t k0 = (int64_t)ulist[un] * B;
+            msa_wg_softmax(s, umask[un] & me, (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B),
+                           lane, c2, m0, m1, l0, l1, pn, a0, a1);
+            m3w_wait<0>();
+            msa_wg_pin_o(o, pa);
+            msa_wg_release(empty, 2 * u + 1, lane);
+        } else { /* the last block, or the next too far ahead to overlap: in turn */
+            msa_bar_wait(&full[(2 * u + 1) % NS], (uint32_t)(((2 * u + 1) / NS) & 1));
+            msa_wg_pv(o, pa, ra + ((2 * u + 1) % NS) * MSA_WG_TILE);
+            m3w_wait<0>();
+            msa_wg_pin_o(o, pa);
+            msa_wg_release(empty, 2 * u + 1, lane);
+            if (un < nU) {
+                for (int x = u + 1; x < un; x++) {
+                    msa_wg_pass(full, empty, 2 * x, lane);
+                    msa_wg_pass(full, empty, 2 * x + 1, lane);
+                }
+                msa_bar_wait(&full[(2 * un) % NS], (uint32_t)(((2 * un) / NS) & 1));
+                msa_wg_qk(s, qa, ra + ((2 * un) % NS) * MSA_WG_TILE);
+                m3w_wait<0>();
+                msa_wg_pin_s(s);
+                msa_wg_release(empty, 2 * un, lane);
+                const int64_t k0 = (int64_t)ulist[un] * B;
+                msa_wg_softmax(s, umask[un] & me, (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B),
+                               lane, c2, m0, m1, l0, l1, pn, a0, a1);
+            }
+        }
+        if (un < nU) {
+            msa_wg_rescale(o, a0, a1);
+#pragma unroll
+            for (int kv = 0; kv < 8; kv++)
+                for (int e = 0; e < 4; e++)
+                    pa[kv][e] = pn[kv][e];
+        }
+        for (int x = u + 1; x < (un < nU ? u + 1 : nU); x++) { /* trailing skips */
+            msa_wg_pass(full, empty, 2 * x, lane);
+            msa_wg_pass(full, empty, 2 * x + 1, lane);
+        }
+        u = un;
+    }
+    if (t >= T)
+        return;
+    float il0, il1;
+    msa_row_inverse(l0, l1, il0, il1);
+    const int h0 = lane >> 2;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const int d = 8 * j + 2 * (lane & 3);
+        if (h0 < hpg)
+            *(float2 *)(out + ((size_t)t * nh + (size_t)g * hpg + h0) * HD + d) =
+                make_float2(m3d_round_bf16(o[4 * j] * il0), m3d_round_bf16(o[4 * j + 1] * il0));
+        if (h0 + 8 < hpg)
+            *(float2 *)(out + ((size_t)t * nh + (size_t)g * hpg + h0 + 8) * HD + d) =
+                make_float2(m3d_round_bf16(o[4 * j + 2] * il1),
+                            m3d_round_bf16(o[4 * j + 3] * il1));
+    }
+#else
+    (void)out, (void)q, (void)tmk, (void)tmv, (void)vc, (void)page_table, (void)pos0, (void)T;
+    (void)nh, (void)nkv, (void)blocks, (void)topk, (void)c2;
+#endif
+}
+
+/* k_msa_wg applies: NVIDIA compute capability 9.0, bf16 mode and caches,
+ * hd 128, block 128, nh / nkv <= 16, topk <= MSA_MAXK. */
+static int msa_wg_applies(int nh, int nkv, int hd, int B, int topk, int kv_dtype, int mode)
+{
+    return mode == 1 && kv_dtype == M3G_BF16 && hd == 128 && B == 128 && nkv > 0 &&
+           nh % nkv == 0 && nh / nkv <= 16 && topk > 0 && topk <= MSA_MAXK && m3w_device_ok();
+}
+
+/* Launch k_msa_wg<2>; cudaErrorNotSupported when the driver cannot encode
+ * the caches' TMA maps (the caller then takes another kernel). */
+static hipError_t msa_wg_launch(float *out, const float *q, const void *kc, const void *vc,
+                                const int32_t *page_table, int64_t pos0, int T, int nh, int nkv,
+                                const int32_t *blocks, int topk, float c2, hipStream_t st)
+{
+    constexpr int NWG = 2;
+    /* the caches' row count is not known here: the maps span 2^30 rows, and
+     * only rows of pages in page_table are ever addressed */
+    const uint64_t cols = (uint64_t)nkv * 128, rows = 1ull << 30;
+    CUtensorMap tk, tv;
+    if (m3w_tensor_map(&tk, kc, cols, rows, cols, 128) || m3w_tensor_map(&tv, vc, cols, rows, cols, 128))
+        return cudaErrorNotSupported;
+    const size_t shm = msa_wg_smem<NWG>();
+    hipError_t e = cudaFuncSetAttribute(k_msa_wg<NWG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)shm);
+    if (e != hipSuccess)
+        return e;
+    k_msa_wg<NWG><<<dim3((T + 4 * NWG - 1) / (4 * NWG), nkv), dim3((NWG + 1) * 128), shm, st>>>(
+        out, q, tk, tv, (const uint16_t *)vc, page_table, pos0, T, nh, nkv, blocks, topk, c2);
+    return hipGetLastError();
+}
+
 #endif /* M3_MSA_TC */
 
 int m3g_msa_attention_tc(int nh, int nkv, int hd, int B, int topk, int kv_dtype, int mode)
@@ -827,6 +1288,12 @@ static hipError_t msa_prefill(float *out, const float *q, const void *kc, const 
     if (m3g_msa_attention_tc(nh, nkv, hd, B, topk, kv_dtype, mode)) {
         const float c2 = scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
         const int bf = kv_dtype == M3G_BF16;
+        if (onepass && msa_wg_applies(nh, nkv, hd, B, topk, kv_dtype, mode)) {
+            const hipError_t e =
+                msa_wg_launch(out, q, kc, vc, page_table, pos0, T, nh, nkv, blocks, topk, c2, st);
+            if (e != cudaErrorNotSupported)
+                return e;
+        }
 #define MSA_WS_CASE(HD_, ON_, PRO_)                                                           \
     return bf ? msa_ws_launch<HD_, 1, ON_, 11, PRO_>(out, q, kc, vc, page_table, B, pos0, T,   \
                                                      nh, nkv, blocks, topk, c2, st)           \

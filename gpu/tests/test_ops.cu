@@ -67,6 +67,13 @@ typedef struct tol {
 static const tol TOL_BIT = {1, 0, 0, "bitwise"};
 static const tol TOL_F32 = {0, 1e-10, 1e-4, "fp32 component (nmse 1e-10, max|d| 1e-4)"};
 static const tol TOL_BF16 = {0, 1e-5, 0.0625, "bf16 component (nmse 1e-5, max|d| 0.0625)"};
+/* One-pass attention rounds every p on the running max's scale, not after
+ * the division by the final sum (M3-NUM-BF16-2 item 5): an independent
+ * rounding of each p, about 2.6e-6 nmse on the output (spec/tolerances.md),
+ * which before the output's own rounding carries about a third of the
+ * outputs across a rounding boundary (1-ulp flips, about 7e-6): about 1e-5
+ * expected, 3e-5 allowed. */
+static const tol TOL_BF16_1P = {0, 3e-5, 0.0625, "one-pass bf16 attention (nmse 3e-5, max|d| 0.0625)"};
 static const tol TOL_ROUTER = {0, 1e-10, 1e-5, "router (nmse 1e-10, max|d| 1e-5)"};
 
 static const tol *tol_mode(int mode) { return mode ? &TOL_BF16 : &TOL_F32; }
@@ -370,7 +377,7 @@ typedef void (*run_fn)(tctx *c, const op_case *k);
 struct op_case {
     const char *op;
     run_fn run;
-    int p[10];
+    int p[11];
 };
 
 #define EPS 1e-6f
@@ -598,11 +605,13 @@ static const char *const at_name[] = {"m3g_attention", "m3g_attention_split", "m
                                       "m3g_msa_attention_prefill",
                                       "m3g_msa_attention_prefill_onepass"};
 
-/* p: launcher, T, pos0, nh, nkv, hd, topk (0 dense), B, mode, bf16 caches */
+/* p: launcher, T, pos0, nh, nkv, hd, topk (0 dense), B, mode, bf16 caches,
+ * NaN (not a finite decoy) in the cache slots no position maps to and in the
+ * positions after the last row (the caches' unwritten tail) */
 static void t_attention(tctx *c, const op_case *k)
 {
     const int L = k->p[0], T = k->p[1], nh = k->p[3], nkv = k->p[4], hd = k->p[5];
-    const int topk = k->p[6], B = k->p[7], mode = k->p[8], kvbf = k->p[9];
+    const int topk = k->p[6], B = k->p[7], mode = k->p[8], kvbf = k->p[9], nan_tail = k->p[10];
     const int64_t pos0 = k->p[2], S = pos0 + T;
     snprintf(c->shape, sizeof c->shape, "T %d at %lld, %d:%d heads of %d, %s, block %d, %s%s", T,
              (long long)pos0, nh, nkv, hd, topk ? "sparse" : "dense", B, mode ? "bf16" : "fp32",
@@ -631,7 +640,7 @@ static void t_attention(tctx *c, const op_case *k)
     const size_t slots = (size_t)npages * B;
     float *pk = (float *)halloc(c, slots * kvw * 4), *pv = (float *)halloc(c, slots * kvw * 4);
     for (size_t i = 0; i < slots * kvw; i++)
-        pk[i] = pv[i] = 3.0f;
+        pk[i] = pv[i] = nan_tail ? NAN : 3.0f;
     for (int64_t p = 0; p < S; p++) {
         const size_t r = (size_t)pt[p / B] * B + p % B;
         memcpy(pk + r * kvw, kc + p * kvw, kvw * 4);
@@ -668,7 +677,8 @@ static void t_attention(tctx *c, const op_case *k)
                                               hd, dbl, topk, mode, c->st);
     launch_ok(c, at_name[L], e);
     check_guards(c);
-    cmp_f(c, "out", (const float *)fetch(c, dout_, qn * 4), want, (int64_t)qn, tol_mode(mode));
+    cmp_f(c, "out", (const float *)fetch(c, dout_, qn * 4), want, (int64_t)qn,
+          L == AT_MSA1 && mode ? &TOL_BF16_1P : tol_mode(mode));
 }
 
 /* Index-K cache of S positions [S, d] (bf16-valued) and its paged device copy. */
@@ -1312,6 +1322,13 @@ static const op_case CASES[] = {
     {"m3g_msa_attention_prefill", t_attention, {AT_MSA, 9, 60, 4, 2, 32, 3, 16, 0, 0}},
     {"m3g_msa_attention_prefill_onepass", t_attention, {AT_MSA1, 33, 100, 16, 1, 64, 4, 16, 1, 1}},
     {"m3g_msa_attention_prefill_onepass", t_attention, {AT_MSA1, 13, 300, 16, 2, 128, 3, 64, 1, 1}},
+    /* the released head and block shapes (the warpgroup kernel on the H200):
+     * 16 and 6 heads per group, rows across block edges, a partial last
+     * tile, NaN in every slot no row may see */
+    {"m3g_msa_attention_prefill_onepass", t_attention, {AT_MSA1, 37, 600, 32, 2, 128, 6, 128, 1, 1, 1}},
+    {"m3g_msa_attention_prefill_onepass", t_attention, {AT_MSA1, 300, 100, 12, 2, 128, 5, 128, 1, 1, 1}},
+    {"m3g_msa_attention_prefill_onepass", t_attention, {AT_MSA1, 20, 1000, 64, 4, 128, 16, 128, 1, 1, 1}},
+    {"m3g_msa_attention_prefill", t_attention, {AT_MSA, 37, 600, 32, 2, 128, 6, 128, 1, 1, 1}},
     /* msa.cu: the indexer */
     {"m3g_msa_block_scores", t_block_scores, {5, 77, 4, 128, 32, 1}},
     {"m3g_msa_block_scores", t_block_scores, {3, 20, 2, 24, 16, 0}},
