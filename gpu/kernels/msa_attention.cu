@@ -801,7 +801,7 @@ static hipError_t msa_ws_launch(float *out, const float *q, const void *kc, cons
  * query row's 16 heads, so each warp's softmax statistics are its own row's.
  * The union of the CTA's block lists is staged once per block: the
  * producer warp loads K and then V of each union block into a ring of
- * MSA_WG_NS slots (32 KiB each: two TMA boxes of 64 dims x 128 keys,
+ * 5 or 6 slots (32 KiB each: two TMA boxes of 64 dims x 128 keys,
  * 128-byte swizzle) with a "full" mbarrier per slot completed by the TMA
  * transaction count, and waits on the slot's "empty" barrier (one arrival
  * per consumer warp) before reusing it. The block that holds the tile's
@@ -814,28 +814,28 @@ static hipError_t msa_ws_launch(float *out, const float *q, const void *kc, cons
  * P from registers and V transposed on load) and releases V; a group whose
  * rows chose none of it only releases. The two warpgroups overlap each
  * other's softmax with their tensor-core work. */
-#define MSA_WG_NS 5          /* ring slots (one K or V block each) */
 #define MSA_WG_TILE 32768    /* bytes of one staged 128 x 128 bf16 block */
 #define MSA_WG_QT 16384      /* bytes of one warpgroup's Q tile (64 x 128 bf16) */
 
 /* Helpers of k_msa_wg's consumer warpgroups. Slot use c (K of union block
- * u is use 2 u, its V 2 u + 1) lives in ring slot c % MSA_WG_NS; its "full"
- * phase has parity (c / MSA_WG_NS) & 1. */
+ * u is use 2 u, its V 2 u + 1) lives in ring slot c % NS; its "full" phase
+ * has parity (c / NS) & 1. */
 
 /* Wait until use c has landed (the phases stay aligned even where the
  * warp does not read it), then release it: one arrival per warp. */
+template <int NS>
 __device__ __forceinline__ void msa_wg_pass(uint64_t *full, uint64_t *empty, int c, int lane)
 {
-    msa_bar_wait(&full[c % MSA_WG_NS], (uint32_t)((c / MSA_WG_NS) & 1));
+    msa_bar_wait(&full[c % NS], (uint32_t)((c / NS) & 1));
     __syncwarp();
     if (lane == 0)
-        msa_bar_arrive(&empty[c % MSA_WG_NS]);
+        msa_bar_arrive(&empty[c % NS]);
 }
-__device__ __forceinline__ void msa_wg_release(uint64_t *empty, int c, int lane)
+template <int NS> __device__ __forceinline__ void msa_wg_release(uint64_t *empty, int c, int lane)
 {
     __syncwarp();
     if (lane == 0)
-        msa_bar_arrive(&empty[c % MSA_WG_NS]);
+        msa_bar_arrive(&empty[c % NS]);
 }
 
 /* After a wait: S, or O and the P that was its A operand, pinned so that no
@@ -857,20 +857,22 @@ __device__ __forceinline__ void msa_wg_pin_o(float o[64], uint32_t pa[8][4])
             m3w_pin(pa[kv][e]);
 }
 
-/* Issue S = Q K^T (64 x 128) for the K tile at shared address kb. */
-__device__ __forceinline__ void msa_wg_qk(float s[64], uint32_t qa, uint32_t kb)
+/* Issue S = Q K^T (64 x 128): qd, kd the low descriptor words (m3w_desc_lo)
+ * of the Q tile and of the K slot. */
+__device__ __forceinline__ void msa_wg_qk(float s[64], uint32_t qd, uint32_t kd)
 {
     m3w_fence();
-    m3w_mma_ss0(s, m3w_desc(qa, 16, 1024), m3w_desc(kb, 16, 1024));
+    m3w_mma_ss0(s, m3w_desc(qd, 1024), m3w_desc(kd, 1024));
 #pragma unroll
     for (int i = 1; i < 8; i++)
-        m3w_mma_ss(s, m3w_desc(qa + (i >> 2) * (MSA_WG_QT / 2) + (i & 3) * 32, 16, 1024),
-                   m3w_desc(kb + (i >> 2) * (MSA_WG_TILE / 2) + (i & 3) * 32, 16, 1024), 1);
+        m3w_mma_ss(s, m3w_desc(qd + (i >> 2) * (MSA_WG_QT / 32) + (i & 3) * 2, 1024),
+                   m3w_desc(kd + (i >> 2) * (MSA_WG_TILE / 32) + (i & 3) * 2, 1024), 1);
     m3w_commit();
 }
 
-/* Issue O += P V for the V tile at shared address vb (P: 8 k-steps of bf16). */
-__device__ __forceinline__ void msa_wg_pv(float o[64], const uint32_t pa[8][4], uint32_t vb)
+/* Issue O += P V for the V slot whose low descriptor word is vd (P: 8
+ * k-steps of bf16). */
+__device__ __forceinline__ void msa_wg_pv(float o[64], const uint32_t pa[8][4], uint32_t vd)
 {
 #pragma unroll
     for (int i = 0; i < 64; i++)
@@ -878,7 +880,7 @@ __device__ __forceinline__ void msa_wg_pv(float o[64], const uint32_t pa[8][4], 
     m3w_fence();
 #pragma unroll
     for (int kv = 0; kv < 8; kv++)
-        m3w_mma_rs(o, pa[kv], m3w_desc(vb + kv * 2048, MSA_WG_TILE / 2, 1024));
+        m3w_mma_rs(o, pa[kv], m3w_desc(vd + kv * (2048 / 16), 1024));
     m3w_commit();
 }
 
@@ -955,14 +957,91 @@ __device__ __forceinline__ void msa_wg_rescale(float o[64], float a0, float a1)
     }
 }
 
-template <int NWG>
-static constexpr size_t msa_wg_smem(void)
+/* Visible keys of union block b for the row at pos (>= 1 where the row
+ * chose it). */
+__device__ __forceinline__ int msa_wg_lim(int64_t pos, int b)
 {
-    return 1024 + (size_t)MSA_WG_NS * MSA_WG_TILE + (size_t)NWG * MSA_WG_QT +
-           sizeof(uint64_t) * 2 * MSA_WG_NS + sizeof(int) * (3 * 4 * NWG * MSA_MAXK + 16);
+    const int64_t n = pos - (int64_t)b * 128 + 1;
+    return (int)(n < 128 ? n : 128);
 }
 
-template <int NWG>
+/* One step of a consumer warpgroup: P V of union block u (P in pc), and S
+ * and the softmax of the group's next block un (P into pn), returned. S of
+ * un overlaps P V of u where the ring holds both (use 2 un at most NS - 1
+ * after V of u, 2 u + 1, which the group still holds); otherwise they run
+ * in turn. The blocks between, which no row of the group chose, are passed. */
+template <int NS>
+__device__ __forceinline__ int msa_wg_step(int u, int nU, const int *ulist, const int *umask,
+                                           int gsh, int me, uint64_t *full, uint64_t *empty,
+                                           uint32_t qd, uint32_t rd, uint32_t vd, int64_t pos,
+                                           int lane, float c2, float o[64], float &m0, float &m1,
+                                           float &l0, float &l1, uint32_t pc[8][4],
+                                           uint32_t pn[8][4])
+{
+    constexpr uint32_t SL = MSA_WG_TILE / 16; /* one slot in descriptor units */
+    int un = u + 1;
+    while (un < nU && !((umask[un] >> gsh) & 15))
+        un++;
+    float s[64], a0 = 1.0f, a1 = 1.0f;
+    const int ku = 2 * un, vu = 2 * u + 1; /* slot uses of K of un and V of u */
+    if (un < nU && ku <= 2 * u + NS) {
+        for (int x = u + 1; x < un; x++) {
+            msa_wg_pass<NS>(full, empty, 2 * x, lane);
+            msa_wg_pass<NS>(full, empty, 2 * x + 1, lane);
+        }
+        msa_bar_wait(&full[ku % NS], (uint32_t)((ku / NS) & 1));
+        msa_wg_qk(s, qd, rd + (ku % NS) * SL);
+        msa_bar_wait(&full[vu % NS], (uint32_t)((vu / NS) & 1));
+        msa_wg_pv(o, pc, vd + (vu % NS) * SL);
+        m3w_wait<1>(); /* S of un done (groups complete in order); P V of u runs on */
+        msa_wg_pin_s(s);
+        msa_wg_release<NS>(empty, ku, lane);
+        msa_wg_softmax(s, umask[un] & me, msa_wg_lim(pos, ulist[un]), lane, c2, m0, m1, l0, l1,
+                       pn, a0, a1);
+        m3w_wait<0>();
+        msa_wg_pin_o(o, pc);
+        msa_wg_release<NS>(empty, vu, lane);
+    } else { /* the last block, or the next too far ahead to overlap: in turn */
+        msa_bar_wait(&full[vu % NS], (uint32_t)((vu / NS) & 1));
+        msa_wg_pv(o, pc, vd + (vu % NS) * SL);
+        m3w_wait<0>();
+        msa_wg_pin_o(o, pc);
+        msa_wg_release<NS>(empty, vu, lane);
+        if (un < nU) {
+            for (int x = u + 1; x < un; x++) {
+                msa_wg_pass<NS>(full, empty, 2 * x, lane);
+                msa_wg_pass<NS>(full, empty, 2 * x + 1, lane);
+            }
+            msa_bar_wait(&full[ku % NS], (uint32_t)((ku / NS) & 1));
+            msa_wg_qk(s, qd, rd + (ku % NS) * SL);
+            m3w_wait<0>();
+            msa_wg_pin_s(s);
+            msa_wg_release<NS>(empty, ku, lane);
+            msa_wg_softmax(s, umask[un] & me, msa_wg_lim(pos, ulist[un]), lane, c2, m0, m1, l0,
+                           l1, pn, a0, a1);
+        }
+    }
+    if (un < nU)
+        msa_wg_rescale(o, a0, a1);
+    else
+        for (int x = u + 1; x < nU; x++) { /* trailing blocks the group did not choose */
+            msa_wg_pass<NS>(full, empty, 2 * x, lane);
+            msa_wg_pass<NS>(full, empty, 2 * x + 1, lane);
+        }
+    return un;
+}
+
+/* Ring slots: 6 when the lists hold at most 16 blocks (KM 16), else 5 (the
+ * shared memory a block may use, 232,448 bytes, holds no more). */
+template <int KM> __host__ __device__ static constexpr int msa_wg_ns(void) { return KM <= 16 ? 6 : 5; }
+template <int NWG, int KM>
+static constexpr size_t msa_wg_smem(void)
+{
+    return 1024 + (size_t)msa_wg_ns<KM>() * MSA_WG_TILE + (size_t)NWG * MSA_WG_QT +
+           sizeof(uint64_t) * 2 * msa_wg_ns<KM>() + sizeof(int) * (3 * 4 * NWG * KM + 16);
+}
+
+template <int NWG, int KM>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     k_msa_wg(float *out, const float *q, const __grid_constant__ CUtensorMap tmk,
              const __grid_constant__ CUtensorMap tmv, const uint16_t *vc,
@@ -970,7 +1049,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
              const int32_t *blocks, int topk, float c2)
 {
 #if M3_WG_CODE
-    constexpr int R = 4 * NWG, B = 128, HD = 128, NS = MSA_WG_NS;
+    constexpr int R = 4 * NWG, B = 128, HD = 128, NS = msa_wg_ns<KM>();
     extern __shared__ __align__(16) unsigned char msa_wg_sm[];
     unsigned char *sm = msa_wg_sm + ((1024 - (m3t_smem(msa_wg_sm) & 1023)) & 1023);
     unsigned char *ring = sm;                           /* [NS][2][128][128 B] */
@@ -978,9 +1057,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     uint64_t *full = (uint64_t *)(Qs + NWG * MSA_WG_QT); /* [NS] */
     uint64_t *empty = full + NS;                        /* [NS] */
     int *cand = (int *)(empty + NS);                    /* [R * topk] */
-    int *ulist = cand + R * MSA_MAXK;                   /* union block ids */
-    int *umask = ulist + R * MSA_MAXK;                  /* rows that chose each */
-    int *wcnt = umask + R * MSA_MAXK;                   /* per warp, then nU */
+    int *ulist = cand + R * KM;                         /* union block ids */
+    int *umask = ulist + R * KM;                        /* rows that chose each */
+    int *wcnt = umask + R * KM;                         /* per warp */
 
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int g = blockIdx.y, hpg = nh / nkv;
@@ -1022,19 +1101,29 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         cand[tid] = b < 0 ? -1 : b;
     }
     __syncthreads();
+    /* a candidate's first occurrence, and the rows that chose it (by rows:
+     * no division per entry); the block holding kmax, unless kmax is its
+     * last slot, goes last */
+    const int diag = kmax % B != B - 1 ? (int)(kmax / B) : -1;
     int dup = 0, mask = 0;
     const int b_me = tid < n ? cand[tid] : -1;
     if (b_me >= 0)
-        for (int j = 0; j < n; j++)
-            if (cand[j] == b_me) {
-                dup |= j < tid;
-                mask |= 1 << (j / topk);
+        for (int r = 0, j0 = 0; r < R; r++, j0 += topk) {
+            int hit = 0;
+#pragma unroll 4
+            for (int e = 0; e < topk; e++) {
+                const int same = cand[j0 + e] == b_me;
+                hit |= same;
+                dup |= same & (j0 + e < tid);
             }
-    const int first = b_me >= 0 && !dup;
+            mask |= hit << r;
+        }
+    const int first = b_me >= 0 && !dup && b_me != diag;
+    const int fdiag = b_me >= 0 && !dup && b_me == diag;
     const unsigned bal = __ballot_sync(0xffffffffu, first);
     if (lane == 0)
         wcnt[w] = __popc(bal);
-    __syncthreads();
+    const int hasdiag = __syncthreads_or(fdiag);
     int off = 0, nU = 0;
     for (int i = 0; i < 4 * NWG + 4; i++) {
         off += i < w ? wcnt[i] : 0;
@@ -1045,28 +1134,24 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         ulist[k] = b_me;
         umask[k] = mask;
     }
-    __syncthreads();
-    /* the block holding kmax, unless kmax is its last slot, goes last */
-    const int diag = kmax % B != B - 1 ? (int)(kmax / B) : -1;
-    if (tid == 0) {
-        for (int u = 0; u < nU - 1; u++)
-            if (ulist[u] == diag) {
-                const int mk = umask[u];
-                for (int v = u; v < nU - 1; v++) {
-                    ulist[v] = ulist[v + 1];
-                    umask[v] = umask[v + 1];
-                }
-                ulist[nU - 1] = diag;
-                umask[nU - 1] = mk;
-                break;
-            }
+    if (fdiag) {
+        ulist[nU] = b_me;
+        umask[nU] = mask;
     }
+    nU += hasdiag != 0;
     __syncthreads(); /* the last CTA-wide barrier */
 
     if (w >= 4 * NWG) { /* producer warpgroup: K then V of each union block */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (w > 4 * NWG)
             return;
+        for (int u = lane; u < nU; u += 32) { /* every union block's K and V into L2 */
+            const int row = page_table[ulist[u]] * B;
+            m3w_tma2d_l2(&tmk, g * HD, row);
+            m3w_tma2d_l2(&tmk, g * HD + 64, row);
+            m3w_tma2d_l2(&tmv, g * HD, row);
+            m3w_tma2d_l2(&tmv, g * HD + 64, row);
+        }
         for (int s = 0; s < 2 * nU; s++) {
             const int u = s >> 1, part = s & 1, sl = s % NS, b = ulist[u];
             const int row = page_table[b] * B;
@@ -1113,7 +1198,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     }
     m3w_fence_proxy();
     m3w_bar(1 + wg, 128);
-    const uint32_t qa = m3t_smem(Qw), ra = m3t_smem(ring);
+    /* low descriptor words: Q, K slot 0, V slot 0 (slot ks adds ks * TILE / 16) */
+    const uint32_t qd = m3w_desc_lo(m3t_smem(Qw), 16), rd = m3w_desc_lo(m3t_smem(ring), 16);
+    const uint32_t vd = m3w_desc_lo(m3t_smem(ring), MSA_WG_TILE / 2);
 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* heads h0, h0 + 8 (x c2) */
     float o[64];
@@ -1122,84 +1209,31 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         o[i] = 0.0f;
     const int gsh = 4 * wg;                 /* this group's rows in umask */
     const int me = (t < T) << (4 * wg + wi); /* this warp's row in umask */
-    /* u: the union block whose P V is next; un: the group's next block after it */
+    /* u: the union block whose P V is next */
     int u = 0;
     while (u < nU && !((umask[u] >> gsh) & 15)) {
-        msa_wg_pass(full, empty, 2 * u, lane);
-        msa_wg_pass(full, empty, 2 * u + 1, lane);
+        msa_wg_pass<NS>(full, empty, 2 * u, lane);
+        msa_wg_pass<NS>(full, empty, 2 * u + 1, lane);
         u++;
     }
-    uint32_t pa[8][4];
+    uint32_t pa[8][4], pb[8][4];
     if (u < nU) { /* the first block: S, softmax (O is 0: no rescale) */
         float s[64], a0, a1;
         msa_bar_wait(&full[(2 * u) % NS], (uint32_t)(((2 * u) / NS) & 1));
-        msa_wg_qk(s, qa, ra + ((2 * u) % NS) * MSA_WG_TILE);
+        msa_wg_qk(s, qd, rd + ((2 * u) % NS) * (MSA_WG_TILE / 16));
         m3w_wait<0>();
         msa_wg_pin_s(s);
-        msa_wg_release(empty, 2 * u, lane);
-        const int64_t k0 = (int64_t)ulist[u] * B;
-        msa_wg_softmax(s, umask[u] & me, (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B), lane,
-                       c2, m0, m1, l0, l1, pa, a0, a1);
+        msa_wg_release<NS>(empty, 2 * u, lane);
+        msa_wg_softmax(s, umask[u] & me, msa_wg_lim(pos, ulist[u]), lane, c2, m0, m1, l0, l1, pa,
+                       a0, a1);
     }
-    while (u < nU) {
-        int un = u + 1;
-        while (un < nU && !((umask[un] >> gsh) & 15))
-            un++;
-        /* S of un overlaps P V of u while the ring can hold both: use 2 un
-         * at most NS - 1 after V of u (2 u + 1), which this group still holds */
-        float s[64], a0 = 1.0f, a1 = 1.0f;
-        uint32_t pn[8][4];
-        if (un < nU && 2 * un <= 2 * u + NS) {
-            for (int x = u + 1; x < un; x++) {
-                msa_wg_pass(full, empty, 2 * x, lane);
-                msa_wg_pass(full, empty, 2 * x + 1, lane);
-            }
-            msa_bar_wait(&full[(2 * un) % NS], (uint32_t)(((2 * un) / NS) & 1));
-            msa_wg_qk(s, qa, ra + ((2 * un) % NS) * MSA_WG_TILE);
-            msa_bar_wait(&full[(2 * u + 1) % NS], (uint32_t)(((2 * u + 1) / NS) & 1));
-            msa_wg_pv(o, pa, ra + ((2 * u + 1) % NS) * MSA_WG_TILE);
-            m3w_wait<1>(); /* S of un done (groups complete in order); P V of u runs on */
-            msa_wg_pin_s(s);
-            msa_wg_release(empty, 2 * un, lane);
-            const int64_t k0 = (int64_t)ulist[un] * B;
-            msa_wg_softmax(s, umask[un] & me, (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B),
-                           lane, c2, m0, m1, l0, l1, pn, a0, a1);
-            m3w_wait<0>();
-            msa_wg_pin_o(o, pa);
-            msa_wg_release(empty, 2 * u + 1, lane);
-        } else { /* the last block, or the next too far ahead to overlap: in turn */
-            msa_bar_wait(&full[(2 * u + 1) % NS], (uint32_t)(((2 * u + 1) / NS) & 1));
-            msa_wg_pv(o, pa, ra + ((2 * u + 1) % NS) * MSA_WG_TILE);
-            m3w_wait<0>();
-            msa_wg_pin_o(o, pa);
-            msa_wg_release(empty, 2 * u + 1, lane);
-            if (un < nU) {
-                for (int x = u + 1; x < un; x++) {
-                    msa_wg_pass(full, empty, 2 * x, lane);
-                    msa_wg_pass(full, empty, 2 * x + 1, lane);
-                }
-                msa_bar_wait(&full[(2 * un) % NS], (uint32_t)(((2 * un) / NS) & 1));
-                msa_wg_qk(s, qa, ra + ((2 * un) % NS) * MSA_WG_TILE);
-                m3w_wait<0>();
-                msa_wg_pin_s(s);
-                msa_wg_release(empty, 2 * un, lane);
-                const int64_t k0 = (int64_t)ulist[un] * B;
-                msa_wg_softmax(s, umask[un] & me, (int)((pos - k0 + 1) < B ? (pos - k0 + 1) : B),
-                               lane, c2, m0, m1, l0, l1, pn, a0, a1);
-            }
-        }
-        if (un < nU) {
-            msa_wg_rescale(o, a0, a1);
-#pragma unroll
-            for (int kv = 0; kv < 8; kv++)
-                for (int e = 0; e < 4; e++)
-                    pa[kv][e] = pn[kv][e];
-        }
-        for (int x = u + 1; x < (un < nU ? u + 1 : nU); x++) { /* trailing skips */
-            msa_wg_pass(full, empty, 2 * x, lane);
-            msa_wg_pass(full, empty, 2 * x + 1, lane);
-        }
-        u = un;
+    while (u < nU) { /* two steps per turn: P alternates between pa and pb */
+        u = msa_wg_step<NS>(u, nU, ulist, umask, gsh, me, full, empty, qd, rd, vd, pos, lane, c2,
+                            o, m0, m1, l0, l1, pa, pb);
+        if (u >= nU)
+            break;
+        u = msa_wg_step<NS>(u, nU, ulist, umask, gsh, me, full, empty, qd, rd, vd, pos, lane, c2,
+                            o, m0, m1, l0, l1, pb, pa);
     }
     if (t >= T)
         return;
@@ -1231,27 +1265,41 @@ static int msa_wg_applies(int nh, int nkv, int hd, int B, int topk, int kv_dtype
            nh % nkv == 0 && nh / nkv <= 16 && topk > 0 && topk <= MSA_MAXK && m3w_device_ok();
 }
 
-/* Launch k_msa_wg<2>; cudaErrorNotSupported when the driver cannot encode
- * the caches' TMA maps (the caller then takes another kernel). */
+/* Launch k_msa_wg<2, 16 or 32>; cudaErrorNotSupported when the driver
+ * cannot encode the caches' TMA maps (the caller then takes another kernel). */
+template <int KM>
+static hipError_t msa_wg_launch_k(float *out, const float *q, const CUtensorMap &tk,
+                                  const CUtensorMap &tv, const void *vc,
+                                  const int32_t *page_table, int64_t pos0, int T, int nh, int nkv,
+                                  const int32_t *blocks, int topk, float c2, hipStream_t st)
+{
+    constexpr int NWG = 2;
+    const size_t shm = msa_wg_smem<NWG, KM>();
+    hipError_t e = cudaFuncSetAttribute(k_msa_wg<NWG, KM>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
+    if (e != hipSuccess)
+        return e;
+    k_msa_wg<NWG, KM><<<dim3((T + 4 * NWG - 1) / (4 * NWG), nkv), dim3((NWG + 1) * 128), shm,
+                        st>>>(out, q, tk, tv, (const uint16_t *)vc, page_table, pos0, T, nh, nkv,
+                              blocks, topk, c2);
+    return hipGetLastError();
+}
+
 static hipError_t msa_wg_launch(float *out, const float *q, const void *kc, const void *vc,
                                 const int32_t *page_table, int64_t pos0, int T, int nh, int nkv,
                                 const int32_t *blocks, int topk, float c2, hipStream_t st)
 {
-    constexpr int NWG = 2;
     /* the caches' row count is not known here: the maps span 2^30 rows, and
      * only rows of pages in page_table are ever addressed */
     const uint64_t cols = (uint64_t)nkv * 128, rows = 1ull << 30;
     CUtensorMap tk, tv;
-    if (m3w_tensor_map(&tk, kc, cols, rows, cols, 128) || m3w_tensor_map(&tv, vc, cols, rows, cols, 128))
+    if (m3w_tensor_map(&tk, kc, cols, rows, cols, 128) ||
+        m3w_tensor_map(&tv, vc, cols, rows, cols, 128))
         return cudaErrorNotSupported;
-    const size_t shm = msa_wg_smem<NWG>();
-    hipError_t e = cudaFuncSetAttribute(k_msa_wg<NWG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)shm);
-    if (e != hipSuccess)
-        return e;
-    k_msa_wg<NWG><<<dim3((T + 4 * NWG - 1) / (4 * NWG), nkv), dim3((NWG + 1) * 128), shm, st>>>(
-        out, q, tk, tv, (const uint16_t *)vc, page_table, pos0, T, nh, nkv, blocks, topk, c2);
-    return hipGetLastError();
+    return topk <= 16 ? msa_wg_launch_k<16>(out, q, tk, tv, vc, page_table, pos0, T, nh, nkv,
+                                            blocks, topk, c2, st)
+                      : msa_wg_launch_k<MSA_MAXK>(out, q, tk, tv, vc, page_table, pos0, T, nh,
+                                                  nkv, blocks, topk, c2, st);
 }
 
 #endif /* M3_MSA_TC */

@@ -80,12 +80,18 @@ static inline int m3w_tensor_map(CUtensorMap *tm, const void *base, uint64_t col
                : -1;
 }
 
-/* Shared-memory matrix descriptor, 128-byte swizzle: start address (shared
- * space), leading and stride byte offsets. */
-__device__ __forceinline__ uint64_t m3w_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
+/* Shared-memory matrix descriptor, 128-byte swizzle, in two words: the low
+ * word holds the start address (shared space, 16-byte units) and the
+ * leading byte offset; adding n to it moves the start by 16 n bytes (no
+ * carry: shared addresses stay below 2^18). m3w_desc joins it with the
+ * high word (stride byte offset, swizzle mode). */
+__device__ __forceinline__ uint32_t m3w_desc_lo(uint32_t saddr, uint32_t lbo)
 {
-    return (uint64_t)((saddr & 0x3ffffu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3fffu) << 16) |
-           ((uint64_t)((sbo >> 4) & 0x3fffu) << 32) | (1ull << 62);
+    return ((saddr & 0x3ffffu) >> 4) | (((lbo >> 4) & 0x3fffu) << 16);
+}
+__device__ __forceinline__ uint64_t m3w_desc(uint32_t lo, uint32_t sbo)
+{
+    return (uint64_t)lo | ((uint64_t)(((sbo >> 4) & 0x3fffu) | (1u << 30)) << 32);
 }
 
 /* Orders earlier register writes before the next wgmma (warpgroup-wide). */
@@ -153,6 +159,17 @@ __device__ __forceinline__ void m3w_tma2d(void *dst, const CUtensorMap *tm, int 
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(m3t_smem(dst)),
                  "l"((uint64_t)(uintptr_t)tm), "r"(x), "r"(y), "r"(m3t_smem(bar))
+                 : "memory");
+#endif
+}
+
+/* TMA: the box at (x columns, y rows) of tm into L2 only (a prefetch). */
+__device__ __forceinline__ void m3w_tma2d_l2(const CUtensorMap *tm, int x, int y)
+{
+#if M3_WG_CODE
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];\n" ::"l"(
+                     (uint64_t)(uintptr_t)tm),
+                 "r"(x), "r"(y)
                  : "memory");
 #endif
 }

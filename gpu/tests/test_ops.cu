@@ -1328,6 +1328,7 @@ static const op_case CASES[] = {
     {"m3g_msa_attention_prefill_onepass", t_attention, {AT_MSA1, 37, 600, 32, 2, 128, 6, 128, 1, 1, 1}},
     {"m3g_msa_attention_prefill_onepass", t_attention, {AT_MSA1, 300, 100, 12, 2, 128, 5, 128, 1, 1, 1}},
     {"m3g_msa_attention_prefill_onepass", t_attention, {AT_MSA1, 20, 1000, 64, 4, 128, 16, 128, 1, 1, 1}},
+    {"m3g_msa_attention_prefill_onepass", t_attention, {AT_MSA1, 24, 3000, 32, 2, 128, 20, 128, 1, 1, 1}},
     {"m3g_msa_attention_prefill", t_attention, {AT_MSA, 37, 600, 32, 2, 128, 6, 128, 1, 1, 1}},
     /* msa.cu: the indexer */
     {"m3g_msa_block_scores", t_block_scores, {5, 77, 4, 128, 32, 1}},
