@@ -513,9 +513,11 @@ $(GPU_BUILD)/emu/m3-gpu-emu: $(GPU_KSRC) $(GPU_HOSTSRC) $(wildcard gpu/*.h) gpu/
 	$(CXX) -std=c++20 -O2 -ffp-contract=off -DM3_EMU -Wall -Wextra -Werror -Igpu -Iref -I/usr/include/cjson \
 	  -x c++ $(GPU_KSRC) $(GPU_HOSTSRC) -x none $(LIB) $(LDLIBS) -pthread -o $@
 
+# (MIX_EMU_NSM: the emulated SM count that sizes the indexers' grids; 24 gives
+# the kernel tests many indexer blocks per row, hence many lists to merge)
 $(GPU_BUILD)/emu/test-ops: $(GPU_KSRC) gpu/tests/test_ops.cu gpu/weight_stream.cu gpu/weight_stream.h gpu/emu/hip_emu.h $(GPU_HDR) $(LIB)
 	@mkdir -p $(@D)
-	$(CXX) -std=c++20 -O2 -ffp-contract=off -DM3_EMU -Wall -Wextra -Werror -Igpu -Iref -I/usr/include/cjson \
+	$(CXX) -std=c++20 -O2 -ffp-contract=off -DM3_EMU -DMIX_EMU_NSM=24 -Wall -Wextra -Werror -Igpu -Iref -I/usr/include/cjson \
 	  -x c++ $(GPU_KSRC) gpu/tests/test_ops.cu gpu/weight_stream.cu -x none $(LIB) $(LDLIBS) -pthread -o $@
 
 gpu-test-emu: $(GPU_BUILD)/emu/test-ops
