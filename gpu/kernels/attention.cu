@@ -2297,11 +2297,12 @@ hipError_t m3g_attention_sk_msa(float *out, const float *q, const void *kc, cons
                                 blocks, topk, mode, ws, ws_bytes, st);
     if (T <= 0)
         return hipSuccess;
-    if (!blocks || topk <= 0 || dl->G != nkv || dl->topk != topk || dl->P <= 0)
-        return hipErrorInvalidValue;
+    if (!blocks || topk <= 0 || dl->G != nkv || dl->topk != topk || dl->P <= 0 || hd <= 0 ||
+        hd > 128 || hd % 8 != 0 || nkv <= 0 || nh % nkv != 0 || B <= 0 ||
+        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16))
+        return hipErrorInvalidValue; /* (as m3g_attention_sk, before anything is enqueued) */
 #if AK_CLUSTER
-    if (hd <= 128 && hd % 8 == 0 && nkv > 0 && nh % nkv == 0 &&
-        m3g_attention_sk_cluster(B, nh, nkv, hd, blocks, topk, kv_dtype, mode) &&
+    if (m3g_attention_sk_cluster(B, nh, nkv, hd, blocks, topk, kv_dtype, mode) &&
         at_tc_ok(nh, nkv, hd)) { /* the merge in the cluster kernel's prologue */
         const hipError_t e =
             at_tc_run(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd, blocks, topk, dl, st);

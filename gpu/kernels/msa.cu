@@ -1958,6 +1958,7 @@ hipError_t m3g_msa_indexer_lists(m3g_msa_lists *dl, int32_t *out, float *bs, con
                            st);
 }
 
+#if IDX_ON
 /* grid (T, G), one warp: the selection of (row t, head g) from the deferred
  * lists (read in place; the indexer has finished) into out [G, T, topk]. */
 __global__ void k_msa_lists_select(int32_t *out, const mix_u64 *ws, int P, int G, int B,
@@ -1976,6 +1977,8 @@ __global__ void k_msa_lists_select(int32_t *out, const mix_u64 *ws, int P, int G
                    need, nb, qb, topk, local_blocks, init_blocks, tmpl, surv, &scnt);
 }
 
+#endif
+
 hipError_t m3g_msa_lists_select(int32_t *out, const m3g_msa_lists *dl, int B, int64_t pos0, int T,
                                 hipStream_t st)
 {
@@ -1984,10 +1987,15 @@ hipError_t m3g_msa_lists_select(int32_t *out, const m3g_msa_lists *dl, int B, in
     if (!dl || !dl->lists || !out || dl->P <= 0 || dl->G <= 0 || dl->topk <= 0 ||
         dl->topk > IDX_LCAP || B <= 0)
         return hipErrorInvalidValue;
+#if IDX_ON
     hipLaunchKernelGGL(k_msa_lists_select, dim3(T, dl->G), dim3(32), 0, st, out,
                        (const mix_u64 *)dl->lists, dl->P, dl->G, B, pos0, T, dl->topk,
                        dl->local_blocks, dl->init_blocks);
     return hipGetLastError();
+#else
+    (void)pos0, (void)st;
+    return hipErrorInvalidValue; /* no streaming indexer here: nothing is ever deferred */
+#endif
 }
 
 hipError_t m3g_msa_indexer(int32_t *out, float *bs, const float *iq, const void *ikc, int ik_dtype,

@@ -16,7 +16,9 @@
  * np = msa_list_np(nb, P, need), even, so every head's lists start 16-byte
  * aligned. The top `need` of the union is the row's selection after the
  * forced blocks (the global top `need` lies in the union of every block's
- * local top `need`).
+ * local top `need`). The list selection (idx_wsel, msa_lists_pick) exists
+ * where the streaming indexer does (NVIDIA, the emulation; on AMD nothing
+ * is deferred).
  */
 #ifndef M3_GPU_MSA_SEL_CUH
 #define M3_GPU_MSA_SEL_CUH
@@ -90,6 +92,8 @@ static __device__ __forceinline__ mix_u64 mix_lane_bound(mix_u64 lm, int need)
     m = mix_warp_max_u64(m);
     return nz < need ? 1 : m;
 }
+
+#if !defined(__HIP_PLATFORM_AMD__) /* the streaming indexer's platforms: NVIDIA, the emulation */
 
 static __device__ __forceinline__ void idx_syncwarp()
 {
@@ -218,5 +222,6 @@ static __device__ __forceinline__ void msa_lists_pick(int32_t *o, const mix_u64 
     for (int i = nf + n + lane; i < topk; i += 32)
         o[i] = -1;
 }
+#endif /* !__HIP_PLATFORM_AMD__ */
 
 #endif

@@ -17,7 +17,11 @@
  * comparison, every element written. Row-strided outputs also check that
  * the gaps between rows were not written.
  *
- * The weight-streaming ring (gpu/weight_stream.h) is checked here too,
+ * The MSA decode step with the deferred merge (m3g_msa_indexer_lists, then
+ * m3g_attention_sk_msa, which merges the indexer's lists and writes the
+ * selection) is checked as one sequence: against ref, and bitwise against
+ * the merged sequence (m3g_msa_indexer_ex, then m3g_attention_sk). The
+ * weight-streaming ring (gpu/weight_stream.h) is checked here too,
  * against the host bytes it stages.
  *
  * Not here (no ref/ function of their own to compare with; the model and
@@ -1464,6 +1468,8 @@ static const op_case CASES[] = {
     {"m3g_msa_step_deferred", t_msa_step, {2, 300, 4, 4, 32, 32, 16, 1, 1, 0}},
     {"m3g_msa_step_deferred", t_msa_step, {1, 5119, 4, 64, 128, 128, 16, 1, 0, 2}},
     {"m3g_msa_step_deferred", t_msa_step, {2, 2047, 4, 16, 128, 128, 8, 1, 0, 1}},
+    /* (head dim 48: not the tensor-core kernel's; m3g_msa_lists_select, then the scalar path) */
+    {"m3g_msa_step_deferred", t_msa_step, {2, 3000, 2, 6, 48, 32, 12, 1, 1, 1}},
     /* moe.cu */
     {"m3g_router", t_router, {1, 256, 64, 4, 1}},
     {"m3g_router", t_router, {5, 200, 24, 3, 2}},
