@@ -1,6 +1,8 @@
 #!/bin/sh
-# emu_msa_decode.sh — bin/m3-gpu forward, built against the CPU emulation of
-# the HIP subset, over a model whose MSA layer has index head dim 128, run
+# emu_msa_decode.sh — bin/m3-gpu forward (built against the CPU emulation of
+# the HIP subset for make gpu-emu-test; the device build in
+# tools/gpu_device_check.sh, where the merge runs in the tensor-core cluster
+# attention's prologue) over a model whose MSA layer has index head dim 128, run
 # as a serving engine runs a decode: a 200-row prefill chunk, 60 single-row
 # steps, five chunks of 8 rows. Those decode calls take the deferred MSA
 # selection of gpu/forward.cu (the streaming indexer ends with its per-block
@@ -11,7 +13,7 @@
 # the golden comes from the reference (bin/m3-conform check without an
 # expected file), judged in bf16 with greedy declared absent.
 #
-#   sh gpu/emu/emu_msa_decode.sh EMU_BIN CONFORM_BIN CLI_HELPER PYTHON
+#   sh gpu/emu/emu_msa_decode.sh M3_GPU_BIN CONFORM_BIN CLI_HELPER PYTHON
 set -e
 emu=$1 conform=$2 helper=$3 py=$4
 tmp=$(mktemp -d /tmp/m3_emu_msa.XXXXXX)
