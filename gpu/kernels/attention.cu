@@ -1125,14 +1125,14 @@ static hipError_t ak_cluster_run(float *out, const float *q, const void *kc, con
  * (msa_sel.cuh), merged after the dependency wait: a rank c below the
  * forced count nf issues its K/V copies at once (its block is forced: known
  * without the merge); every other rank, and rank 0, copies head g's P lists
- * (P * np keys, 16-byte cp.async, all in flight while q is staged), one warp
- * picks the selection (msa_lists_pick, the indexer's own merge code: the
- * same selection bit for bit), and rank c then issues the copies of entry c.
+ * (P * np keys, 16-byte cp.async, all in flight while q is staged), the
+ * block picks the selection (msa_lists_pick_block: exact, the same selection
+ * as the indexer's own merge), and rank c then issues the copies of entry c.
  * Rank 0 writes the (row, group) selection to blocks (for dumps). Nothing
  * else changes, so the output is bitwise that of DEFER = 0 on the merged
- * list. The merge costs each cluster block one L2 round trip and a warp's
- * ranking before its K/V requests (the indexer's last-block merge and its
- * ticket are gone instead). */
+ * list. The merge costs each cluster block one L2 round trip and a
+ * block-wide ranking before its K/V requests (the indexer's last-block merge
+ * and its ticket are gone instead). */
 #define AT_NW 8   /* warps per block */
 #define AT_KT 128 /* keys per block (B <= 128) */
 
@@ -1158,11 +1158,13 @@ static size_t at_tc_shm(int hd)
 }
 
 /* Extra shared bytes of the deferred-selection prologue (DEFER = 1): 16
- * alignment, the lists of one head [P][<= 16] keys, the merge's scratch
- * (IDX_LCAP + IDX_SCAP keys, a count) and the merged list [16]. */
+ * alignment, the lists of one head [P][<= 16] keys, the merge's survivors
+ * (<= need * np <= 256 keys) and scratch (a bound, a count), the merged
+ * list [16]. */
+#define AT_SURV 256
 static size_t at_tc_defer_shm(int P)
 {
-    return 16 + (size_t)P * 16 * 8 + (size_t)(IDX_LCAP + IDX_SCAP) * 8 + 16 + 16 * 4;
+    return 16 + (size_t)P * 16 * 8 + (size_t)AT_SURV * 8 + 16 + 16 * 4;
 }
 
 /* grid (AK_CS, nkv, T), cluster (AK_CS, 1, 1), AT_NW * 32 threads. DEFER 0:
@@ -1237,9 +1239,9 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
         const int nf = msa_forced_list(NULL, nb, qb, topk, local_blocks, init_blocks);
         const int need = topk - nf, np = msa_list_np(nb, P, need);
         mix_u64 *stg = (mix_u64 *)(((uintptr_t)(rcv + AK_CS * HD) + 15) & ~(uintptr_t)15);
-        mix_u64 *tmpl = stg + (size_t)P * 16, *surv = tmpl + IDX_LCAP;
-        unsigned *scnt = (unsigned *)(surv + IDX_SCAP);
-        int32_t *sel = (int32_t *)(scnt + 4); /* [16] */
+        mix_u64 *surv = stg + (size_t)P * 16, *mm = surv + AT_SURV;
+        unsigned *cnt = (unsigned *)(mm + 1);
+        int32_t *sel = (int32_t *)(cnt + 2); /* [16] */
         const int early = c < nf;             /* a forced block: known without the merge */
         if (early) {
             int fb = -1, n = 0; /* the c-th forced block (msa_forced_list's order) */
@@ -1263,9 +1265,8 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
             stage_q(); /* its loads overlap the copies */
             m3t_cp_wait<0>();
             __syncthreads();
-            if (w == 0)
-                msa_lists_pick(sel, stg, P, np, nf, need, nb, qb, topk, local_blocks,
-                               init_blocks, tmpl, surv, scnt);
+            msa_lists_pick_block<AT_NW * 32>(sel, stg, P, np, nf, need, nb, qb, topk,
+                                             local_blocks, init_blocks, surv, AT_SURV, mm, cnt);
             __syncthreads();
             if (c == 0 && tid < topk)
                 blocks[((size_t)g * T + t) * topk + tid] = sel[tid];

@@ -19,8 +19,8 @@
  * caches): the same kernel ends with the local lists in its workspace (no
  * ticket, no merge) and the consumer merges them with the same code
  * (msa_sel.cuh): the sparse decode attention in its prologue
- * (m3g_attention_sk_msa), else m3g_msa_lists_select (one warp per row and
- * head). The merged form stays for the callers that need the selection
+ * (m3g_attention_sk_msa), else m3g_msa_lists_select (one thread block per
+ * row and head). The merged form stays for the callers that need the selection
  * before their consumer (prefill, the fp32-cache paths, the benchmark's
  * yardsticks). hipcc/AMD: the fused kernel ("Fused indexer"; nothing is
  * deferred there). Other shapes:
@@ -1959,22 +1959,28 @@ hipError_t m3g_msa_indexer_lists(m3g_msa_lists *dl, int32_t *out, float *bs, con
 }
 
 #if IDX_ON
-/* grid (T, G), one warp: the selection of (row t, head g) from the deferred
- * lists (read in place; the indexer has finished) into out [G, T, topk]. */
+#define MSA_LS_NT 256 /* threads of k_msa_lists_select */
+
+/* grid (T, G), MSA_LS_NT threads: the selection of (row t, head g) from the
+ * deferred lists (read in place; the indexer has finished) into out [G, T,
+ * topk], by msa_lists_pick_block (topk <= IDX_LCAP: at most IDX_LCAP^2
+ * survivors). */
 __global__ void k_msa_lists_select(int32_t *out, const mix_u64 *ws, int P, int G, int B,
                                    int64_t pos0, int T, int topk, int local_blocks,
                                    int init_blocks)
 {
-    __shared__ mix_u64 tmpl[IDX_LCAP];
-    __shared__ mix_u64 surv[IDX_SCAP];
-    __shared__ unsigned scnt;
+    __shared__ mix_u64 surv[IDX_LCAP * IDX_LCAP];
+    __shared__ mix_u64 mm;
+    __shared__ unsigned cnt;
     const int t = blockIdx.x, g = blockIdx.y;
     const int64_t pos = pos0 + t;
     const int qb = (int)(pos / B), nb = qb + 1;
     const int nf = msa_forced_list(NULL, nb, qb, topk, local_blocks, init_blocks);
     const int need = topk - nf, np = msa_list_np(nb, P, need);
-    msa_lists_pick(out + ((size_t)g * T + t) * topk, msa_lists_at(ws, t, g, G, P, np), P, np, nf,
-                   need, nb, qb, topk, local_blocks, init_blocks, tmpl, surv, &scnt);
+    msa_lists_pick_block<MSA_LS_NT>(out + ((size_t)g * T + t) * topk,
+                                    msa_lists_at(ws, t, g, G, P, np), P, np, nf, need, nb, qb,
+                                    topk, local_blocks, init_blocks, surv, IDX_LCAP * IDX_LCAP,
+                                    &mm, &cnt);
 }
 
 #endif
@@ -1988,7 +1994,7 @@ hipError_t m3g_msa_lists_select(int32_t *out, const m3g_msa_lists *dl, int B, in
         dl->topk > IDX_LCAP || B <= 0)
         return hipErrorInvalidValue;
 #if IDX_ON
-    hipLaunchKernelGGL(k_msa_lists_select, dim3(T, dl->G), dim3(32), 0, st, out,
+    hipLaunchKernelGGL(k_msa_lists_select, dim3(T, dl->G), dim3(MSA_LS_NT), 0, st, out,
                        (const mix_u64 *)dl->lists, dl->P, dl->G, B, pos0, T, dl->topk,
                        dl->local_blocks, dl->init_blocks);
     return hipGetLastError();

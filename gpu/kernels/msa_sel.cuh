@@ -1,8 +1,8 @@
-/* msa_sel.cuh — the golden-order top-k of the MSA indexer's per-block lists,
- * shared by the indexer (gpu/kernels/msa.cu: each block's local list and the
- * last block's merge) and by the consumers that merge the lists themselves
- * (the deferred selection: gpu/kernels/attention.cu's sparse decode prologue
- * and msa.cu's m3g_msa_lists_select).
+/* msa_sel.cuh — the golden-order top-k of the MSA indexer's per-block lists:
+ * the indexer's own (gpu/kernels/msa.cu: each block's local list and the
+ * last block's merge) and that of the consumers that merge the lists
+ * themselves (the deferred selection: gpu/kernels/attention.cu's sparse
+ * decode prologue and msa.cu's m3g_msa_lists_select).
  *
  * Must match: ref/msa.c m3_msa_select (exactly). Spec: M3-MSA-SELECT-*
  * (forced init and local blocks first ascending, then descending score,
@@ -16,9 +16,12 @@
  * np = msa_list_np(nb, P, need), even, so every head's lists start 16-byte
  * aligned. The top `need` of the union is the row's selection after the
  * forced blocks (the global top `need` lies in the union of every block's
- * local top `need`). The list selection (idx_wsel, msa_lists_pick) exists
- * where the streaming indexer does (NVIDIA, the emulation; on AMD nothing
- * is deferred).
+ * local top `need`). One warp selects in the indexer (idx_wsel: each
+ * block's local list, and msa_lists_pick: the last block's merge); the
+ * consumers of deferred lists use a whole thread block
+ * (msa_lists_pick_block: the same selection). These exist where the
+ * streaming indexer does (NVIDIA, the emulation; on AMD nothing is
+ * deferred).
  */
 #ifndef M3_GPU_MSA_SEL_CUH
 #define M3_GPU_MSA_SEL_CUH
@@ -220,6 +223,70 @@ static __device__ __forceinline__ void msa_lists_pick(int32_t *o, const mix_u64 
             o[nf + i] = (int32_t)~(unsigned)(tmpl[i] & 0xffffffffu);
     }
     for (int i = nf + n + lane; i < topk; i += 32)
+        o[i] = -1;
+}
+
+/* The same selection by a whole thread block of NT threads (every thread
+ * calls it: block barriers inside), for the consumers of deferred lists.
+ * Exact without a fallback: m = the need-th largest list head (1 when fewer
+ * than need heads are nonzero) is a lower bound of the need-th largest key
+ * (the need lists with the largest heads hold need keys >= m), and every key
+ * >= m lies in one of those lists (a list whose head is below m holds only
+ * keys below m); so the keys >= m, at most need * np of them (surv holds
+ * cap >= need * np keys), contain the top `need`, each ranked by counting
+ * the survivors above it (its rank among all keys). The heads' ranks and
+ * the survivors' are counted by many threads at once (one warp's bound
+ * takes 31 dependent shuffle rounds). Reads of o after it need a block
+ * barrier. mm, cnt: shared scratch. */
+template <int NT>
+static __device__ __forceinline__ void msa_lists_pick_block(int32_t *o, const mix_u64 *lists, int P,
+                                                            int np, int nf, int need, int nb,
+                                                            int qb, int topk, int local_blocks,
+                                                            int init_blocks, mix_u64 *surv,
+                                                            int cap, mix_u64 *mm, unsigned *cnt)
+{
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        msa_forced_list(o, nb, qb, topk, local_blocks, init_blocks);
+        *mm = 1; /* fewer than need nonzero heads: every nonzero key survives */
+        *cnt = 0;
+    }
+    if (need <= 0) /* (block-uniform) the forced blocks fill the list */
+        return;
+    __syncthreads();
+    for (int c = tid; c < P; c += NT) { /* the head of rank need - 1 (keys are unique) */
+        const mix_u64 h = lists[(size_t)c * np];
+        if (h == 0)
+            continue;
+        int r = 0;
+        for (int j = 0; j < P; j++)
+            r += lists[(size_t)j * np] > h;
+        if (r == need - 1)
+            *mm = h;
+    }
+    __syncthreads();
+    const mix_u64 m = *mm;
+    for (int c = tid; c < P; c += NT)
+        for (int s = 0; s < np; s++) { /* each list sorted descending, zeros last */
+            const mix_u64 K = lists[(size_t)c * np + s];
+            if (K < m)
+                break;
+            const unsigned slot = atomicAdd(cnt, 1u);
+            if (slot < (unsigned)cap)
+                surv[slot] = K;
+        }
+    __syncthreads();
+    const int S = (int)*cnt < cap ? (int)*cnt : cap;
+    for (int i = tid; i < S; i += NT) {
+        const mix_u64 K = surv[i];
+        int q = 0;
+        for (int j = 0; j < S; j++)
+            q += surv[j] > K;
+        if (q < need)
+            o[nf + q] = (int32_t)~(unsigned)(K & 0xffffffffu);
+    }
+    const int n = S < need ? S : need;
+    for (int i = nf + n + tid; i < topk; i += NT)
         o[i] = -1;
 }
 #endif /* !__HIP_PLATFORM_AMD__ */
