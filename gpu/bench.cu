@@ -493,18 +493,13 @@ static int make_indexer(bench_case *bc, const char *name, int ctx_len, int l2)
 
 /* ---- the MSA decode step: indexer, selection and attention ------------- */
 /* One sparse layer's decode step as m3-gpu launches it (gpu/forward.cu): the
- * indexer over ctx_len index-K rows ending with its per-block top-16 lists
- * (m3g_msa_indexer_lists), then the block-sparse attention that merges them
- * into the 16 selected blocks of 128 keys per KV group in its prologue and
- * attends over them (m3g_attention_sk_msa), one query at position
- * ctx_len - 1, bf16 caches. merged = 1 (the "merged in indexer" rows, on the
- * same data): the previous sequence, the indexer's own last-block merge
- * (m3g_msa_indexer_ex) then m3g_attention_sk. Rotation r has its own
- * index-K cache and its own page table (the pages rotated by r * npages /
- * nrot), so its K/V pages differ from the other rotations' even where the
- * selections agree. Bytes: the index-K cache, the selected K and V, q and
- * the output (not the block scores, lists or selection: 16-70 KB of
- * scratch, L2-resident). */
+ * indexer with its top-16 merge (m3g_msa_indexer_ex) over ctx_len index-K
+ * rows, then the block-sparse attention over the 16 selected blocks of 128
+ * keys per KV group (m3g_attention_sk), one query at position ctx_len - 1,
+ * bf16 caches. Rotation r has its own index-K cache and its own page table
+ * (the pages rotated by r * npages / nrot), so its K/V pages differ from the
+ * other rotations' even where the selections agree. Bytes: the index-K
+ * cache, the selected K and V, q and the output. */
 typedef struct step_ctx {
     float *q, *out, *iq, *bs;
     uint16_t *kc16, *vc16;
@@ -515,42 +510,19 @@ typedef struct step_ctx {
     void *iws, *sws;
     size_t iws_n, sws_n;
     int ctx_len, nb;
-    int merged; /* 1: the indexer's own merge, then m3g_attention_sk */
 } step_ctx;
 
 static hipError_t step_launch(void *c, int r, hipStream_t st)
 {
     const step_ctx *x = (const step_ctx *)c;
     const int64_t pos0 = x->ctx_len - 1;
-    if (x->merged) {
-        const hipError_t e =
-            m3g_msa_indexer_ex(x->sel, x->bs, x->iq, x->ik[r], M3G_BF16, x->pages[r], BLK, pos0, 1,
-                               G, IHD, x->nb, TOPK_B, 1, 0, x->ctr, x->iws, x->iws_n, x->ikr[r], 0,
-                               st);
-        if (e != hipSuccess)
-            return e;
-        return m3g_attention_sk(x->out, x->q, x->kc16, x->vc16, M3G_BF16, x->pages[r], BLK, pos0,
-                                1, NH, NKV, HD, x->sel, TOPK_B, 1, x->sws, x->sws_n, st);
-    }
-    m3g_msa_lists dl;
-    const hipError_t e =
-        m3g_msa_indexer_lists(&dl, x->sel, x->bs, x->iq, x->ik[r], M3G_BF16, x->pages[r], BLK,
-                              pos0, 1, G, IHD, x->nb, TOPK_B, 1, 0, x->ctr, x->iws, x->iws_n,
-                              x->ikr[r], 0, st);
+    const hipError_t e = m3g_msa_indexer_ex(x->sel, x->bs, x->iq, x->ik[r], M3G_BF16, x->pages[r],
+                                            BLK, pos0, 1, G, IHD, x->nb, TOPK_B, 1, 0, x->ctr,
+                                            x->iws, x->iws_n, x->ikr[r], 0, st);
     if (e != hipSuccess)
         return e;
-    return m3g_attention_sk_msa(x->out, x->q, x->kc16, x->vc16, M3G_BF16, x->pages[r], BLK, pos0,
-                                1, NH, NKV, HD, x->sel, TOPK_B, &dl, 1, x->sws, x->sws_n, st);
-}
-
-/* The case base (a make_msa_step case) with the indexer's own merge. */
-static int make_msa_step_merged(bench_case *bc, const char *name, const bench_case *base)
-{
-    step_ctx *x = (step_ctx *)clone_case(bc, name, base, sizeof *x);
-    if (!x)
-        return -1;
-    x->merged = 1;
-    return 0;
+    return m3g_attention_sk(x->out, x->q, x->kc16, x->vc16, M3G_BF16, x->pages[r], BLK, pos0, 1,
+                            NH, NKV, HD, x->sel, TOPK_B, 1, x->sws, x->sws_n, st);
 }
 
 static int make_msa_step(bench_case *bc, const char *name, int ctx_len, int l2)
@@ -971,9 +943,8 @@ static int add_gemv_variants(bench_case *cases, int i0, int n, int cap, int all,
 /* The launch sequence of gpu/m3-gpu.cu's gpu_step_batch + seq_attention for
  * one bf16 decode row at position ctx_len - 1 (same kernels, same order):
  * input norm (+ residual), fused q/k/v(/index q/index k) GEMV, QK-norm +
- * RoPE, cache writes, the indexer's per-block top-16 lists then the MSA
- * attention that merges them (sparse), or dense attention, over the bf16 KV
- * cache, o_proj, post-attention norm (+ residual), then MoE
+ * RoPE, cache writes, indexer + top-16 (sparse), MSA or dense attention over
+ * the bf16 KV cache, o_proj, post-attention norm (+ residual), then MoE
  * (router, 4 routed experts, shared expert, combine) or the dense SwiGLU
  * MLP. Random weights at M3 shapes; the expert table is the MoE case's. A
  * launch reads ~0.8 GB (sparse MoE layer) of weights, far more than L2, so
@@ -1068,17 +1039,13 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
         p.njobs = (int)(j - p.job);
         LK(m3g_attn_prologue(&p, st));
     }
-    if (x->sparse) { /* as gpu/forward.cu: the indexer's lists, merged by the attention */
-        m3g_msa_lists dl;
-        LK(m3g_msa_indexer_lists(&dl, x->blk, x->bs, x->iq, x->ik16, M3G_BF16, x->pages, BLK,
-                                 pos0, 1, G, IHD, nb, TOPK_B, 1, 0, x->ictr, x->iws, x->iws_n,
-                                 x->ikr, 0, st));
-        LK(m3g_attention_sk_msa(x->att, x->q, x->kc16, x->vc16, M3G_BF16, x->pages, BLK, pos0, 1,
-                                NH, NKV, HD, x->blk, TOPK_B, &dl, 1, x->sws, x->sws_n, st));
-    } else {
-        LK(m3g_attention_sk(x->att, x->q, x->kc16, x->vc16, M3G_BF16, x->pages, BLK, pos0, 1, NH,
-                            NKV, HD, NULL, 0, 1, x->sws, x->sws_n, st));
+    if (x->sparse) {
+        LK(m3g_msa_indexer_ex(x->blk, x->bs, x->iq, x->ik16, M3G_BF16, x->pages, BLK, pos0, 1, G,
+                              IHD, nb, TOPK_B, 1, 0, x->ictr, x->iws, x->iws_n, x->ikr, 0, st));
     }
+    LK(m3g_attention_sk(x->att, x->q, x->kc16, x->vc16, M3G_BF16, x->pages, BLK, pos0, 1, NH,
+                        NKV, HD, x->sparse ? x->blk : NULL, x->sparse ? TOPK_B : 0, 1, x->sws,
+                        x->sws_n, st));
     LK(m3g_linear(x->tmp, H, x->att, x->o, 1, 1, NULL, st));
     LK(m3g_residual_rmsnorm_ex(x->h, x->tmp, x->xn, x->post_norm, M3G_BF16, 1, H, eps, 1, rel,
                                st));
@@ -1401,9 +1368,7 @@ static int make_vis_attention(bench_case *bc, const char *name, int len, int nh,
  *  K_MSA_DECODE m3g_attention_sk, 16 blocks of 128 keys, path a (att_run)
  *  K_DENSE_DECODE m3g_attention_sk dense, a keys, variant b
  *  K_INDEXER    m3g_msa_indexer_ex over a keys; on base's data: alt b
- *  K_MSA_STEP   the indexer's lists then m3g_attention_sk_msa, a keys of
- *               context; on base's data: the indexer's own merge then
- *               m3g_attention_sk
+ *  K_MSA_STEP   the indexer then m3g_attention_sk, a keys of context
  *  K_MSA_PREFILL m3g_msa_attention_prefill, pool a, T = b rows; c = 1 the
  *               one-pass kernel on base's data
  *  K_LAYER      one decoder layer at decode (a sparse, b MoE); on base's
@@ -1499,8 +1464,6 @@ static const case_row CASES[] = {
     /* the whole MSA decode step (indexer + top-16 + attention), as m3-gpu runs it */
     {"msa decode step 128K", K_MSA_STEP, 131072, 0, 0, 0, NULL},
     {"msa decode step 1M", K_MSA_STEP, 1048576, 0, 0, 0, NULL},
-    {"msa decode step 128K merged in indexer", K_MSA_STEP, 0, 0, 0, 0, "msa decode step 128K"},
-    {"msa decode step 1M merged in indexer", K_MSA_STEP, 0, 0, 0, 0, "msa decode step 1M"},
     /* prefill GEMMs at M = 4096 (cuBLASLt; cublasGemmEx for comparison) */
     {"gemm M4096 q_proj 8192x6144", K_LINEAR, NH * HD, H, 4096, 0, NULL},
     {"gemm M4096 dense gate 12288x6144", K_LINEAR, ID, H, 4096, 0, NULL},
@@ -1728,8 +1691,6 @@ static int make_case(const case_row *w, bench_case *cases, int *n, const bench_e
             return make_indexer_alt(next_case(cases, n), w->name, base, w->b);
         return make_indexer(next_case(cases, n), w->name, w->a, env->l2);
     case K_MSA_STEP:
-        if (base)
-            return make_msa_step_merged(next_case(cases, n), w->name, base);
         return make_msa_step(next_case(cases, n), w->name, w->a, env->l2);
     case K_MSA_PREFILL:
         if (base)

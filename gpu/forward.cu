@@ -160,48 +160,31 @@ static int seq_attention(gpu_sess *b, const dev_layer *d, int l, int T, int pos0
     }
     {
         const int32_t *blocks = NULL;
-        /* sparse prefill, bf16: msa_attention.cu (tensor cores on NVIDIA, else scalar) */
-        const int pf = sparse && mode == 1 && T >= 16 && hd <= 128;
-        /* sparse decode over bf16 caches: the indexer may defer its merge to the
-         * attention (m3g_msa_indexer_lists + m3g_attention_sk_msa), which then
-         * writes b->blk */
-        const int defer = sparse && !pf && b->kc16;
-        m3g_msa_lists dl;
-        dl.lists = NULL;
         if (sparse) {
             /* block scores + golden-order top-K in one launch (falls back to the two
              * launchers for shapes the fused kernel does not take) */
-            const void *ik = b->ik16[l] ? (const void *)b->ik16[l] : (const void *)b->ikc[l];
-            const int idt = b->ik16[l] ? M3G_BF16 : M3G_F32;
-            const unsigned *rng = b->ik16[l] ? b->ikr + 2 * l : NULL;
-            if (defer)
-                M3G_TRY(e,
-                        m3g_msa_indexer_lists(&dl, b->blk, b->bs, b->iq, ik, idt, b->pages, B,
-                                              pos0, T, G, ihd, nbmax, K, c->index_local_blocks,
-                                              c->index_init_blocks, b->ictr, b->iws, b->iws_n,
-                                              rng, 0, st),
-                        fail);
-            else
-                M3G_TRY(e,
-                        m3g_msa_indexer_ex(b->blk, b->bs, b->iq, ik, idt, b->pages, B, pos0, T, G,
-                                           ihd, nbmax, K, c->index_local_blocks,
-                                           c->index_init_blocks, b->ictr, b->iws, b->iws_n, rng,
-                                           0, st),
-                        fail);
+            M3G_TRY(
+                e,
+                m3g_msa_indexer_ex(b->blk, b->bs, b->iq,
+                                   b->ik16[l] ? (const void *)b->ik16[l] : (const void *)b->ikc[l],
+                                   b->ik16[l] ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, G, ihd,
+                                   nbmax, K, c->index_local_blocks, c->index_init_blocks, b->ictr,
+                                   b->iws, b->iws_n, b->ik16[l] ? b->ikr + 2 * l : NULL, 0, st),
+                fail);
             blocks = b->blk;
+            if (dump) {
+                snprintf(name, sizeof name, "layers.%d.attn.block_indices", l);
+                if (dump_dev(dump, name, M3_I32, 3, G, T, K, b->blk, st, e))
+                    goto fail;
+            }
         }
-        if (pf)
+        if (sparse && mode == 1 && T >= 16 && hd <= 128) /* sparse prefill, bf16: msa_attention.cu
+                                                (tensor cores on NVIDIA, else scalar) */
             M3G_TRY(e, m3g_msa_attention_prefill(
                 b->att, b->q, b->kc16 ? (const void *)b->kc16[l] : (const void *)b->kc[l],
                 b->kc16 ? (const void *)b->vc16[l] : (const void *)b->vc[l],
                 b->kc16 ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, nh, nkv, hd, blocks, K, mode,
                 st), fail);
-        else if (defer) /* the merged selection lands in b->blk */
-            M3G_TRY(e,
-                    m3g_attention_sk_msa(b->att, b->q, b->kc16[l], b->vc16[l], M3G_BF16, b->pages,
-                                         B, pos0, T, nh, nkv, hd, b->blk, K, &dl, mode, b->sws,
-                                         b->sws_n, st),
-                    fail);
         else if (b->kc16) /* bf16 caches: m3g_attention_sk (one-launch cluster kernel for sparse
                              decode on NVIDIA, else two launches; row chunks if ws is short) */
             M3G_TRY(e,
@@ -221,11 +204,6 @@ static int seq_attention(gpu_sess *b, const dev_layer *d, int l, int T, int pos0
                     m3g_attention(b->att, b->q, b->kc[l], b->vc[l], b->pages, B, pos0, T, nh, nkv,
                                   hd, blocks, sparse ? K : 0, mode, st),
                     fail);
-        if (sparse && dump) { /* after the attention: with the deferred merge it writes b->blk */
-            snprintf(name, sizeof name, "layers.%d.attn.block_indices", l);
-            if (dump_dev(dump, name, M3_I32, 3, G, T, K, b->blk, st, e))
-                goto fail;
-        }
     }
     return 0;
 fail:

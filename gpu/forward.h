@@ -11,11 +11,7 @@
  * Design: embeddings and RoPE tables on the host (exact, as ref). The rows
  * of all sequences are stacked: linear layers, norms, router / MoE and the
  * head run once over all rows; cache writes, the MSA indexer, block
- * selection and attention run per sequence over its own cache region (in
- * sparse decode over bf16 caches the indexer ends with its per-block lists
- * and the attention merges them itself, m3g_msa_indexer_lists +
- * m3g_attention_sk_msa, writing the selection that the block_indices dump
- * then reads; sparse prefill keeps the indexer's own merge). One
+ * selection and attention run per sequence over its own cache region. One
  * m3g_attn_prologue launch per layer applies QK-norm + RoPE to the queries
  * (and, for a single sequence, writes its cache rows). Calls of <= 8 rows
  * (GEMVs only) run the shared expert on the context's side stream, beside

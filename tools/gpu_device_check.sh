@@ -7,8 +7,7 @@
 # dumps with bin/m3-conform on every model vector (the multimodal one with
 # --pixels, also in bf16), the vision component cases (m3-gpu vision-case), and on the ragged
 # lengths 1, 127, 128, 129, 2047, 2048, 2049, 2200 of the deployment-MSA
-# model and on a decode over a tiny index-dim-128 model (gpu/emu/emu_msa_decode.sh:
-# the deferred MSA selection), compare bin/m3-gpu generate with bin/m3-ref generate on models/demo
+# model, compare bin/m3-gpu generate with bin/m3-ref generate on models/demo
 # (greedy and seeded sampling, fp32 and bf16; also with --draft
 # models/demo-drafter, Eagle3 speculative decoding), teacher-forced dumps of the
 # model vectors, batches of prompts (forward and generate), then run the benchmarks (gpu/bench.cu and tools/bench_torch.py).
@@ -186,18 +185,6 @@ PYEOF
   judge $d $mode "ragged T=$L"
  done
 done
-
-# a decode over a tiny index-dim-128 model (the deferred MSA selection:
-# streaming indexer lists merged in the tensor-core cluster attention's
-# prologue), judged against the reference
-if make -j16 BUILD=$B $B/tests/cli_helper >>"$out/build.log" 2>&1; then
-  sh gpu/emu/emu_msa_decode.sh bin/m3-gpu bin/m3-conform $B/tests/cli_helper $PY >/tmp/md.out 2>&1
-  rc=$?
-  log "msa decode, index dim 128 (gpu/emu/emu_msa_decode.sh on bin/m3-gpu): rc=$rc $(tail -1 /tmp/md.out)"
-  [ $rc -eq 0 ] || tail -12 /tmp/md.out >>"$out/summary.txt"
-else
-  log "msa decode, index dim 128: BUILD FAILED ($B/tests/cli_helper)"
-fi
 
 # generate on the demo model: bin/m3-gpu vs bin/m3-ref token ids (greedy and
 # one seeded sampled run), fp32 and bf16

@@ -15,12 +15,8 @@
  * heads, every K/V byte requested before any arithmetic, mma.sync for
  * QK^T and P.V, (max, sum) exchanged through distributed shared memory so
  * every CTA rounds p with the final M and L, partial outputs summed in rank
- * order, PDL. After m3g_msa_indexer_lists (m3g_attention_sk_msa, the sparse
- * decode of m3-gpu): the same kernel merges the indexer's per-block lists
- * into the top-k selection in its prologue (each CTA for itself; rank 0
- * writes the selection out), other paths run m3g_msa_lists_select first.
- * bf16 dense decode over >= 512 keys: the split-key tensor-core launches
- * (k_ad_*).
+ * order, PDL. bf16 dense decode over >= 512 keys: the split-key
+ * tensor-core launches (k_ad_*).
  *
  * Known differences (fp32 tolerance): the exp sum uses online rescaling;
  * sparse layers visit blocks in golden order. The scalar and two-launch
@@ -31,7 +27,6 @@
 #include "common.cuh"
 #include "kernels.h"
 #include "tc.cuh"
-#include "msa_sel.cuh"
 
 #define ATT_KT 32      /* keys per shared tile */
 #define ATT_MAXW 16    /* query heads (warps) per block */
@@ -1119,20 +1114,7 @@ static hipError_t ak_cluster_run(float *out, const float *q, const void *kc, con
  * the PDL / no-PDL launches bitwise equal; ten edge shapes (hd 16-128, 2-16
  * heads per group, B 4-128, topk 2-16, T 1-3, -1 entries, repeated ids,
  * blocks past the own block, partial own block) nmse <= 4.7e-8. Needs
- * 16-byte aligned q and caches.
- * Deferred selection (DEFER = 1, m3g_attention_sk_msa): blocks is an output;
- * the list entries come from the MSA indexer's per-block top-k lists
- * (msa_sel.cuh), merged after the dependency wait: a rank c below the
- * forced count nf issues its K/V copies at once (its block is forced: known
- * without the merge); every other rank, and rank 0, copies head g's P lists
- * (P * np keys, 16-byte cp.async, all in flight while q is staged), the
- * block picks the selection (msa_lists_pick_block: exact, the same selection
- * as the indexer's own merge), and rank c then issues the copies of entry c.
- * Rank 0 writes the (row, group) selection to blocks (for dumps). Nothing
- * else changes, so the output is bitwise that of DEFER = 0 on the merged
- * list. The merge costs each cluster block one L2 round trip and a
- * block-wide ranking before its K/V requests (the indexer's last-block merge
- * and its ticket are gone instead). */
+ * 16-byte aligned q and caches. */
 #define AT_NW 8   /* warps per block */
 #define AT_KT 128 /* keys per block (B <= 128) */
 
@@ -1157,26 +1139,12 @@ static size_t at_tc_shm(int hd)
            4 * ((size_t)AT_NW * 32 + (size_t)AK_CS * 32 + (size_t)AK_CS * hd);
 }
 
-/* Extra shared bytes of the deferred-selection prologue (DEFER = 1): 16
- * alignment, the lists of one head [P][<= 16] keys, the merge's survivors
- * (<= need * np <= 256 keys) and scratch (a bound, a count), the merged
- * list [16]. */
-#define AT_SURV 256
-static size_t at_tc_defer_shm(int P)
-{
-    return 16 + (size_t)P * 16 * 8 + (size_t)AT_SURV * 8 + 16 + 16 * 4;
-}
-
-/* grid (AK_CS, nkv, T), cluster (AK_CS, 1, 1), AT_NW * 32 threads. DEFER 0:
- * blocks [nkv, T, topk] is the selection (read only); 1: it is merged here
- * from the indexer's deferred lists (P per head, msa_sel.cuh) and written
- * to blocks by rank 0 (see "Deferred selection" above). */
-template <int HD, int DEFER>
+/* grid (AK_CS, nkv, T), cluster (AK_CS, 1, 1), AT_NW * 32 threads. */
+template <int HD>
 __global__ void __launch_bounds__(AT_NW * 32)
 k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
         const int32_t *page_table, int B, int64_t pos0, int T, int nh, int nkv,
-        int32_t *blocks, int topk, float scale, const mix_u64 *lists, int P, int local_blocks,
-        int init_blocks)
+        const int32_t *blocks, int topk, float scale)
 {
     static_assert(AT_NW * 32 == 16 * AK_CS && AK_CS == 16 && AT_KT == 16 * AT_NW && HD % 16 == 0 &&
                       HD <= 16 * AT_NW,
@@ -1201,26 +1169,20 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
     const size_t kvw = (size_t)nkv * HD;
     m3t_pdl_wait(); /* q, the block list and the caches: earlier kernels' outputs */
 
-    auto stage_q = [&]() { /* q rows of the group, bf16 */
-        for (int i = tid; i < 16 * HD / 4; i += AT_NW * 32) {
-            const int h = i / (HD / 4), d4 = i - h * (HD / 4);
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (h < hpg)
-                v = ((const float4 *)(q + ((size_t)t * nh + (size_t)g * hpg + h) * HD))[d4];
-            *(uint2 *)(Qs + h * LD + 4 * d4) =
-                make_uint2(m3t_pack_bf16(v.x, v.y), m3t_pack_bf16(v.z, v.w));
-        }
-    };
+    /* list entry c; a repeated id counts once (at its first entry) */
+    const int32_t *list = blocks + ((size_t)g * T + t) * topk;
+    const int lb = lane < topk ? list[lane] : -1;
+    int b = __shfl_sync(0xffffffffu, lb, c);
+    if (__ballot_sync(0xffffffffu, lane < c && lb == b))
+        b = -1;
     int nk = 0;
     int64_t row0 = 0;
-    /* block b's keys (b < 0 or past the row: none): every K, then every V
-     * row in flight before any math (two commit groups) */
-    auto issue_kv = [&](int b) {
-        if (b >= 0 && (int64_t)b <= pos / B) {
-            const int64_t kend = pos + 1 - (int64_t)b * B;
-            nk = kend < B ? (int)kend : B;
-            row0 = (int64_t)page_table[b] * B;
-        }
+    if (b >= 0 && (int64_t)b <= pos / B) {
+        const int64_t kend = pos + 1 - (int64_t)b * B;
+        nk = kend < B ? (int)kend : B;
+        row0 = (int64_t)page_table[b] * B;
+    }
+    { /* every K, then every V row in flight before any math */
         const uint16_t *kg = kc + (size_t)row0 * kvw + (size_t)g * HD;
         const uint16_t *vg = vc + (size_t)row0 * kvw + (size_t)g * HD;
         for (int i = tid; i < AT_KT * CH; i += AT_NW * 32) {
@@ -1233,57 +1195,14 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
             m3t_cp16(Vs + j * LD + 8 * cc, vg + (size_t)(ok ? j : 0) * kvw + 8 * cc, ok ? 16 : 0);
         }
         m3t_cp_commit();
-    };
-    if constexpr (DEFER) { /* block-uniform branches throughout */
-        const int qb = (int)(pos / B), nb = qb + 1;
-        const int nf = msa_forced_list(NULL, nb, qb, topk, local_blocks, init_blocks);
-        const int need = topk - nf, np = msa_list_np(nb, P, need);
-        mix_u64 *stg = (mix_u64 *)(((uintptr_t)(rcv + AK_CS * HD) + 15) & ~(uintptr_t)15);
-        mix_u64 *surv = stg + (size_t)P * 16, *mm = surv + AT_SURV;
-        unsigned *cnt = (unsigned *)(mm + 1);
-        int32_t *sel = (int32_t *)(cnt + 2); /* [16] */
-        const int early = c < nf;             /* a forced block: known without the merge */
-        if (early) {
-            int fb = -1, n = 0; /* the c-th forced block (msa_forced_list's order) */
-            for (int bb = 0; bb < nb && n <= c; bb++) {
-                if (bb >= init_blocks && bb <= qb - local_blocks) {
-                    bb = qb - local_blocks;
-                    continue;
-                }
-                if (n++ == c)
-                    fb = bb;
-            }
-            issue_kv(fb);
-        }
-        if (!early || c == 0) { /* the merge: the lists of head g, one 16-byte copy each */
-            if (need > 0) {
-                const mix_u64 *src = msa_lists_at(lists, t, g, nkv, P, np);
-                for (int e = tid; e < P * np / 2; e += AT_NW * 32)
-                    m3t_cp16(stg + 2 * e, src + 2 * e, 16);
-            }
-            m3t_cp_commit();
-            stage_q(); /* its loads overlap the copies */
-            m3t_cp_wait<0>();
-            __syncthreads();
-            msa_lists_pick_block<AT_NW * 32>(sel, stg, P, np, nf, need, nb, qb, topk,
-                                             local_blocks, init_blocks, surv, AT_SURV, mm, cnt);
-            __syncthreads();
-            if (c == 0 && tid < topk)
-                blocks[((size_t)g * T + t) * topk + tid] = sel[tid];
-        } else {
-            stage_q();
-        }
-        if (!early)
-            issue_kv(c < topk ? sel[c] : -1);
-    } else {
-        /* list entry c; a repeated id counts once (at its first entry) */
-        const int32_t *list = blocks + ((size_t)g * T + t) * topk;
-        const int lb = lane < topk ? list[lane] : -1;
-        int b = __shfl_sync(0xffffffffu, lb, c);
-        if (__ballot_sync(0xffffffffu, lane < c && lb == b))
-            b = -1;
-        issue_kv(b);
-        stage_q();
+    }
+    for (int i = tid; i < 16 * HD / 4; i += AT_NW * 32) { /* q rows of the group, bf16 */
+        const int h = i / (HD / 4), d4 = i - h * (HD / 4);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (h < hpg)
+            v = ((const float4 *)(q + ((size_t)t * nh + (size_t)g * hpg + h) * HD))[d4];
+        *(uint2 *)(Qs + h * LD + 4 * d4) =
+            make_uint2(m3t_pack_bf16(v.x, v.y), m3t_pack_bf16(v.z, v.w));
     }
     m3t_cp_wait<1>(); /* this thread's K copies landed */
     __syncthreads();
@@ -1432,13 +1351,12 @@ static int at_tc_ok(int nh, int nkv, int hd)
     return nh / nkv <= 16 && (hd == 16 || hd == 32 || hd == 64 || hd == 128);
 }
 
-template <int HD, int DEFER>
+template <int HD>
 static hipError_t at_tc_launch(float *out, const float *q, const void *kc, const void *vc,
                                const int32_t *page_table, int B, int64_t pos0, int T, int nh,
-                               int nkv, int32_t *blocks, int topk, const m3g_msa_lists *dl,
-                               hipStream_t st)
+                               int nkv, const int32_t *blocks, int topk, hipStream_t st)
 {
-    const size_t shm = at_tc_shm(HD) + (DEFER ? at_tc_defer_shm(dl->P) : 0);
+    const size_t shm = at_tc_shm(HD);
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2] = {};
     cfg.gridDim = dim3(AK_CS, nkv, T);
@@ -1458,65 +1376,47 @@ static hipError_t at_tc_launch(float *out, const float *q, const void *kc, const
     (void)cudaThreadExchangeStreamCaptureMode(&cm);
     int ncl = 0;
     const int ok =
-        cudaFuncSetAttribute(k_at_tc<HD, DEFER>, cudaFuncAttributeNonPortableClusterSizeAllowed,
-                             1) == cudaSuccess &&
-        cudaFuncSetAttribute(k_at_tc<HD, DEFER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(k_at_tc<HD>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+            cudaSuccess &&
+        cudaFuncSetAttribute(k_at_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)shm) == cudaSuccess &&
-        cudaOccupancyMaxActiveClusters(&ncl, k_at_tc<HD, DEFER>, &cfg) == cudaSuccess && ncl >= 1;
+        cudaOccupancyMaxActiveClusters(&ncl, k_at_tc<HD>, &cfg) == cudaSuccess && ncl >= 1;
     (void)cudaThreadExchangeStreamCaptureMode(&cm);
     if (!ok) {
         (void)cudaGetLastError();
         return hipErrorInvalidValue;
     }
     const float scale = (float)(1.0 / sqrt((double)HD)); /* as ref/attention.c */
-    const mix_u64 *lists = DEFER ? (const mix_u64 *)dl->lists : NULL;
-    const int P = DEFER ? dl->P : 0, lo = DEFER ? dl->local_blocks : 0;
-    const int in = DEFER ? dl->init_blocks : 0;
     cfg.numAttrs = 2;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, k_at_tc<HD, DEFER>, out, q, (const uint16_t *)kc,
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k_at_tc<HD>, out, q, (const uint16_t *)kc,
                                        (const uint16_t *)vc, page_table, B, pos0, T, nh, nkv,
-                                       blocks, topk, scale, lists, P, lo, in);
+                                       blocks, topk, scale);
     if (e != cudaSuccess) { /* PDL refused: the same launch without it */
         (void)cudaGetLastError();
         cfg.numAttrs = 1;
-        e = cudaLaunchKernelEx(&cfg, k_at_tc<HD, DEFER>, out, q, (const uint16_t *)kc,
+        e = cudaLaunchKernelEx(&cfg, k_at_tc<HD>, out, q, (const uint16_t *)kc,
                                (const uint16_t *)vc, page_table, B, pos0, T, nh, nkv, blocks,
-                               topk, scale, lists, P, lo, in);
+                               topk, scale);
     }
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 /* hipErrorInvalidValue (nothing enqueued) when the device cannot run the
- * cluster; the caller falls back. dl: the deferred lists (DEFER kernel), or
- * NULL (blocks is the selection). */
+ * cluster; the caller falls back. */
 static hipError_t at_tc_run(float *out, const float *q, const void *kc, const void *vc,
                             const int32_t *page_table, int B, int64_t pos0, int T, int nh,
-                            int nkv, int hd, int32_t *blocks, int topk, const m3g_msa_lists *dl,
-                            hipStream_t st)
+                            int nkv, int hd, const int32_t *blocks, int topk, hipStream_t st)
 {
-#define AT_ARGS out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, dl, st
-    if (dl)
-        switch (hd) {
-        case 128:
-            return at_tc_launch<128, 1>(AT_ARGS);
-        case 64:
-            return at_tc_launch<64, 1>(AT_ARGS);
-        case 32:
-            return at_tc_launch<32, 1>(AT_ARGS);
-        default:
-            return at_tc_launch<16, 1>(AT_ARGS);
-        }
     switch (hd) {
     case 128:
-        return at_tc_launch<128, 0>(AT_ARGS);
+        return at_tc_launch<128>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, st);
     case 64:
-        return at_tc_launch<64, 0>(AT_ARGS);
+        return at_tc_launch<64>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, st);
     case 32:
-        return at_tc_launch<32, 0>(AT_ARGS);
+        return at_tc_launch<32>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, st);
     default:
-        return at_tc_launch<16, 0>(AT_ARGS);
+        return at_tc_launch<16>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, blocks, topk, st);
     }
-#undef AT_ARGS
 }
 #else
 #define AK_CLUSTER 0
@@ -2247,8 +2147,8 @@ hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, co
         m3g_attention_sk_cluster(B, nh, nkv, hd, blocks, topk, kv_dtype, mode)) {
         if (at_tc_ok(nh, nkv, hd)) { /* tensor cores (default): PDL launch, the next
                                       * kernel released before the last cluster barrier */
-            const hipError_t e = at_tc_run(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd,
-                                           (int32_t *)blocks, topk, NULL, st);
+            const hipError_t e =
+                at_tc_run(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd, blocks, topk, st);
             if (e != hipErrorInvalidValue)
                 return e; /* else: the scalar cluster kernel */
         }
@@ -2285,35 +2185,4 @@ hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, co
     default:
         return ak_run<3>(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd, blocks, topk, mode, w, tc, st);
     }
-}
-
-hipError_t m3g_attention_sk_msa(float *out, const float *q, const void *kc, const void *vc,
-                                int kv_dtype, const int32_t *page_table, int B, int64_t pos0,
-                                int T, int nh, int nkv, int hd, int32_t *blocks, int topk,
-                                const m3g_msa_lists *dl, int mode, void *ws, size_t ws_bytes,
-                                hipStream_t st)
-{
-    if (!dl || !dl->lists)
-        return m3g_attention_sk(out, q, kc, vc, kv_dtype, page_table, B, pos0, T, nh, nkv, hd,
-                                blocks, topk, mode, ws, ws_bytes, st);
-    if (T <= 0)
-        return hipSuccess;
-    if (!blocks || topk <= 0 || dl->G != nkv || dl->topk != topk || dl->P <= 0 || hd <= 0 ||
-        hd > 128 || hd % 8 != 0 || nkv <= 0 || nh % nkv != 0 || B <= 0 ||
-        (kv_dtype != M3G_F32 && kv_dtype != M3G_BF16))
-        return hipErrorInvalidValue; /* (as m3g_attention_sk, before anything is enqueued) */
-#if AK_CLUSTER
-    if (m3g_attention_sk_cluster(B, nh, nkv, hd, blocks, topk, kv_dtype, mode) &&
-        at_tc_ok(nh, nkv, hd)) { /* the merge in the cluster kernel's prologue */
-        const hipError_t e =
-            at_tc_run(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd, blocks, topk, dl, st);
-        if (e != hipErrorInvalidValue)
-            return e; /* else: the merge launch, then the ordinary paths */
-    }
-#endif
-    const hipError_t e = m3g_msa_lists_select(blocks, dl, B, pos0, T, st);
-    if (e != hipSuccess)
-        return e;
-    return m3g_attention_sk(out, q, kc, vc, kv_dtype, page_table, B, pos0, T, nh, nkv, hd, blocks,
-                            topk, mode, ws, ws_bytes, st);
 }

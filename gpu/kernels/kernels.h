@@ -25,16 +25,6 @@ typedef struct m3g_mat {
 
 typedef struct m3g_blas m3g_blas;
 
-/* The deferred MSA selection (decode; msa.cu m3g_msa_indexer_lists): the
- * streaming indexer's per-block local top-k lists in its workspace (layout:
- * msa_sel.cuh), which the consumer merges into the golden-order selection
- * itself. lists == NULL: none (the indexer wrote the merged selection). */
-typedef struct m3g_msa_lists {
-    const void *lists; /* device: the indexer's ws, or NULL */
-    int P;             /* lists per (row, head): the indexer's blocks per row */
-    int G, topk, local_blocks, init_blocks; /* the indexer's arguments */
-} m3g_msa_lists;
-
 /* ---- norm_rope.cu ------------------------------------------------------ */
 /* x [T, n] += y (rounded, M3-NUM-BF16-2 item 9) when y != NULL, then
  * out [T, n] = GemmaRMSNorm(x) * (1 + w) (ref m3_rmsnorm, M3-NORM-1). */
@@ -178,20 +168,6 @@ hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, co
                                   int mode, void *ws, size_t ws_bytes, int probe,
                                   hipStream_t st);
 
-/* m3g_attention_sk for sparse decode after m3g_msa_indexer_lists: with
- * dl->lists != NULL the selection [nkv, T, topk] is merged from the lists
- * (dl->G == nkv, dl->topk == topk) and written to blocks as a by-product;
- * the tensor-core cluster kernel merges in its prologue (each cluster block
- * after its dependency wait, the first one writes blocks), the other paths
- * run m3g_msa_lists_select first. dl NULL or dl->lists NULL: exactly
- * m3g_attention_sk reading blocks. Output bitwise that of m3g_attention_sk
- * on the merged selection. */
-hipError_t m3g_attention_sk_msa(float *out, const float *q, const void *kc, const void *vc,
-                                int kv_dtype, const int32_t *page_table, int B, int64_t pos0,
-                                int T, int nh, int nkv, int hd, int32_t *blocks, int topk,
-                                const m3g_msa_lists *dl, int mode, void *ws,
-                                size_t ws_bytes, hipStream_t st);
-
 /* ---- msa_attention.cu -------------------------------------------------- */
 /* MSA block-sparse attention for prefill: the result of m3g_attention with
  * blocks [nkv, T, topk] != NULL (a set per row; -1 = empty), but the caches
@@ -290,24 +266,6 @@ hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const vo
                               int G, int d, int nbmax, int topk, int local_blocks,
                               int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
                               const unsigned *ik_range, int probe, hipStream_t st);
-
-/* m3g_msa_indexer_ex, but where the streaming kernel takes the shapes (and
- * probe holds no timing bit but M3G_IDX_NO_PDL) it ends with its lists
- * (no ticket, no merge): *dl says where, out is NOT written and ws must stay
- * untouched until the consumer (m3g_attention_sk_msa, m3g_msa_lists_select)
- * has run. Elsewhere out as m3g_msa_indexer_ex and dl->lists = NULL. */
-hipError_t m3g_msa_indexer_lists(m3g_msa_lists *dl, int32_t *out, float *bs, const float *iq,
-                                 const void *ikc, int ik_dtype, const int32_t *page_table, int B,
-                                 int64_t pos0, int T, int G, int d, int nbmax, int topk,
-                                 int local_blocks, int init_blocks, unsigned *ctr, void *ws,
-                                 size_t ws_bytes, const unsigned *ik_range, int probe,
-                                 hipStream_t st);
-
-/* out [G, T, topk]: the selections merged from the deferred lists dl
- * (dl->lists != NULL) of rows pos0 .. pos0 + T - 1 (blocks of B keys), the
- * same as m3g_msa_indexer's. One small launch. */
-hipError_t m3g_msa_lists_select(int32_t *out, const m3g_msa_lists *dl, int B, int64_t pos0, int T,
-                                hipStream_t st);
 
 /* ---- moe.cu ------------------------------------------------------------ */
 /* Router for T tokens (ref m3_router; M3-MOE-ROUTER-*): fp32 logits of

@@ -14,16 +14,8 @@
  * warp-private 2-deep cp.async rings, 4 keys per lane up to 16 MSA blocks
  * per SM else 2, fmaf scores where the per-launch range check proves them
  * bitwise equal to multiply-then-add ("FMA exactness"), a local top-k per
- * block, a one-atomic ticket and a last-block merge, PDL. Deferred
- * selection (m3g_msa_indexer_lists, m3-gpu's sparse decode over bf16
- * caches): the same kernel ends with the local lists in its workspace (no
- * ticket, no merge) and the consumer merges them with the same code
- * (msa_sel.cuh): the sparse decode attention in its prologue
- * (m3g_attention_sk_msa), else m3g_msa_lists_select (one thread block per
- * row and head). The merged form stays for the callers that need the selection
- * before their consumer (prefill, the fp32-cache paths, the benchmark's
- * yardsticks). hipcc/AMD: the fused kernel ("Fused indexer"; nothing is
- * deferred there). Other shapes:
+ * block, a one-atomic ticket and a last-block merge, PDL. hipcc/AMD: the
+ * fused kernel ("Fused indexer"). Other shapes:
  * the two-launch path (one block per (key block, query) for the scores,
  * one per (t, g) for the selection); prefill runs it one block per row.
  *
@@ -34,7 +26,6 @@
 #include <math.h>
 #include "common.cuh"
 #include "kernels.h"
-#include "msa_sel.cuh"
 
 #define MSA_KT 32
 
@@ -379,6 +370,30 @@ __device__ __forceinline__ int msa_before(float sa, int a, float sb, int b)
     return sa > sb || (sa == sb && a < b);
 }
 
+__device__ __forceinline__ int msa_forced(int b, int qb, int local_blocks, int init_blocks)
+{
+    return b < init_blocks || (b <= qb && b > qb - local_blocks);
+}
+
+/* The forced blocks of a query in block qb among blocks 0..nb-1, ascending
+ * and at most topk (the init blocks, then the local ones; the unforced
+ * middle is jumped): written to o when o != NULL; returns their count. */
+__device__ __forceinline__ int msa_forced_list(int32_t *o, int nb, int qb, int topk,
+                                               int local_blocks, int init_blocks)
+{
+    int n = 0;
+    for (int b = 0; b < nb && n < topk; b++) {
+        if (b >= init_blocks && b <= qb - local_blocks) {
+            b = qb - local_blocks;
+            continue;
+        }
+        if (o)
+            o[n] = b;
+        n++;
+    }
+    return n;
+}
+
 /* Up to `need` picks in golden order among the unforced, finite blocks b in
  * [lo, hi) (scores s[b]), by repeated warp argmax "strictly after the
  * previous pick"; pick r goes to cs[r] / cb[r] (cb = -1 past the last). */
@@ -625,6 +640,8 @@ static __device__ __forceinline__ unsigned mix_ord(float s)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+typedef unsigned long long mix_u64;
+
 /* Golden key of block b with score s: unique, larger = earlier in the
  * golden order; 0 = never selectable (forced, -inf or NaN). */
 static __device__ __forceinline__ mix_u64 mix_key(float s, int b, int qb, int local_blocks,
@@ -633,6 +650,41 @@ static __device__ __forceinline__ mix_u64 mix_key(float s, int b, int qb, int lo
     if (msa_forced(b, qb, local_blocks, init_blocks) || !(s > -INFINITY))
         return 0;
     return ((mix_u64)mix_ord(s) << 32) | (unsigned)~(unsigned)b;
+}
+
+/* v of lane (this lane ^ o) */
+static __device__ __forceinline__ mix_u64 mix_shfl_xor_u64(mix_u64 v, int o)
+{
+    const int lo = m3_shfl_xor_i((int)(unsigned)v, o);
+    const int hi = m3_shfl_xor_i((int)(unsigned)(v >> 32), o);
+    return ((mix_u64)(unsigned)hi << 32) | (unsigned)lo;
+}
+
+static __device__ __forceinline__ mix_u64 mix_warp_max_u64(mix_u64 v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        const mix_u64 x = mix_shfl_xor_u64(v, o);
+        v = x > v ? x : v;
+    }
+    return v;
+}
+
+/* A lower bound for the need-th largest key of a warp, from each lane's
+ * largest key lm (0: none): the need-th largest of the lanes' maxima (the
+ * lanes holding the need largest maxima hold at least need keys >= it); 1
+ * (every nonzero key) when fewer than need lanes hold a key. Every lane of
+ * the warp calls it and gets the same value. */
+static __device__ __forceinline__ mix_u64 mix_lane_bound(mix_u64 lm, int need)
+{
+    int rank = 0, nz = lm != 0;
+    for (int o = 1; o < 32; o++) {
+        const mix_u64 x = mix_shfl_xor_u64(lm, o);
+        rank += x > lm;
+        nz += x != 0;
+    }
+    mix_u64 m = (lm != 0 && rank == need - 1) ? lm : 0;
+    m = mix_warp_max_u64(m);
+    return nz < need ? 1 : m;
 }
 
 static __device__ __forceinline__ mix_u64 mix_ld_other_u64(const mix_u64 *p)
@@ -1258,8 +1310,7 @@ static hipError_t mix_dispatch_g(int G, int32_t *out, float *bs, const float *iq
  * key; the keys >= m are ranked by counting; more than IDX_SCAP of them,
  * adversarial data only: exact repeated argmax), publishes the sorted list
  * (row layout [NG][P][np], np = min(need, ceil(nb / P)) rounded up to even,
- * 0-padded: 8 instead of 16 at 128K, half the merge's staging; IDX_F_DEFER:
- * the kernel ends here, the consumer merges) and
+ * 0-padded: 8 instead of 16 at 128K, half the merge's staging) and
  * takes a ticket; the last block of the row stages every list in its ring
  * with 16-byte cp.async (all in flight at once: one L2 round trip) and
  * selects with the same idx_wsel (not inlined, so its code is warm in the
@@ -1311,10 +1362,13 @@ static hipError_t mix_dispatch_g(int G, int32_t *out, float *bs, const float *iq
 #define IDX_ROWB (IDX_D * 2)       /* bytes of one bf16 key row */
 #define IDX_TILEB (32 * IDX_ROWB)  /* one warp tile: 32 rows, 8 KB */
 #define IDX_RT 256                 /* tiles per round (tile maxima in shared memory) */
+#define IDX_LCAP 32                /* list slots per (block, head) in ws (>= topk) */
 #define IDX_PMAX 192               /* blocks per row (the merge stages NG * P * 32 keys) */
+#ifndef IDX_SCAP                   /* (tests may lower it to exercise the fallback) */
+#define IDX_SCAP 256               /* merge survivors per head */
+#endif
 #define IDX_F_SCORES_ONLY 2        /* kernel flag: block scores only (timing) */
 #define IDX_F_NO_MERGE 4           /* kernel flag: no merge in the last block (timing) */
-#define IDX_F_DEFER 8              /* kernel flag: lists only; no ticket, no merge (the consumer's) */
 #define IDX_F_PROVEN 16            /* kernel flag: FMA where the range words prove it exact */
 
 #if IDX_ON
@@ -1326,6 +1380,15 @@ static hipError_t mix_dispatch_g(int G, int32_t *out, float *bs, const float *iq
 #define IDX_BOUNDS(t)
 #define IDX_NOUNROLL
 #endif
+
+static __device__ __forceinline__ void idx_syncwarp()
+{
+#if defined(M3_EMU)
+    (void)m3_shfl_xor(0.0f, 0); /* the emulation's warp barrier */
+#else
+    __syncwarp();
+#endif
+}
 
 static __device__ __forceinline__ void idx_pdl_trigger()
 {
@@ -1466,6 +1529,84 @@ static __device__ __forceinline__ unsigned idx_ticket(unsigned *p)
 #endif
 }
 
+#if defined(M3_EMU)
+#define IDX_NOINLINE __attribute__((noinline))
+#else
+#define IDX_NOINLINE __noinline__
+#endif
+
+/* The top `need` (>= 1) of the golden keys in a: nl lists of len keys each
+ * (list c at a + c * len, sorted descending, 0 = empty, zeros last; len = 1
+ * for unsorted keys), sorted descending into o[0..r); returns r = min(need,
+ * nonzero keys). One warp; a, o, surv (IDX_SCAP keys) and *scnt in shared
+ * memory. m = the need-th largest of the 32 lane maxima of the list heads
+ * (lane l: lists l, l + 32, ...) is a lower bound of the need-th key (need
+ * distinct keys reach it), so the answer is the top `need` of the survivors
+ * >= m (a prefix of each list), each ranked by counting (its rank among the
+ * survivors is its rank among all keys). More than IDX_SCAP survivors
+ * (adversarial data only): repeated warp argmax strictly below the previous
+ * pick. Not inlined: the same code selects every block's local list and
+ * does the last block's merge, so the merge runs warm in the instruction
+ * caches (an earlier merge with its own, larger code cost ~16 us in the last
+ * block, fetching cold code after the stream had flushed L2). */
+static __device__ IDX_NOINLINE int idx_wsel(const mix_u64 *a, int nl, int len, int need,
+                                            mix_u64 *o, mix_u64 *surv, unsigned *scnt)
+{
+    const int lane = threadIdx.x & 31;
+    mix_u64 lm = 0;
+    for (int c = lane; c < nl; c += 32) {
+        const mix_u64 K = a[(size_t)c * len];
+        lm = K > lm ? K : lm;
+    }
+    const mix_u64 m = mix_lane_bound(lm, need);
+    if (lane == 0)
+        *scnt = 0;
+    idx_syncwarp();
+    if (lm >= m) /* only lanes whose maximum reaches m hold survivors */
+        for (int c = lane; c < nl; c += 32)
+            for (int s = 0; s < len; s++) {
+                const mix_u64 K = a[(size_t)c * len + s];
+                if (K < m)
+                    break;
+                const unsigned slot = atomicAdd(scnt, 1u);
+                if (slot < IDX_SCAP)
+                    surv[slot] = K;
+            }
+    idx_syncwarp();
+    const int S = (int)*scnt;
+    int r = 0;
+    if (S <= IDX_SCAP) {
+        for (int i = lane; i < S; i += 32) {
+            const mix_u64 K = surv[i];
+            int q = 0;
+            for (int j = 0; j < S; j++)
+                q += surv[j] > K;
+            if (q < need)
+                o[q] = K;
+        }
+        r = S < need ? S : need;
+    } else {
+        const int n = nl * len;
+        mix_u64 last = ~(mix_u64)0;
+        for (; r < need; r++) {
+            mix_u64 best = 0;
+            for (int i = lane; i < n; i += 32) {
+                const mix_u64 K = a[i];
+                if (K < last && K > best)
+                    best = K;
+            }
+            best = mix_warp_max_u64(best);
+            if (best == 0)
+                break;
+            if (lane == 0)
+                o[r] = best;
+            last = best;
+        }
+    }
+    idx_syncwarp();
+    return r;
+}
+
 /* Merge of row t by the last block: every block's lists, published as
  * [NG][P][np] golden keys (np = need rounded up to even; each list sorted
  * descending, 0-padded), staged into shared memory (stg, the free ring) by
@@ -1479,7 +1620,7 @@ static __device__ void idx_merge(int32_t *out, size_t ostride, const mix_u64 *li
                                  int init_blocks, mix_u64 *stg, mix_u64 *tmpl, mix_u64 *surv,
                                  unsigned *scnt)
 {
-    const int tid = threadIdx.x, w = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     if (need > 0) {
         const int n16 = NG * P * np / 2;
         for (int e = tid; e < n16; e += (int)blockDim.x)
@@ -1490,9 +1631,19 @@ static __device__ void idx_merge(int32_t *out, size_t ostride, const mix_u64 *li
     __syncthreads();
     if (w >= NG)
         return;
-    msa_lists_pick(out + (size_t)w * ostride, stg + (size_t)w * P * np, P, np, nf, need, nb, qb,
-                   topk, local_blocks, init_blocks, tmpl + w * IDX_LCAP, surv + w * IDX_SCAP,
-                   scnt + w);
+    const int g = w;
+    int32_t *o = out + (size_t)g * ostride;
+    if (lane == 0)
+        msa_forced_list(o, nb, qb, topk, local_blocks, init_blocks);
+    int n = 0;
+    if (need > 0) {
+        mix_u64 *ol = tmpl + g * IDX_LCAP;
+        n = idx_wsel(stg + (size_t)g * P * np, P, np, need, ol, surv + g * IDX_SCAP, scnt + g);
+        for (int i = lane; i < n; i += 32)
+            o[nf + i] = (int32_t)~(unsigned)(ol[i] & 0xffffffffu);
+    }
+    for (int i = nf + n + lane; i < topk; i += 32)
+        o[i] = -1;
 }
 
 /* grid (P, T), NW warps, KPT keys per lane. flags: IDX_F_PROVEN = FMA
@@ -1621,6 +1772,7 @@ MSA_UNROLL
 
     const int nf = msa_forced_list(NULL, nb, qb, topk, local_blocks, init_blocks); /* every head */
     const int need = topk - nf;
+    const int bmax = (nb + P - 1) / P; /* MSA blocks per block of the row, at most */
 
     for (int r0 = 0; r0 < ntile; r0 += rtiles) {
         const int tend = r0 + rtiles < ntile ? r0 + rtiles : ntile;
@@ -1703,16 +1855,17 @@ MSA_UNROLL
     if (scores_only)
         return;
 
-    /* publish this block's lists ([NG][P][np] per row, msa_sel.cuh), then
-     * the last block of the row merges (IDX_F_DEFER: the consumer does) */
+    /* publish this block's lists ([NG][P][np] per row), then the last block
+     * of the row merges */
     mix_u64 *lists = ws + (size_t)t * P * NG * IDX_LCAP;
-    const int np = msa_list_np(nb, P, need); /* 128K: 8 of 16, half the staging */
+    /* list length: a block's list holds at most min(need, its MSA blocks)
+     * keys, its MSA blocks <= ceil(nb / P) (128K: 8 of 16, half the staging) */
+    const int npk = need < bmax ? need : bmax;
+    const int np = npk > 0 ? (npk + 1) & ~1 : 0;
     for (int i = tid; i < NG * np; i += NT) {
         const int g = i / np, s = i - g * np;
         lists[((size_t)g * P + c) * np + s] = s < (int)misc[4 + g] ? cand[g * CS + s] : 0;
     }
-    if (flags & IDX_F_DEFER)
-        return;
     __syncthreads(); /* the block's list stores happen before thread 0's release */
     if (tid == 0)
         misc[0] = idx_ticket(&ctr[t]);
@@ -1864,24 +2017,12 @@ size_t m3g_msa_indexer_ws(int T, int G, int nbmax)
     return a > b ? a : b;
 }
 
-/* m3g_msa_indexer_ex, and with dl != NULL m3g_msa_indexer_lists: the
- * streaming kernel then publishes its lists only (IDX_F_DEFER) and dl says
- * where; every other path merges into out and leaves dl->lists NULL. */
-static hipError_t msa_indexer_run(m3g_msa_lists *dl, int32_t *out, float *bs, const float *iq,
-                                  const void *ikc, int ik_dtype, const int32_t *page_table, int B,
-                                  int64_t pos0, int T, int G, int d, int nbmax, int topk,
-                                  int local_blocks, int init_blocks, unsigned *ctr, void *ws,
-                                  size_t ws_bytes, const unsigned *ik_range, int probe,
-                                  hipStream_t st)
+hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const void *ikc,
+                              int ik_dtype, const int32_t *page_table, int B, int64_t pos0, int T,
+                              int G, int d, int nbmax, int topk, int local_blocks,
+                              int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
+                              const unsigned *ik_range, int probe, hipStream_t st)
 {
-    if (dl) {
-        dl->lists = NULL;
-        dl->P = 0;
-        dl->G = G;
-        dl->topk = topk;
-        dl->local_blocks = local_blocks;
-        dl->init_blocks = init_blocks;
-    }
     if (T <= 0)
         return hipSuccess;
     if (G <= 0 || d <= 0 || B <= 0 || topk <= 0 || topk > 32 ||
@@ -1897,20 +2038,12 @@ static hipError_t msa_indexer_run(m3g_msa_lists *dl, int32_t *out, float *bs, co
     if (!(probe & M3G_IDX_FUSED) && need_ws_ok && T <= 65535 &&
         idx_takes(ikc, ik_dtype, B, G, d, nbmax, topk, ctr, ws)) {
         const int proven = ik_range != NULL;
-        const int defer = dl && !(probe & (M3G_IDX_SCORES_ONLY | M3G_IDX_NO_MERGE));
-        const hipError_t e =
-            idx_dispatch(G, proven, out, bs, iq, ikc, page_table, B, pos0, T, nbmax, topk,
-                         local_blocks, init_blocks, ctr, ws, ik_range,
-                         (proven ? IDX_F_PROVEN : 0) |
-                             ((probe & M3G_IDX_SCORES_ONLY) ? IDX_F_SCORES_ONLY : 0) |
-                             ((probe & M3G_IDX_NO_MERGE) ? IDX_F_NO_MERGE : 0) |
-                             (defer ? IDX_F_DEFER : 0),
-                         (probe & M3G_IDX_NO_PDL) == 0, st);
-        if (e == hipSuccess && defer) {
-            dl->lists = ws;
-            dl->P = idx_grid_p(T, nbmax);
-        }
-        return e;
+        return idx_dispatch(G, proven, out, bs, iq, ikc, page_table, B, pos0, T, nbmax, topk,
+                            local_blocks, init_blocks, ctr, ws, ik_range,
+                            (proven ? IDX_F_PROVEN : 0) |
+                                ((probe & M3G_IDX_SCORES_ONLY) ? IDX_F_SCORES_ONLY : 0) |
+                                ((probe & M3G_IDX_NO_MERGE) ? IDX_F_NO_MERGE : 0),
+                            (probe & M3G_IDX_NO_PDL) == 0, st);
     }
 #else
     (void)ik_range;
@@ -1931,77 +2064,6 @@ static hipError_t msa_indexer_run(m3g_msa_lists *dl, int32_t *out, float *bs, co
                                  local_blocks, init_blocks, ctr, ws, st);
     return mix_dispatch_g<0>(G, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
                              local_blocks, init_blocks, ctr, ws, st);
-}
-
-hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const void *ikc,
-                              int ik_dtype, const int32_t *page_table, int B, int64_t pos0, int T,
-                              int G, int d, int nbmax, int topk, int local_blocks,
-                              int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
-                              const unsigned *ik_range, int probe, hipStream_t st)
-{
-    return msa_indexer_run(NULL, out, bs, iq, ikc, ik_dtype, page_table, B, pos0, T, G, d, nbmax,
-                           topk, local_blocks, init_blocks, ctr, ws, ws_bytes, ik_range, probe,
-                           st);
-}
-
-hipError_t m3g_msa_indexer_lists(m3g_msa_lists *dl, int32_t *out, float *bs, const float *iq,
-                                 const void *ikc, int ik_dtype, const int32_t *page_table, int B,
-                                 int64_t pos0, int T, int G, int d, int nbmax, int topk,
-                                 int local_blocks, int init_blocks, unsigned *ctr, void *ws,
-                                 size_t ws_bytes, const unsigned *ik_range, int probe,
-                                 hipStream_t st)
-{
-    if (!dl)
-        return hipErrorInvalidValue;
-    return msa_indexer_run(dl, out, bs, iq, ikc, ik_dtype, page_table, B, pos0, T, G, d, nbmax,
-                           topk, local_blocks, init_blocks, ctr, ws, ws_bytes, ik_range, probe,
-                           st);
-}
-
-#if IDX_ON
-#define MSA_LS_NT 256 /* threads of k_msa_lists_select */
-
-/* grid (T, G), MSA_LS_NT threads: the selection of (row t, head g) from the
- * deferred lists (read in place; the indexer has finished) into out [G, T,
- * topk], by msa_lists_pick_block (topk <= IDX_LCAP: at most IDX_LCAP^2
- * survivors). */
-__global__ void k_msa_lists_select(int32_t *out, const mix_u64 *ws, int P, int G, int B,
-                                   int64_t pos0, int T, int topk, int local_blocks,
-                                   int init_blocks)
-{
-    __shared__ mix_u64 surv[IDX_LCAP * IDX_LCAP];
-    __shared__ mix_u64 mm;
-    __shared__ unsigned cnt;
-    const int t = blockIdx.x, g = blockIdx.y;
-    const int64_t pos = pos0 + t;
-    const int qb = (int)(pos / B), nb = qb + 1;
-    const int nf = msa_forced_list(NULL, nb, qb, topk, local_blocks, init_blocks);
-    const int need = topk - nf, np = msa_list_np(nb, P, need);
-    msa_lists_pick_block<MSA_LS_NT>(out + ((size_t)g * T + t) * topk,
-                                    msa_lists_at(ws, t, g, G, P, np), P, np, nf, need, nb, qb,
-                                    topk, local_blocks, init_blocks, surv, IDX_LCAP * IDX_LCAP,
-                                    &mm, &cnt);
-}
-
-#endif
-
-hipError_t m3g_msa_lists_select(int32_t *out, const m3g_msa_lists *dl, int B, int64_t pos0, int T,
-                                hipStream_t st)
-{
-    if (T <= 0)
-        return hipSuccess;
-    if (!dl || !dl->lists || !out || dl->P <= 0 || dl->G <= 0 || dl->topk <= 0 ||
-        dl->topk > IDX_LCAP || B <= 0)
-        return hipErrorInvalidValue;
-#if IDX_ON
-    hipLaunchKernelGGL(k_msa_lists_select, dim3(T, dl->G), dim3(MSA_LS_NT), 0, st, out,
-                       (const mix_u64 *)dl->lists, dl->P, dl->G, B, pos0, T, dl->topk,
-                       dl->local_blocks, dl->init_blocks);
-    return hipGetLastError();
-#else
-    (void)pos0, (void)st;
-    return hipErrorInvalidValue; /* no streaming indexer here: nothing is ever deferred */
-#endif
 }
 
 hipError_t m3g_msa_indexer(int32_t *out, float *bs, const float *iq, const void *ikc, int ik_dtype,

@@ -17,11 +17,7 @@
  * comparison, every element written. Row-strided outputs also check that
  * the gaps between rows were not written.
  *
- * The MSA decode step with the deferred merge (m3g_msa_indexer_lists, then
- * m3g_attention_sk_msa, which merges the indexer's lists and writes the
- * selection) is checked as one sequence: against ref, and bitwise against
- * the merged sequence (m3g_msa_indexer_ex, then m3g_attention_sk). The
- * weight-streaming ring (gpu/weight_stream.h) is checked here too,
+ * The weight-streaming ring (gpu/weight_stream.h) is checked here too,
  * against the host bytes it stages.
  *
  * Not here (no ref/ function of their own to compare with; the model and
@@ -693,10 +689,10 @@ typedef struct ikcache {
     int npages;
 } ikcache;
 
-static ikcache ik_make_from(tctx *c, float *h, int64_t S, int d, int B, int bf)
+static ikcache ik_make(tctx *c, int64_t S, int d, int B, int bf)
 {
     ikcache k;
-    k.h = h;
+    k.h = hrand(c, (size_t)S * d, 1.0f, 1);
     k.npages = (int)((S - 1) / B + 1) + 1;
     int32_t *pt = page_table(c, k.npages);
     const size_t slots = (size_t)k.npages * B;
@@ -708,11 +704,6 @@ static ikcache ik_make_from(tctx *c, float *h, int64_t S, int d, int B, int bf)
     k.d = bf ? din(c, hbits(c, pk, slots * d), slots * d * 2) : din(c, pk, slots * d * 4);
     k.dpt = (const int32_t *)din(c, pt, (size_t)k.npages * 4);
     return k;
-}
-
-static ikcache ik_make(tctx *c, int64_t S, int d, int B, int bf)
-{
-    return ik_make_from(c, hrand(c, (size_t)S * d, 1.0f, 1), S, d, B, bf);
 }
 
 /* Expected bs [T, G, nbmax] (ref m3_msa_block_scores; -inf past a row's blocks). */
@@ -847,133 +838,6 @@ static void t_indexer(tctx *c, const op_case *k)
           (int64_t)T * G * nbmax, &TOL_BIT);
     cmp_i(c, "out", (const int32_t *)fetch(c, dsel, (size_t)G * T * topk * 4), sw,
           (int64_t)G * T * topk);
-    const unsigned *tk = (const unsigned *)fetch(c, ctr, (size_t)T * 4);
-    for (int t = 0; t < T; t++)
-        if (tk[t] != 0) {
-            failf(c, "tickets: entry %d left at %u (must be zero)", t, tk[t]);
-            break;
-        }
-}
-
-/* p: T, pos0, G (= nkv), nh, hd, B, topk, local, init, data (0 random; 1
- * head 1 all-zero iq (every score ties at 0) and every 5th MSA block's keys
- * NaN (block score -inf); 2 three of every four blocks NaN: fewer finite
- * blocks than topk, -1 padding). The decode sequence with the deferred
- * merge: m3g_msa_indexer_lists (bf16 index-K cache, d 128, range words),
- * then m3g_attention_sk_msa (bf16 caches, bf16 mode), which writes the
- * selection. The selection against ref m3_msa_select, the output against
- * ref m3_attention_row, and both bitwise against the merged sequence
- * (m3g_msa_indexer_ex, then m3g_attention_sk) on the same inputs. */
-static void t_msa_step(tctx *c, const op_case *k)
-{
-    const int T = k->p[0], G = k->p[2], nh = k->p[3], hd = k->p[4], B = k->p[5];
-    const int topk = k->p[6], local = k->p[7], init = k->p[8], data = k->p[9], d = 128;
-    const int nkv = G, mode = 1;
-    const int64_t pos0 = k->p[1], S = pos0 + T;
-    snprintf(c->shape, sizeof c->shape,
-             "T %d at %lld, %d:%d heads of %d, block %d, top %d, %d local, %d init%s", T,
-             (long long)pos0, nh, nkv, hd, B, topk, local, init,
-             data == 1 ? ", ties, NaN blocks" : data == 2 ? ", mostly NaN blocks" : "");
-    const int nbmax = (int)((pos0 + T - 1) / B + 1);
-    float *ikh = hrand(c, (size_t)S * d, 1.0f, 1);
-    for (int64_t p = 0; data && p < S; p++) {
-        const int b = (int)(p / B);
-        if (data == 1 ? b % 5 == 3 : b % 4 != 1)
-            for (int i = 0; i < d; i++)
-                ikh[p * d + i] = NAN;
-    }
-    ikcache ik = ik_make_from(c, ikh, S, d, B, 1);
-    float *iq = hrand(c, (size_t)T * G * d, 1.0f, 1);
-    if (data == 1 && G > 1)
-        for (int t = 0; t < T; t++)
-            memset(iq + ((size_t)t * G + 1) * d, 0, (size_t)d * 4);
-    float *bw = bs_want(c, iq, ik.h, pos0, T, G, d, B, nbmax);
-    int32_t *sw = sel_want(c, bw, pos0, T, G, nbmax, B, topk, local, init);
-
-    /* K/V caches [S, nkv, hd] (bf16 values), paged as the index-K cache */
-    const size_t qn = (size_t)T * nh * hd, kvw = (size_t)nkv * hd;
-    float *q = hrand(c, qn, 1.0f, 1);
-    float *kc = hrand(c, (size_t)S * kvw, 1.0f, 1), *vc = hrand(c, (size_t)S * kvw, 1.0f, 1);
-    float *want = (float *)halloc(c, qn * 4);
-    float *scr = (float *)halloc(c, m3_attention_scratch(S - 1, nh, nkv, hd) * 4);
-    int32_t *rb = (int32_t *)halloc(c, (size_t)nkv * topk * 4);
-    for (int t = 0; t < T; t++) {
-        for (int g = 0; g < nkv; g++)
-            memcpy(rb + (size_t)g * topk, sw + ((size_t)g * T + t) * topk, (size_t)topk * 4);
-        m3_attention_row(want + (size_t)t * nh * hd, q + (size_t)t * nh * hd, kc, vc, pos0 + t, nh,
-                         nkv, hd, rb, topk, B, scr, M3_MODE_BF16);
-    }
-    int32_t *pt = page_table(c, ik.npages); /* the same table as ik's */
-    const size_t slots = (size_t)ik.npages * B;
-    float *pk = (float *)halloc(c, slots * kvw * 4), *pv = (float *)halloc(c, slots * kvw * 4);
-    for (size_t i = 0; i < slots * kvw; i++)
-        pk[i] = pv[i] = 3.0f;
-    for (int64_t p = 0; p < S; p++) {
-        const size_t r = (size_t)pt[p / B] * B + p % B;
-        memcpy(pk + r * kvw, kc + p * kvw, kvw * 4);
-        memcpy(pv + r * kvw, vc + p * kvw, kvw * 4);
-    }
-    const void *dk = din(c, hbits(c, pk, slots * kvw), slots * kvw * 2);
-    const void *dv = din(c, hbits(c, pv, slots * kvw), slots * kvw * 2);
-    const float *dq = (const float *)din(c, q, qn * 4);
-    const float *diq = (const float *)din(c, iq, (size_t)T * G * d * 4);
-    unsigned *rng = (unsigned *)dalloc(c, 8);
-    launch_ok(c, "m3g_ik_range_reset", m3g_ik_range_reset(rng, c->st));
-    launch_ok(c, "m3g_ik_range_scan",
-              m3g_ik_range_scan(rng, (const uint16_t *)ik.d, (int64_t)ik.npages * B * d, c->st));
-    const size_t wsb = m3g_msa_indexer_ws(T, G, nbmax);
-    const size_t swb = m3g_attention_sk_ws(B, pos0, T, nh, nkv, hd, sw, topk, M3G_BF16);
-    void *sws = dalloc(c, swb > 0 ? swb : 16);
-
-    /* the deferred sequence (twice: the second on a workspace the first left behind) */
-    float *dbs = (float *)dout(c, "bs", (size_t)T * G * nbmax * 4, NULL);
-    int32_t *dsel = (int32_t *)dout(c, "selection", (size_t)G * T * topk * 4, NULL);
-    float *dat = (float *)dout(c, "out", qn * 4, NULL);
-    unsigned *ctr = (unsigned *)dout(c, "tickets", (size_t)T * 4, NULL);
-    hipMemset(ctr, 0, (size_t)T * 4);
-    void *ws = dalloc(c, wsb);
-    int deferred = 0;
-    for (int rep = 0; rep < 2; rep++) {
-        m3g_msa_lists dl;
-        launch_ok(c, "m3g_msa_indexer_lists",
-                  m3g_msa_indexer_lists(&dl, dsel, dbs, diq, ik.d, M3G_BF16, ik.dpt, B, pos0, T, G,
-                                        d, nbmax, topk, local, init, ctr, ws, wsb, rng, 0, c->st));
-        deferred = dl.lists != NULL;
-        launch_ok(c, "m3g_attention_sk_msa",
-                  m3g_attention_sk_msa(dat, dq, dk, dv, M3G_BF16, ik.dpt, B, pos0, T, nh, nkv, hd,
-                                       dsel, topk, &dl, mode, sws, swb, c->st));
-    }
-    /* the merged sequence */
-    int32_t *dsel2 = (int32_t *)dalloc(c, (size_t)G * T * topk * 4);
-    float *dat2 = (float *)dalloc(c, qn * 4);
-    float *dbs2 = (float *)dalloc(c, (size_t)T * G * nbmax * 4);
-    unsigned *ctr2 = (unsigned *)dalloc(c, (size_t)T * 4);
-    hipMemset(ctr2, 0, (size_t)T * 4);
-    void *ws2 = dalloc(c, wsb);
-    launch_ok(c, "m3g_msa_indexer_ex",
-              m3g_msa_indexer_ex(dsel2, dbs2, diq, ik.d, M3G_BF16, ik.dpt, B, pos0, T, G, d, nbmax,
-                                 topk, local, init, ctr2, ws2, wsb, rng, 0, c->st));
-    launch_ok(c, "m3g_attention_sk",
-              m3g_attention_sk(dat2, dq, dk, dv, M3G_BF16, ik.dpt, B, pos0, T, nh, nkv, hd, dsel2,
-                               topk, mode, sws, swb, c->st));
-    check_guards(c);
-#if defined(__HIP_PLATFORM_AMD__)
-    const int expect = 0; /* no streaming indexer there: the indexer merges, nothing deferred */
-#else
-    const int expect = 1;
-#endif
-    if (deferred != expect)
-        failf(c, "m3g_msa_indexer_lists: lists %s (want %s)", deferred ? "deferred" : "not deferred",
-              expect ? "deferred" : "not deferred");
-    cmp_f(c, "bs", (const float *)fetch(c, dbs, (size_t)T * G * nbmax * 4), bw,
-          (int64_t)T * G * nbmax, &TOL_BIT);
-    const int32_t *gs = (const int32_t *)fetch(c, dsel, (size_t)G * T * topk * 4);
-    cmp_i(c, "selection", gs, sw, (int64_t)G * T * topk);
-    cmp_i(c, "selection vs merged", gs,
-          (const int32_t *)fetch(c, dsel2, (size_t)G * T * topk * 4), (int64_t)G * T * topk);
-    const float *go = (const float *)fetch(c, dat, qn * 4);
-    cmp_f(c, "out", go, want, (int64_t)qn, &TOL_BF16);
-    cmp_f(c, "out vs merged", go, (const float *)fetch(c, dat2, qn * 4), (int64_t)qn, &TOL_BIT);
     const unsigned *tk = (const unsigned *)fetch(c, ctr, (size_t)T * 4);
     for (int t = 0; t < T; t++)
         if (tk[t] != 0) {
@@ -1480,14 +1344,6 @@ static const op_case CASES[] = {
     {"m3g_msa_indexer_ex", t_indexer, {1, 1000, 4, 128, 32, 8, 1, 1}},
     {"m3g_msa_indexer_ex", t_indexer, {2, 2100, 4, 128, 128, 16, 1, 1}},
     {"m3g_msa_indexer_ex", t_indexer, {2, 1500, 4, 128, 32, 16, 1, 0, M3G_IDX_FUSED}},
-    /* the decode step with the deferred merge (indexer lists -> attention) */
-    {"m3g_msa_step_deferred", t_msa_step, {1, 5000, 4, 16, 64, 32, 16, 2, 1, 0}},
-    {"m3g_msa_step_deferred", t_msa_step, {3, 4094, 2, 8, 128, 64, 16, 1, 0, 1}},
-    {"m3g_msa_step_deferred", t_msa_step, {2, 300, 4, 4, 32, 32, 16, 1, 1, 0}},
-    {"m3g_msa_step_deferred", t_msa_step, {1, 5119, 4, 64, 128, 128, 16, 1, 0, 2}},
-    {"m3g_msa_step_deferred", t_msa_step, {2, 2047, 4, 16, 128, 128, 8, 1, 0, 1}},
-    /* (head dim 48: not the tensor-core kernel's; m3g_msa_lists_select, then the scalar path) */
-    {"m3g_msa_step_deferred", t_msa_step, {2, 3000, 2, 6, 48, 32, 12, 1, 1, 1}},
     /* moe.cu */
     {"m3g_router", t_router, {1, 256, 64, 4, 1}},
     {"m3g_router", t_router, {5, 200, 24, 3, 2}},
