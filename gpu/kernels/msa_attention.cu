@@ -17,7 +17,7 @@
  * m3g_msa_attention_prefill_onepass: one pass, online softmax (faster; p
  * rounded on the running max's scale, within the bf16 profile); on compute
  * capability 9.0 at hd 128, block 128 and bf16 caches it is k_msa_wg, a
- * persistent warpgroup kernel (TMA, wgmma; design below).
+ * warpgroup kernel (TMA, wgmma; design below).
  * Portable path (hipcc, the emulation, fp32 mode, other shapes): a scalar
  * two-pass kernel, one block per (row, group), one warp per head.
  *
@@ -797,32 +797,27 @@ static hipError_t msa_ws_launch(float *out, const float *q, const void *kc, cons
 }
 
 /* ---- warpgroup kernel (sm_90a; the one-pass default on the H200) ---------
- * k_msa_wg<NWG, KM>: hd 128, B 128, bf16 caches; a tile is 4 NWG
- * consecutive query rows of one KV group. Persistent: one CTA per SM loops
- * over the tiles (tile = g * row tiles + row tile, CTA i taking i, i + the
- * grid, ...), so tiles that share selections run side by side. Warpgroup
- * wg owns the tile's rows 4 wg .. 4 wg + 3; its 64 wgmma rows are (query
- * row, head), warp w of the group holding one row's 16 heads, so each
- * warp's softmax statistics are its own row's. The last warpgroup:
- *  - its warp 1 forms each tile's union of block lists (first seen first;
- *    the block holding the tile's last position, whose later slots may hold
- *    anything, last) into one of two list buffers ("lfull"/"lempty"
- *    mbarriers), a tile ahead of the others;
- *  - its warp 0, the producer, prefetches every union block of the tile
- *    into L2, then streams K and then V of each into a ring of 6 slots (5
- *    for lists of more than 16; 32 KiB each: two TMA boxes of 64 dims x 128
- *    keys, 128-byte swizzle), each with a "full" mbarrier completed by the
- *    TMA bytes and an "empty" one (an arrival per consumer warp); V of the
- *    last block is staged by its own loads with the slots past the tile
- *    zeroed (p = 0 there, and 0 x NaN is not 0). Slot uses run on across
- *    tiles.
- * Per union block a warpgroup that any of its rows chose computes S = Q K^T
- * (8 wgmma m64n128k16, Q and K from shared memory), then the online softmax
- * per warp (p = 0 for a row that did not choose it) while the P V of the
- * block before runs (8 wgmma, P from registers, V transposed on load); O is
- * rescaled after that P V; a group that chose none of it only releases its
- * slots. The two warpgroups also overlap each other. setmaxnreg moves
- * registers from the last warpgroup (40) to the consumers (232). */
+ * k_msa_wg<NWG, KM>: one CTA per tile of 4 NWG consecutive query rows of
+ * one KV group; hd 128, B 128, bf16 caches. Warpgroup wg owns the tile's
+ * rows 4 wg .. 4 wg + 3; its 64 wgmma rows are (query row, head), warp w of
+ * the group holding one row's 16 heads, so each warp's softmax statistics
+ * are its own row's. The tile's block lists are merged into their union
+ * (first seen first; the block holding the tile's last position, whose
+ * later slots may hold anything, last), every union block is prefetched
+ * into L2, and the producer warp of the last warpgroup streams K and then
+ * V of each into a ring of 6 slots (5 for lists of more than 16; 32 KiB
+ * each: two TMA boxes of 64 dims x 128 keys, 128-byte swizzle), each slot
+ * with a "full" mbarrier completed by the TMA bytes and an "empty" one (an
+ * arrival per consumer warp). V of the last block is staged by the
+ * producer's own loads with the slots past the tile zeroed (p = 0 there,
+ * and 0 x NaN is not 0). Per union block a warpgroup that any of its rows
+ * chose computes S = Q K^T (8 wgmma m64n128k16, Q and K from shared
+ * memory), then the online softmax per warp (p = 0 for a row that did not
+ * choose it) while the P V of the block before runs (8 wgmma, P from
+ * registers, V transposed on load); O is rescaled after that P V; a group
+ * that chose none of a block only releases its slots. The two warpgroups
+ * also overlap each other. setmaxnreg moves registers from the last
+ * warpgroup (40) to the consumers (232). */
 #define MSA_WG_TILE 32768    /* bytes of one staged 128 x 128 bf16 block */
 #define MSA_WG_QT 16384      /* bytes of one warpgroup's Q tile (64 x 128 bf16) */
 
@@ -980,8 +975,8 @@ __device__ __forceinline__ int msa_wg_lim(int64_t pos, int b)
  * after V of u, 2 u + 1, which the group still holds); otherwise they run
  * in turn. The blocks between, which no row of the group chose, are passed. */
 template <int NS>
-__device__ __forceinline__ int msa_wg_step(int u, int nU, int c0, const int *ulist,
-                                           const uint8_t *umask, int gsh, int me, uint64_t *full, uint64_t *empty,
+__device__ __forceinline__ int msa_wg_step(int u, int nU, const int *ulist, const int *umask,
+                                           int gsh, int me, uint64_t *full, uint64_t *empty,
                                            uint32_t qd, uint32_t rd, uint32_t vd, int64_t pos,
                                            int lane, float c2, float o[64], float &m0, float &m1,
                                            float &l0, float &l1, uint32_t pc[8][4],
@@ -992,11 +987,11 @@ __device__ __forceinline__ int msa_wg_step(int u, int nU, int c0, const int *uli
     while (un < nU && !((umask[un] >> gsh) & 15))
         un++;
     float s[64], a0 = 1.0f, a1 = 1.0f;
-    const int ku = c0 + 2 * un, vu = c0 + 2 * u + 1; /* slot uses: K of un, V of u */
-    if (un < nU && ku <= vu - 1 + NS) {
+    const int ku = 2 * un, vu = 2 * u + 1; /* slot uses of K of un and V of u */
+    if (un < nU && ku <= 2 * u + NS) {
         for (int x = u + 1; x < un; x++) {
-            msa_wg_pass<NS>(full, empty, c0 + 2 * x, lane);
-            msa_wg_pass<NS>(full, empty, c0 + 2 * x + 1, lane);
+            msa_wg_pass<NS>(full, empty, 2 * x, lane);
+            msa_wg_pass<NS>(full, empty, 2 * x + 1, lane);
         }
         msa_bar_wait(&full[ku % NS], (uint32_t)((ku / NS) & 1));
         msa_wg_qk(s, qd, rd + (ku % NS) * SL);
@@ -1018,8 +1013,8 @@ __device__ __forceinline__ int msa_wg_step(int u, int nU, int c0, const int *uli
         msa_wg_release<NS>(empty, vu, lane);
         if (un < nU) {
             for (int x = u + 1; x < un; x++) {
-                msa_wg_pass<NS>(full, empty, c0 + 2 * x, lane);
-                msa_wg_pass<NS>(full, empty, c0 + 2 * x + 1, lane);
+                msa_wg_pass<NS>(full, empty, 2 * x, lane);
+                msa_wg_pass<NS>(full, empty, 2 * x + 1, lane);
             }
             msa_bar_wait(&full[ku % NS], (uint32_t)((ku / NS) & 1));
             msa_wg_qk(s, qd, rd + (ku % NS) * SL);
@@ -1034,8 +1029,8 @@ __device__ __forceinline__ int msa_wg_step(int u, int nU, int c0, const int *uli
         msa_wg_rescale(o, a0, a1);
     else
         for (int x = u + 1; x < nU; x++) { /* trailing blocks the group did not choose */
-            msa_wg_pass<NS>(full, empty, c0 + 2 * x, lane);
-            msa_wg_pass<NS>(full, empty, c0 + 2 * x + 1, lane);
+            msa_wg_pass<NS>(full, empty, 2 * x, lane);
+            msa_wg_pass<NS>(full, empty, 2 * x + 1, lane);
         }
     return un;
 }
@@ -1047,73 +1042,9 @@ template <int NWG, int KM>
 static constexpr size_t msa_wg_smem(void)
 {
     return 1024 + (size_t)msa_wg_ns<KM>() * MSA_WG_TILE + (size_t)NWG * MSA_WG_QT +
-           sizeof(uint64_t) * (2 * msa_wg_ns<KM>() + 4) + sizeof(int) * (3 * 4 * NWG * KM + 2) +
-           2 * 4 * NWG * KM;
+           sizeof(uint64_t) * 2 * msa_wg_ns<KM>() + sizeof(int) * (3 * 4 * NWG * KM + 16);
 }
 
-/* The union of the block lists of one tile (rows t0 .. t0 + R - 1 of group
- * g), by one warp: ulist in first-seen order with the block holding kmax
- * (unless kmax is its last slot) last, umask[i] the rows that chose
- * ulist[i]; returns the count. cand: R * topk ints of scratch. */
-template <int R, int KM>
-__device__ __forceinline__ int msa_wg_union(int *ulist, uint8_t *umask, int *cand,
-                                            const int32_t *blocks, int64_t pos0, int T, int t0,
-                                            int g, int topk, int64_t kmax, int lane)
-{
-    const int n = R * topk;
-    for (int j = lane; j < n; j += 32) {
-        const int r = j / topk, tr = t0 + r;
-        int b = -1;
-        if (tr < T) {
-            b = blocks[((size_t)g * T + tr) * topk + j % topk];
-            if (b > (int)((pos0 + tr) / 128))
-                b = -1;
-        }
-        cand[j] = b < 0 ? -1 : b;
-    }
-    __syncwarp();
-    const int diag = kmax % 128 != 127 ? (int)(kmax / 128) : -1;
-    int nU = 0, hasdiag = 0, dmask = 0;
-    for (int j0 = 0; j0 < n; j0 += 32) { /* 32 candidates per round, in order */
-        const int j = j0 + lane;
-        const int b = j < n ? cand[j] : -1;
-        int dup = 0, mask = 0;
-        if (b >= 0)
-            for (int r = 0, e0 = 0; r < R; r++, e0 += topk) {
-                int hit = 0;
-                for (int e = 0; e < topk; e++) {
-                    const int same = cand[e0 + e] == b;
-                    hit |= same;
-                    dup |= same & (e0 + e < j);
-                }
-                mask |= hit << r;
-            }
-        const int first = b >= 0 && !dup && b != diag;
-        const unsigned bal = __ballot_sync(0xffffffffu, first);
-        if (first) {
-            ulist[nU + __popc(bal & ((1u << lane) - 1u))] = b;
-            umask[nU + __popc(bal & ((1u << lane) - 1u))] = (uint8_t)mask;
-        }
-        nU += __popc(bal);
-        const unsigned bd = __ballot_sync(0xffffffffu, b >= 0 && !dup && b == diag);
-        if (bd) {
-            hasdiag = 1;
-            dmask = __shfl_sync(0xffffffffu, mask, __ffs(bd) - 1);
-        }
-    }
-    if (hasdiag && lane == 0) {
-        ulist[nU] = diag;
-        umask[nU] = (uint8_t)dmask;
-    }
-    __syncwarp();
-    return nU + hasdiag;
-}
-
-/* grid: at most one CTA per SM, each looping over tiles tile = blockIdx.x,
- * + gridDim.x, ... (tile = g * nrt + row tile). Warpgroup NWG: warp 0 the
- * producer, warp 1 the union of the next tile's lists (two list buffers,
- * "lfull"/"lempty" barriers), so a tile's start overlaps the previous
- * tile's work; the ring's slot uses continue across tiles. */
 template <int NWG, int KM>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     k_msa_wg(float *out, const float *q, const __grid_constant__ CUtensorMap tmk,
@@ -1123,199 +1054,206 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 {
 #if M3_WG_CODE
     constexpr int R = 4 * NWG, B = 128, HD = 128, NS = msa_wg_ns<KM>();
-    static_assert(R <= 8, "umask holds the tile's rows in a byte");
     extern __shared__ __align__(16) unsigned char msa_wg_sm[];
     unsigned char *sm = msa_wg_sm + ((1024 - (m3t_smem(msa_wg_sm) & 1023)) & 1023);
-    unsigned char *ring = sm;                            /* [NS][2][128][128 B] */
-    unsigned char *Qs = ring + NS * MSA_WG_TILE;        /* [NWG][2][64][128 B] */
+    unsigned char *ring = sm;                           /* [NS][2][128][128 B] */
+    unsigned char *Qs = ring + NS * MSA_WG_TILE;       /* [NWG][2][64][128 B] */
     uint64_t *full = (uint64_t *)(Qs + NWG * MSA_WG_QT); /* [NS] */
-    uint64_t *empty = full + NS;                         /* [NS] */
-    uint64_t *lfull = empty + NS, *lempty = lfull + 2;   /* [2] list buffers */
-    int *cand = (int *)(lempty + 2);                     /* [R * KM] */
-    int *ulists = cand + R * KM;                         /* [2][R * KM] */
-    int *nUs = ulists + 2 * R * KM;                      /* [2] */
-    uint8_t *umasks = (uint8_t *)(nUs + 2);              /* [2][R * KM]: R <= 8 rows */
+    uint64_t *empty = full + NS;                        /* [NS] */
+    int *cand = (int *)(empty + NS);                    /* [R * topk] */
+    int *ulist = cand + R * KM;                         /* union block ids */
+    int *umask = ulist + R * KM;                        /* rows that chose each */
+    int *wcnt = umask + R * KM;                         /* per warp */
 
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
-    const int hpg = nh / nkv, nrt = (T + R - 1) / R, ntiles = nrt * nkv;
+    const int g = blockIdx.y, hpg = nh / nkv;
+    const int t0 = blockIdx.x * R;
+    const int nrows = T - t0 < R ? T - t0 : R;
+    const int64_t kmax = pos0 + t0 + nrows - 1; /* last position of the tile */
     const size_t kvw = (size_t)nkv * HD;
 
     if (tid == 0) {
         for (int i = 0; i < NS; i++) {
-            msa_bar_init(&full[i], 1);        /* the producer's arrival (+ TMA bytes) */
+            msa_bar_init(&full[i], 1);      /* the producer's arrival (+ TMA bytes) */
             msa_bar_init(&empty[i], 4 * NWG); /* one arrival per consumer warp */
-        }
-        for (int i = 0; i < 2; i++) {
-            msa_bar_init(&lfull[i], 1);            /* the union warp */
-            msa_bar_init(&lempty[i], 1 + 4 * NWG); /* the producer and the consumers */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads(); /* the only CTA-wide barrier */
-
-    if (w >= 4 * NWG) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if (w == 4 * NWG + 1) { /* the union warp */
-            for (int k = 0, tile = blockIdx.x; tile < ntiles; k++, tile += gridDim.x) {
-                const int b = k & 1, g = tile / nrt, t0 = (tile % nrt) * R;
-                if (k >= 2)
-                    msa_bar_wait(&lempty[b], (uint32_t)(((k >> 1) - 1) & 1));
-                const int nr = T - t0 < R ? T - t0 : R;
-                const int nU = msa_wg_union<R, KM>(ulists + b * R * KM, umasks + b * R * KM, cand,
-                                                   blocks, pos0, T, t0, g, topk,
-                                                   pos0 + t0 + nr - 1, lane);
-                if (lane == 0) {
-                    nUs[b] = nU;
-                    msa_bar_arrive(&lfull[b]);
-                }
-                __syncwarp();
-            }
-            return;
+    /* a consumer warp's Q row (16 heads x 128, fp32) requested now, so the
+     * loads overlap the union below; stored as bf16 after it */
+    float4 qv[16];
+    {
+        const int tq = t0 + w;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            qv[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (w < 4 * NWG && tq < T && i < hpg)
+                qv[i] = *(const float4 *)(q + ((size_t)tq * nh + (size_t)g * hpg + i) * HD +
+                                          4 * lane);
         }
+    }
+    /* candidate blocks of the tile's rows; their union, first seen first */
+    const int n = R * topk;
+    if (tid < n) {
+        const int r = tid / topk, tr = t0 + r;
+        int b = -1;
+        if (tr < T) {
+            b = blocks[((size_t)g * T + tr) * topk + tid % topk];
+            if (b > (int)((pos0 + tr) / B))
+                b = -1;
+        }
+        cand[tid] = b < 0 ? -1 : b;
+    }
+    __syncthreads();
+    /* a candidate's first occurrence, and the rows that chose it (by rows:
+     * no division per entry); the block holding kmax, unless kmax is its
+     * last slot, goes last */
+    const int diag = kmax % B != B - 1 ? (int)(kmax / B) : -1;
+    int dup = 0, mask = 0;
+    const int b_me = tid < n ? cand[tid] : -1;
+    if (b_me >= 0)
+        for (int r = 0, j0 = 0; r < R; r++, j0 += topk) {
+            int hit = 0;
+#pragma unroll 4
+            for (int e = 0; e < topk; e++) {
+                const int same = cand[j0 + e] == b_me;
+                hit |= same;
+                dup |= same & (j0 + e < tid);
+            }
+            mask |= hit << r;
+        }
+    const int first = b_me >= 0 && !dup && b_me != diag;
+    const int fdiag = b_me >= 0 && !dup && b_me == diag;
+    const unsigned bal = __ballot_sync(0xffffffffu, first);
+    if (lane == 0)
+        wcnt[w] = __popc(bal);
+    const int hasdiag = __syncthreads_or(fdiag);
+    int off = 0, nU = 0;
+    for (int i = 0; i < 4 * NWG + 4; i++) {
+        off += i < w ? wcnt[i] : 0;
+        nU += wcnt[i];
+    }
+    if (first) {
+        const int k = off + __popc(bal & ((1u << lane) - 1u));
+        ulist[k] = b_me;
+        umask[k] = mask;
+    }
+    if (fdiag) {
+        ulist[nU] = b_me;
+        umask[nU] = mask;
+    }
+    nU += hasdiag != 0;
+    __syncthreads(); /* the last CTA-wide barrier */
+
+    if (w >= 4 * NWG) { /* producer warpgroup: K then V of each union block */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (w > 4 * NWG)
             return;
-        /* the producer warp: K then V of each union block, tile after tile */
-        int c = 0;
-        for (int k = 0, tile = blockIdx.x; tile < ntiles; k++, tile += gridDim.x) {
-            const int bf = k & 1, g = tile / nrt, t0 = (tile % nrt) * R;
-            msa_bar_wait(&lfull[bf], (uint32_t)((k >> 1) & 1));
-            const int nr = T - t0 < R ? T - t0 : R;
-            const int64_t kmax = pos0 + t0 + nr - 1;
-            const int diag = kmax % B != B - 1 ? (int)(kmax / B) : -1;
-            const int nU = nUs[bf], *ulist = ulists + bf * R * KM;
-            for (int u = lane; u < nU; u += 32) { /* every union block's K and V into L2 */
-                const int row = page_table[ulist[u]] * B;
-                m3w_tma2d_l2(&tmk, g * HD, row);
-                m3w_tma2d_l2(&tmk, g * HD + 64, row);
-                m3w_tma2d_l2(&tmv, g * HD, row);
-                m3w_tma2d_l2(&tmv, g * HD + 64, row);
-            }
-            for (int s = 0; s < 2 * nU; s++, c++) {
-                const int part = s & 1, sl = c % NS, b = ulist[s >> 1];
-                const int row = page_table[b] * B;
-                unsigned char *dst = ring + sl * MSA_WG_TILE;
-                if (c >= NS)
-                    msa_bar_wait(&empty[sl], (uint32_t)((c / NS - 1) & 1));
-                if (part == 1 && b == diag) { /* V of the last block: slots past kmax zeroed */
-                    const int lim = (int)(kmax - (int64_t)b * B + 1);
-                    m3w_fence_proxy();
-                    for (int e = lane; e < 2 * B * 8; e += 32) {
-                        const int ch = e >> 10, j = (e >> 3) & (B - 1), p = e & 7;
-                        uint4 v = make_uint4(0, 0, 0, 0);
-                        if (j < lim)
-                            v = *(const uint4 *)(vc + (size_t)(row + j) * kvw + (size_t)g * HD +
-                                                 ch * 64 + p * 8);
-                        *(uint4 *)(dst + ch * (MSA_WG_TILE / 2) + j * 128 + ((p ^ (j & 7)) << 4)) =
-                            v;
-                    }
-                    m3w_fence_proxy();
-                    __syncwarp();
-                    if (lane == 0)
-                        msa_bar_arrive(&full[sl]);
-                } else if (lane == 0) {
-                    const CUtensorMap *tm = part ? &tmv : &tmk;
-                    m3w_expect_tx(&full[sl], MSA_WG_TILE);
-                    m3w_tma2d(dst, tm, g * HD, row, &full[sl]);
-                    m3w_tma2d(dst + MSA_WG_TILE / 2, tm, g * HD + 64, row, &full[sl]);
+        for (int u = lane; u < nU; u += 32) { /* every union block's K and V into L2 */
+            const int row = page_table[ulist[u]] * B;
+            m3w_tma2d_l2(&tmk, g * HD, row);
+            m3w_tma2d_l2(&tmk, g * HD + 64, row);
+            m3w_tma2d_l2(&tmv, g * HD, row);
+            m3w_tma2d_l2(&tmv, g * HD + 64, row);
+        }
+        for (int s = 0; s < 2 * nU; s++) {
+            const int u = s >> 1, part = s & 1, sl = s % NS, b = ulist[u];
+            const int row = page_table[b] * B;
+            unsigned char *dst = ring + sl * MSA_WG_TILE;
+            if (s >= NS)
+                msa_bar_wait(&empty[sl], (uint32_t)((s / NS - 1) & 1));
+            if (part == 1 && b == diag) { /* V of the last block: slots past kmax zeroed */
+                const int lim = (int)(kmax - (int64_t)b * B + 1);
+                m3w_fence_proxy();
+                for (int e = lane; e < 2 * B * 8; e += 32) {
+                    const int ch = e >> 10, j = (e >> 3) & (B - 1), p = e & 7;
+                    uint4 v = make_uint4(0, 0, 0, 0);
+                    if (j < lim)
+                        v = *(const uint4 *)(vc + (size_t)(row + j) * kvw + (size_t)g * HD +
+                                             ch * 64 + p * 8);
+                    *(uint4 *)(dst + ch * (MSA_WG_TILE / 2) + j * 128 + ((p ^ (j & 7)) << 4)) = v;
                 }
+                m3w_fence_proxy();
                 __syncwarp();
+                if (lane == 0)
+                    msa_bar_arrive(&full[sl]);
+            } else if (lane == 0) {
+                const CUtensorMap *tm = part ? &tmv : &tmk;
+                m3w_expect_tx(&full[sl], MSA_WG_TILE);
+                m3w_tma2d(dst, tm, g * HD, row, &full[sl]);
+                m3w_tma2d(dst + MSA_WG_TILE / 2, tm, g * HD + 64, row, &full[sl]);
             }
-            if (lane == 0)
-                msa_bar_arrive(&lempty[bf]); /* the producer is done with these lists */
+            __syncwarp();
         }
         return;
     }
 
-    /* consumer warp: warpgroup wg, heads h0 = lane / 4, h0 + 8 of its row */
+    /* consumer warp: warpgroup wg, query row t, heads h0 = lane / 4, h0 + 8 */
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const int wg = w >> 2, wi = w & 3;
+    const int t = t0 + 4 * wg + wi;
+    const int64_t pos = pos0 + t;
     unsigned char *Qw = Qs + wg * MSA_WG_QT;
+#pragma unroll
+    for (int i = 0; i < 16; i++) { /* head i, dims 4 lane .. 4 lane + 3 */
+        const int d = 4 * lane, m = 16 * wi + i, p = (d & 63) >> 3;
+        *(uint2 *)(Qw + (d >> 6) * (MSA_WG_QT / 2) + m * 128 + ((p ^ (m & 7)) << 4) + (d & 7) * 2) =
+            make_uint2(m3t_pack_bf16(qv[i].x, qv[i].y), m3t_pack_bf16(qv[i].z, qv[i].w));
+    }
+    m3w_fence_proxy();
+    m3w_bar(1 + wg, 128);
     /* low descriptor words: Q, K slot 0, V slot 0 (slot ks adds ks * TILE / 16) */
     const uint32_t qd = m3w_desc_lo(m3t_smem(Qw), 16), rd = m3w_desc_lo(m3t_smem(ring), 16);
     const uint32_t vd = m3w_desc_lo(m3t_smem(ring), MSA_WG_TILE / 2);
-    const int gsh = 4 * wg; /* this group's rows in umask */
-    int c0 = 0;             /* the tile's first slot use */
-    for (int k = 0, tile = blockIdx.x; tile < ntiles; k++, tile += gridDim.x) {
-        const int bf = k & 1, g = tile / nrt, t0 = (tile % nrt) * R;
-        const int t = t0 + 4 * wg + wi;
-        const int64_t pos = pos0 + t;
-        /* this warp's Q row (16 heads x 128) as bf16 into the group's tile; the
-         * group's previous wgmma are complete, so the tile is free */
-        float4 qv[16];
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            qv[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (t < T && i < hpg)
-                qv[i] = *(const float4 *)(q + ((size_t)t * nh + (size_t)g * hpg + i) * HD +
-                                          4 * lane);
-        }
-#pragma unroll
-        for (int i = 0; i < 16; i++) { /* head i, dims 4 lane .. 4 lane + 3 */
-            const int d = 4 * lane, m = 16 * wi + i, p = (d & 63) >> 3;
-            *(uint2 *)(Qw + (d >> 6) * (MSA_WG_QT / 2) + m * 128 + ((p ^ (m & 7)) << 4) +
-                       (d & 7) * 2) =
-                make_uint2(m3t_pack_bf16(qv[i].x, qv[i].y), m3t_pack_bf16(qv[i].z, qv[i].w));
-        }
-        m3w_fence_proxy();
-        m3w_bar(1 + wg, 128);
-        msa_bar_wait(&lfull[bf], (uint32_t)((k >> 1) & 1));
-        const int nU = nUs[bf], *ulist = ulists + bf * R * KM;
-        const uint8_t *umask = umasks + bf * R * KM;
-        const int me = (t < T) << (4 * wg + wi); /* this warp's row in umask */
 
-        float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* heads h0, h0 + 8 (x c2) */
-        float o[64];
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* heads h0, h0 + 8 (x c2) */
+    float o[64];
 #pragma unroll
-        for (int i = 0; i < 64; i++)
-            o[i] = 0.0f;
-        /* u: the union block whose P V is next */
-        int u = 0;
-        while (u < nU && !((umask[u] >> gsh) & 15)) {
-            msa_wg_pass<NS>(full, empty, c0 + 2 * u, lane);
-            msa_wg_pass<NS>(full, empty, c0 + 2 * u + 1, lane);
-            u++;
-        }
-        uint32_t pa[8][4], pb[8][4];
-        if (u < nU) { /* the first block: S, softmax (O is 0: no rescale) */
-            float s[64], a0, a1;
-            const int ku = c0 + 2 * u;
-            msa_bar_wait(&full[ku % NS], (uint32_t)((ku / NS) & 1));
-            msa_wg_qk(s, qd, rd + (ku % NS) * (MSA_WG_TILE / 16));
-            m3w_wait<0>();
-            msa_wg_pin_s(s);
-            msa_wg_release<NS>(empty, ku, lane);
-            msa_wg_softmax(s, umask[u] & me, msa_wg_lim(pos, ulist[u]), lane, c2, m0, m1, l0, l1,
-                           pa, a0, a1);
-        }
-        while (u < nU) { /* two steps per turn: P alternates between pa and pb */
-            u = msa_wg_step<NS>(u, nU, c0, ulist, umask, gsh, me, full, empty, qd, rd, vd, pos,
-                                lane, c2, o, m0, m1, l0, l1, pa, pb);
-            if (u >= nU)
-                break;
-            u = msa_wg_step<NS>(u, nU, c0, ulist, umask, gsh, me, full, empty, qd, rd, vd, pos,
-                                lane, c2, o, m0, m1, l0, l1, pb, pa);
-        }
-        __syncwarp();
-        if (lane == 0)
-            msa_bar_arrive(&lempty[bf]); /* this warp is done with these lists */
-        c0 += 2 * nU;
-        if (t < T) {
-            float il0, il1;
-            msa_row_inverse(l0, l1, il0, il1);
-            const int h0 = lane >> 2;
+    for (int i = 0; i < 64; i++)
+        o[i] = 0.0f;
+    const int gsh = 4 * wg;                 /* this group's rows in umask */
+    const int me = (t < T) << (4 * wg + wi); /* this warp's row in umask */
+    /* u: the union block whose P V is next */
+    int u = 0;
+    while (u < nU && !((umask[u] >> gsh) & 15)) {
+        msa_wg_pass<NS>(full, empty, 2 * u, lane);
+        msa_wg_pass<NS>(full, empty, 2 * u + 1, lane);
+        u++;
+    }
+    uint32_t pa[8][4], pb[8][4];
+    if (u < nU) { /* the first block: S, softmax (O is 0: no rescale) */
+        float s[64], a0, a1;
+        msa_bar_wait(&full[(2 * u) % NS], (uint32_t)(((2 * u) / NS) & 1));
+        msa_wg_qk(s, qd, rd + ((2 * u) % NS) * (MSA_WG_TILE / 16));
+        m3w_wait<0>();
+        msa_wg_pin_s(s);
+        msa_wg_release<NS>(empty, 2 * u, lane);
+        msa_wg_softmax(s, umask[u] & me, msa_wg_lim(pos, ulist[u]), lane, c2, m0, m1, l0, l1, pa,
+                       a0, a1);
+    }
+    while (u < nU) { /* two steps per turn: P alternates between pa and pb */
+        u = msa_wg_step<NS>(u, nU, ulist, umask, gsh, me, full, empty, qd, rd, vd, pos, lane, c2,
+                            o, m0, m1, l0, l1, pa, pb);
+        if (u >= nU)
+            break;
+        u = msa_wg_step<NS>(u, nU, ulist, umask, gsh, me, full, empty, qd, rd, vd, pos, lane, c2,
+                            o, m0, m1, l0, l1, pb, pa);
+    }
+    if (t >= T)
+        return;
+    float il0, il1;
+    msa_row_inverse(l0, l1, il0, il1);
+    const int h0 = lane >> 2;
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const int d = 8 * j + 2 * (lane & 3);
-                if (h0 < hpg)
-                    *(float2 *)(out + ((size_t)t * nh + (size_t)g * hpg + h0) * HD + d) =
-                        make_float2(m3d_round_bf16(o[4 * j] * il0),
-                                    m3d_round_bf16(o[4 * j + 1] * il0));
-                if (h0 + 8 < hpg)
-                    *(float2 *)(out + ((size_t)t * nh + (size_t)g * hpg + h0 + 8) * HD + d) =
-                        make_float2(m3d_round_bf16(o[4 * j + 2] * il1),
-                                    m3d_round_bf16(o[4 * j + 3] * il1));
-            }
-        }
+    for (int j = 0; j < 16; j++) {
+        const int d = 8 * j + 2 * (lane & 3);
+        if (h0 < hpg)
+            *(float2 *)(out + ((size_t)t * nh + (size_t)g * hpg + h0) * HD + d) =
+                make_float2(m3d_round_bf16(o[4 * j] * il0), m3d_round_bf16(o[4 * j + 1] * il0));
+        if (h0 + 8 < hpg)
+            *(float2 *)(out + ((size_t)t * nh + (size_t)g * hpg + h0 + 8) * HD + d) =
+                make_float2(m3d_round_bf16(o[4 * j + 2] * il1),
+                            m3d_round_bf16(o[4 * j + 3] * il1));
     }
 #else
     (void)out, (void)q, (void)tmk, (void)tmv, (void)vc, (void)page_table, (void)pos0, (void)T;
@@ -1345,12 +1283,8 @@ static hipError_t msa_wg_launch_k(float *out, const float *q, const CUtensorMap 
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
     if (e != hipSuccess)
         return e;
-    int dev = 0, nsm = 0;
-    if ((e = cudaGetDevice(&dev)) != hipSuccess ||
-        (e = cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev)) != hipSuccess)
-        return e;
-    const int ntiles = (T + 4 * NWG - 1) / (4 * NWG) * nkv;
-    k_msa_wg<NWG, KM><<<dim3(ntiles < nsm ? ntiles : nsm), dim3((NWG + 1) * 128), shm, st>>>(out, q, tk, tv, (const uint16_t *)vc, page_table, pos0, T, nh, nkv,
+    k_msa_wg<NWG, KM><<<dim3((T + 4 * NWG - 1) / (4 * NWG), nkv), dim3((NWG + 1) * 128), shm,
+                        st>>>(out, q, tk, tv, (const uint16_t *)vc, page_table, pos0, T, nh, nkv,
                               blocks, topk, c2);
     return hipGetLastError();
 }
