@@ -434,7 +434,9 @@ GPU_HDR     := gpu/hip_compat.h $(wildcard gpu/kernels/*.h gpu/kernels/*.cuh)
 GPU_HOST    := m3-gpu forward_run generate_run forward batch_context weight_upload weight_stream vision_host drafter
 GPU_ALLSRC  := $(GPU_KSRC) $(patsubst %,gpu/%.cu,$(GPU_HOST)) gpu/bench.cu gpu/tests/test_ops.cu
 HIP_ARCHS   ?= gfx90a gfx940
-# --fmad=false / -ffp-contract=off: no fused multiply-add, as the reference (-ffp-contract=off)
+# --fmad=false / -ffp-contract=off: no fused multiply-add, as the reference (-ffp-contract=off).
+# nvcc: sm_90a code (the warpgroup kernels use wgmma and TMA) and compute_90 PTX,
+# which later GPUs compile at load time (without those kernels).
 NVCC_FLAGS  := -std=c++17 -O2 -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 --fmad=false -DM3_HAVE_BLAS \
                -Xcompiler -Wall,-Wextra,-Werror -Igpu -Iref -I/usr/include/cjson
 HIPCC_FLAGS := -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -x hip \
