@@ -184,7 +184,9 @@ hipError_t m3g_msa_attention_prefill(float *out, const float *q, const void *kc,
 
 /* The same with one-pass p rounding (online softmax, FlashAttention style:
  * p rounded on the running max's scale, within the bf16 profile, M3-TOL-8)
- * on the tensor-core path; the scalar path's exact p elsewhere. */
+ * on the tensor-core paths (wgmma on compute capability 9.0 at hd 128,
+ * block 128, bf16 caches; mma.sync otherwise); the scalar path's exact p
+ * elsewhere. */
 hipError_t m3g_msa_attention_prefill_onepass(float *out, const float *q, const void *kc,
                                              const void *vc, int kv_dtype,
                                              const int32_t *page_table, int B, int64_t pos0,
