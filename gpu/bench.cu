@@ -510,6 +510,7 @@ typedef struct step_ctx {
     void *iws, *sws;
     size_t iws_n, sws_n;
     int ctx_len, nb;
+    int probe; /* the indexer's probe bits (0: the default, as m3-gpu) */
 } step_ctx;
 
 static hipError_t step_launch(void *c, int r, hipStream_t st)
@@ -518,7 +519,7 @@ static hipError_t step_launch(void *c, int r, hipStream_t st)
     const int64_t pos0 = x->ctx_len - 1;
     const hipError_t e = m3g_msa_indexer_ex(x->sel, x->bs, x->iq, x->ik[r], M3G_BF16, x->pages[r],
                                             BLK, pos0, 1, G, IHD, x->nb, TOPK_B, 1, 0, x->ctr,
-                                            x->iws, x->iws_n, x->ikr[r], 0, st);
+                                            x->iws, x->iws_n, x->ikr[r], x->probe, st);
     if (e != hipSuccess)
         return e;
     return m3g_attention_sk(x->out, x->q, x->kc16, x->vc16, M3G_BF16, x->pages[r], BLK, pos0, 1,
@@ -570,6 +571,16 @@ static int make_msa_step(bench_case *bc, const char *name, int ctx_len, int l2)
         return -1;
     bc->ctx = x;
     bc->launch = step_launch;
+    return 0;
+}
+
+/* The step of base with the indexer's probe bits probe. */
+static int make_msa_step_alt(bench_case *bc, const char *name, const bench_case *base, int probe)
+{
+    step_ctx *x = (step_ctx *)clone_case(bc, name, base, sizeof *x);
+    if (!x)
+        return -1;
+    x->probe = probe;
     return 0;
 }
 
@@ -972,11 +983,12 @@ typedef struct layer_ctx {
                     LAYER_ATTN_ONLY / LAYER_FFN_ONLY: the launches up to the post-attention
                     norm / the rest (the two halves of the layer, timed apart);
                     LAYER_ONE_STREAM: every launch on one stream (m3-gpu runs the shared
-                    expert on a side stream, beside the router and the routed experts) */
+                    expert on a side stream, beside the router and the routed experts);
+                    LAYER_IDX_EXACT: the indexer's exact scores (M3G_IDX_EXACT) */
     hipStream_t side;
     hipEvent_t ev_fork, ev_join;
 } layer_ctx;
-enum { LAYER_ATTN_ONLY = 8, LAYER_FFN_ONLY = 16, LAYER_ONE_STREAM = 32 };
+enum { LAYER_ATTN_ONLY = 8, LAYER_FFN_ONLY = 16, LAYER_ONE_STREAM = 32, LAYER_IDX_EXACT = 64 };
 
 static hipError_t layer_launch(void *c, int r, hipStream_t st)
 {
@@ -1041,7 +1053,8 @@ static hipError_t layer_launch(void *c, int r, hipStream_t st)
     }
     if (x->sparse) {
         LK(m3g_msa_indexer_ex(x->blk, x->bs, x->iq, x->ik16, M3G_BF16, x->pages, BLK, pos0, 1, G,
-                              IHD, nb, TOPK_B, 1, 0, x->ictr, x->iws, x->iws_n, x->ikr, 0, st));
+                              IHD, nb, TOPK_B, 1, 0, x->ictr, x->iws, x->iws_n, x->ikr,
+                              (x->old_seq & LAYER_IDX_EXACT) ? M3G_IDX_EXACT : 0, st));
     }
     LK(m3g_attention_sk(x->att, x->q, x->kc16, x->vc16, M3G_BF16, x->pages, BLK, pos0, 1, NH,
                         NKV, HD, x->sparse ? x->blk : NULL, x->sparse ? TOPK_B : 0, 1, x->sws,
@@ -1431,6 +1444,8 @@ static const case_row CASES[] = {
     /* the indexer at decode: the default and its yardsticks on the same data */
     {"indexer decode 128K", K_INDEXER, 131072, 0, 0, 0, NULL},
     {"indexer decode 1M", K_INDEXER, 1048576, 0, 0, 0, NULL},
+    {"indexer decode 128K exact", K_INDEXER, 0, M3G_IDX_EXACT, 0, 0, "indexer decode 128K"},
+    {"indexer decode 1M exact", K_INDEXER, 0, M3G_IDX_EXACT, 0, 0, "indexer decode 1M"},
     {"indexer decode 128K 2-launch", K_INDEXER, 0, IX_OLD, 0, 0, "indexer decode 128K"},
     {"indexer decode 1M 2-launch", K_INDEXER, 0, IX_OLD, 0, 0, "indexer decode 1M"},
     {"indexer decode 128K mul+add", K_INDEXER, 0, IX_NORANGE, 0, 0, "indexer decode 128K"},
@@ -1439,6 +1454,10 @@ static const case_row CASES[] = {
     {"indexer decode 1M fused kernel", K_INDEXER, 0, M3G_IDX_FUSED, 0, 0, "indexer decode 1M"},
     {"indexer decode 128K scores only", K_INDEXER, 0, M3G_IDX_SCORES_ONLY, 0, 0, "indexer decode 128K"},
     {"indexer decode 1M scores only", K_INDEXER, 0, M3G_IDX_SCORES_ONLY, 0, 0, "indexer decode 1M"},
+    {"indexer decode 128K scores only exact", K_INDEXER, 0, M3G_IDX_SCORES_ONLY | M3G_IDX_EXACT, 0, 0,
+     "indexer decode 128K"},
+    {"indexer decode 1M scores only exact", K_INDEXER, 0, M3G_IDX_SCORES_ONLY | M3G_IDX_EXACT, 0, 0,
+     "indexer decode 1M"},
     {"indexer decode 128K scores only mul+add", K_INDEXER, 0, M3G_IDX_SCORES_ONLY | IX_NORANGE, 0, 0,
      "indexer decode 128K"},
     {"indexer decode 1M scores only mul+add", K_INDEXER, 0, M3G_IDX_SCORES_ONLY | IX_NORANGE, 0, 0,
@@ -1464,6 +1483,8 @@ static const case_row CASES[] = {
     /* the whole MSA decode step (indexer + top-16 + attention), as m3-gpu runs it */
     {"msa decode step 128K", K_MSA_STEP, 131072, 0, 0, 0, NULL},
     {"msa decode step 1M", K_MSA_STEP, 1048576, 0, 0, 0, NULL},
+    {"msa decode step 128K exact indexer", K_MSA_STEP, 0, M3G_IDX_EXACT, 0, 0, "msa decode step 128K"},
+    {"msa decode step 1M exact indexer", K_MSA_STEP, 0, M3G_IDX_EXACT, 0, 0, "msa decode step 1M"},
     /* prefill GEMMs at M = 4096 (cuBLASLt; cublasGemmEx for comparison) */
     {"gemm M4096 q_proj 8192x6144", K_LINEAR, NH * HD, H, 4096, 0, NULL},
     {"gemm M4096 dense gate 12288x6144", K_LINEAR, ID, H, 4096, 0, NULL},
@@ -1500,6 +1521,8 @@ static const case_row CASES[] = {
     {"layer decode 128K MSA attention half", K_LAYER, 0, 0, LAYER_ATTN_ONLY, 0,
      "layer decode 128K MSA + MoE"},
     {"layer decode 128K MoE half", K_LAYER, 0, 0, LAYER_FFN_ONLY, 0, "layer decode 128K MSA + MoE"},
+    {"layer decode 128K MSA + MoE exact indexer", K_LAYER, 0, 0, LAYER_IDX_EXACT, 0,
+     "layer decode 128K MSA + MoE"},
     {"layer decode 128K MSA + MoE one stream", K_LAYER, 0, 0, LAYER_ONE_STREAM, 0,
      "layer decode 128K MSA + MoE"},
     {"layer decode 128K MoE half one stream", K_LAYER, 0, 0, LAYER_FFN_ONLY | LAYER_ONE_STREAM, 0,
@@ -1691,6 +1714,8 @@ static int make_case(const case_row *w, bench_case *cases, int *n, const bench_e
             return make_indexer_alt(next_case(cases, n), w->name, base, w->b);
         return make_indexer(next_case(cases, n), w->name, w->a, env->l2);
     case K_MSA_STEP:
+        if (base)
+            return make_msa_step_alt(next_case(cases, n), w->name, base, w->b);
         return make_msa_step(next_case(cases, n), w->name, w->a, env->l2);
     case K_MSA_PREFILL:
         if (base)

@@ -179,8 +179,9 @@ static int seq_attention(gpu_sess *b, const dev_layer *d, int l, int T, int pos0
             }
         }
         if (sparse && mode == 1 && T >= 16 && hd <= 128) /* sparse prefill, bf16: msa_attention.cu
-                                                (tensor cores on NVIDIA, else scalar) */
-            M3G_TRY(e, m3g_msa_attention_prefill(
+                                                (one-pass p on tensor cores on NVIDIA, else
+                                                exact p, scalar) */
+            M3G_TRY(e, m3g_msa_attention_prefill_onepass(
                 b->att, b->q, b->kc16 ? (const void *)b->kc16[l] : (const void *)b->kc[l],
                 b->kc16 ? (const void *)b->vc16[l] : (const void *)b->vc[l],
                 b->kc16 ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, nh, nkv, hd, blocks, K, mode,
@@ -208,6 +209,19 @@ static int seq_attention(gpu_sess *b, const dev_layer *d, int l, int T, int pos0
     return 0;
 fail:
     return -1;
+}
+
+/* The fused shared expert of a MoE layer on stream st: act [T, Is] =
+ * SwiGLU(gate + up GEMV of xn) (up_tmp: m3g_linear_swiglu's scratch, may be
+ * NULL for GEMVs), sh [T, H] = down(act). */
+static hipError_t shared_fused(float *sh, float *act, float *up_tmp, const float *xn,
+                               const dev_layer *d, const m3_text_config *c, int T, int mode,
+                               m3g_blas *blas, hipStream_t st)
+{
+    hipError_t r = m3g_linear_swiglu(act, c->shared_intermediate_size, up_tmp, xn, d->sgu, T,
+                                     c->swiglu_alpha, c->swiglu_limit, c->swiglu_beta, mode, blas,
+                                     st);
+    return r != hipSuccess ? r : m3g_linear(sh, c->hidden_size, act, d->sd, T, mode, blas, st);
 }
 
 int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int last_only, m3_err *e)
@@ -431,10 +445,8 @@ int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int las
             if (side_sh) {
                 M3G_TRY(e, hipEventRecord(b->ev_fork, st), fail);
                 M3G_TRY(e, hipStreamWaitEvent(b->side, b->ev_fork, 0), fail);
-                M3G_TRY(e, m3g_linear_swiglu(b->u, Is, NULL, b->xn, d->sgu, T, c->swiglu_alpha,
-                                             c->swiglu_limit, c->swiglu_beta, mode, blas, b->side),
+                M3G_TRY(e, shared_fused(b->sh, b->u, NULL, b->xn, d, c, T, mode, blas, b->side),
                         fail);
-                M3G_TRY(e, m3g_linear(b->sh, H, b->u, d->sd, T, mode, blas, b->side), fail);
                 M3G_TRY(e, hipEventRecord(b->ev_join, b->side), fail);
             }
             M3G_TRY(e, m3g_router(b->ridx, b->rw, b->rscores, b->xn, d->router,
@@ -454,15 +466,15 @@ int gpu_step_batch(gpu_sess *b, const gpu_batch *bt, float *logits_host, int las
                 shared = b->sh;
             } else if (c->n_shared_experts > 0 && d->sg.data) {
                 if (d->sgu.data) { /* gate + up + SwiGLU in one GEMV (decode) */
-                    M3G_TRY(e, m3g_linear_swiglu(b->g, Is, b->u, b->xn, d->sgu, T, c->swiglu_alpha,
-                                         c->swiglu_limit, c->swiglu_beta, mode, blas, st), fail);
+                    M3G_TRY(e, shared_fused(b->sh, b->g, b->u, b->xn, d, c, T, mode, blas, st),
+                            fail);
                 } else {
                     M3G_TRY(e, m3g_linear(b->g, Is, b->xn, d->sg, T, mode, blas, st), fail);
                     M3G_TRY(e, m3g_linear(b->u, Is, b->xn, d->su, T, mode, blas, st), fail);
                     M3G_TRY(e, m3g_swiglu(b->g, b->g, b->u, (int64_t)N * Is, c->swiglu_alpha,
                                   c->swiglu_limit, c->swiglu_beta, mode, st), fail);
+                    M3G_TRY(e, m3g_linear(b->sh, H, b->g, d->sd, T, mode, blas, st), fail);
                 }
-                M3G_TRY(e, m3g_linear(b->sh, H, b->g, d->sd, T, mode, blas, st), fail);
                 shared = b->sh;
             }
             M3G_TRY(e,

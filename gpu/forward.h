@@ -18,9 +18,13 @@
  * the router and the routed experts, joined before the combine. Teacher
  * forcing feeds each layer the golden layers.L.input.
  *
- * Known differences: in bf16 a call of more than 8 rows may take the vendor
- * GEMM (when the context has a BLAS handle) and differ from single rows by
- * a bf16 step. Errors: -1 and a message in *e; nothing is printed.
+ * Known differences (bf16 only; all within the bf16 profile): a call of more
+ * than 8 rows may take the vendor GEMM (when the context has a BLAS handle)
+ * and differ from single rows by a bf16 step; sparse prefill (>= 16 rows)
+ * rounds p in one pass (m3g_msa_attention_prefill_onepass, M3-TOL-8); on
+ * NVIDIA the indexer sums its exact products on tensor cores (another fp32
+ * order, M3-TOL-3; m3g_msa_indexer_ex). fp32 mode takes the exact kernels.
+ * Errors: -1 and a message in *e; nothing is printed.
  */
 #ifndef M3_GPU_FORWARD_H
 #define M3_GPU_FORWARD_H

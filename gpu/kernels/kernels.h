@@ -253,10 +253,15 @@ hipError_t m3g_to_bf16_ranged(uint16_t *dst, const float *src, int64_t n, unsign
 hipError_t m3g_ik_range_scan(unsigned *rng, const uint16_t *src, int64_t n, hipStream_t st);
 
 /* m3g_msa_indexer with the cache's range words (NULL: multiply then add, as
- * m3g_msa_indexer). With them (bf16 cache, streaming kernel) scores use fmaf
- * when the per-launch check proves every product exact, else multiply then
- * add: bitwise as ref either way. probe: 0 in every product caller; the
- * benchmark's yardsticks (timing only) OR these bits: */
+ * m3g_msa_indexer). With them (bf16 cache, streaming kernel) and when the
+ * per-launch check proves every product exact: on NVIDIA the scores are
+ * those exact products summed on tensor cores (fp32, tensor-core order: ref
+ * within fp32 rounding, M3-TOL-3; the selection is exactly the golden order
+ * of these scores), elsewhere or with M3G_IDX_EXACT fmaf, bitwise as ref;
+ * unproven rows multiply then add (bitwise as ref). probe: 0 or
+ * M3G_IDX_EXACT in product callers; the benchmark's yardsticks (timing
+ * only) OR the others: */
+#define M3G_IDX_EXACT 128       /* scores bitwise as ref (no tensor cores) */
 #define M3G_IDX_FUSED 8         /* the portable fused kernel instead of the streaming one */
 #define M3G_IDX_SCORES_ONLY 16  /* streaming kernel: block scores only (out, ctr, ws untouched) */
 #define M3G_IDX_NO_PDL 32       /* a plain launch instead of programmatic dependent launch */
@@ -268,6 +273,12 @@ hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const vo
                               int G, int d, int nbmax, int topk, int local_blocks,
                               int init_blocks, unsigned *ctr, void *ws, size_t ws_bytes,
                               const unsigned *ik_range, int probe, hipStream_t st);
+
+/* 1 iff m3g_msa_indexer_ex (16-byte aligned cache and scratch, valid ctr and
+ * ws) may sum the scores on tensor cores for these arguments, ranged: range
+ * words given (the per-launch check still decides per row); else 0 (host). */
+int m3g_msa_indexer_tc(int ik_dtype, int B, int G, int d, int nbmax, int topk, int ranged,
+                       int probe);
 
 /* ---- moe.cu ------------------------------------------------------------ */
 /* Router for T tokens (ref m3_router; M3-MOE-ROUTER-*): fp32 logits of

@@ -2,7 +2,8 @@
  * index-K cache, and the golden-order top-k block selection.
  *
  * Must match: ref/msa.c m3_msa_block_scores (bitwise: one fp32 accumulator
- * per dot product over d ascending; build with --fmad=false) and
+ * per dot product over d ascending; build with --fmad=false; the one
+ * exception is the streaming kernel's tensor-core scores, below) and
  * m3_msa_select (exactly: same total order, same forced blocks).
  * Spec: M3-MSA-SCORE-1, M3-MSA-BLOCK-1, M3-MSA-SELECT-* (forced init and
  * local blocks first ascending, then descending score, ties to the lower
@@ -12,20 +13,25 @@
  * selection. Default on NVIDIA and in the emulation: k_idx ("Streaming
  * indexer"), one block of 12 warps per SM over a range of MSA blocks,
  * warp-private 2-deep cp.async rings, 4 keys per lane up to 16 MSA blocks
- * per SM else 2, fmaf scores where the per-launch range check proves them
- * bitwise equal to multiply-then-add ("FMA exactness"), a local top-k per
+ * per SM else 2, where the per-launch range check proves every product
+ * exact ("FMA exactness") tensor-core sums on NVIDIA or fmaf (bitwise equal
+ * to multiply-then-add; M3G_IDX_EXACT on NVIDIA), a local top-k per
  * block, a one-atomic ticket and a last-block merge, PDL. hipcc/AMD: the
  * fused kernel ("Fused indexer"). Other shapes:
  * the two-launch path (one block per (key block, query) for the scores,
  * one per (t, g) for the selection); prefill runs it one block per row.
  *
- * Known differences: none in the results (scores bitwise, selections
- * identical); prefill is correct but not tuned. Designs tried and their
+ * Known differences: the tensor-core scores sum the same exact products in
+ * the tensor cores' fp32 order, not d ascending: within (d - 1) 2^-23
+ * sum|q k| of ref's (M3-TOL-3 covers the rare near tie it can swap), and the
+ * selection is the golden order of those scores. Everything else bitwise
+ * (scores) and identical (selections). Prefill is correct but not tuned. Designs tried and their
  * timings: docs/designs-tried.md.
  */
 #include <math.h>
 #include "common.cuh"
 #include "kernels.h"
+#include "tc.cuh"
 
 #define MSA_KT 32
 
@@ -1297,9 +1303,16 @@ static hipError_t mix_dispatch_g(int G, int32_t *out, float *bs, const float *iq
  * the q traffic; measured slower at 1M; KPT = 4 (64-byte slices) much
  * slower at 1M (125 us) but the fastest at 128K: 20.5 against 21.3 us).
  *
- * Scores: one fp32 accumulator per (key, head) over d ascending; fmaf when
- * the launch proves it bitwise equal to multiply-then-add (IDX_F_PROVEN,
- * "FMA exactness" below), else multiply then add (as ref). Tile maxima per
+ * Scores: when the launch proves every product exact (IDX_F_PROVEN, "FMA
+ * exactness" below), on NVIDIA (SC 2) tensor cores: each warp tile is 2 KPT
+ * m-tiles of 16 keys, A straight from the swizzled stage by ldmatrix (8
+ * rows of one chunk hit 8 distinct bank groups), B = q as bf16 fragments
+ * held in registers for the whole launch (8 k-steps x 8 heads, heads >= G
+ * zero), mma.sync m16n8k16 with fp32 accumulators carried across the
+ * slices: one ldmatrix and one mma per 16 keys x 16 dims, where the scalar
+ * form issues G x 16 fp32 FMAs per key and lane. Otherwise one fp32 accumulator per (key, head)
+ * over d ascending: fmaf where proven (SC 1, bitwise equal to
+ * multiply-then-add), else multiply then add (as ref). Tile maxima per
  * head by the order-aware butterfly (mix_seg_max), block maxima from the B/32 tile
  * maxima in key order after one block barrier per round (a round = up to
  * IDX_RT tiles, whole MSA blocks; decode at 1M is one round).
@@ -1508,6 +1521,105 @@ MSA_UNROLL
     }
 }
 
+#if M3_TC
+/* Tensor-core scores (SC 2): the same unit as idx_unit, as 2 KPT m-tiles of
+ * 16 keys (A: ldmatrix from the swizzled stage rows) times the k-steps of q
+ * in slice sl (B: 16 dims x 8 heads, heads >= NG zero, qf from
+ * idx_q_frags) into cacc [2 KPT][4], C layout: keys lane / 4 and lane / 4
+ * + 8 of the m-tile, heads 2 (lane % 4) and 2 (lane % 4) + 1. SL is the
+ * slice, a constant so that qf stays in registers. */
+template <int KPT, int SL>
+static __device__ __forceinline__ void idx_unit_tc(const char *stage, const uint32_t (&qf)[8][2],
+                                                   float (&cacc)[2 * KPT][4])
+{
+    constexpr int SB = IDX_ROWB / KPT, KS = 8 / KPT; /* row bytes, k-steps per slice */
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int mt = 0; mt < 2 * KPT; mt++) {
+        const int row = mt * 16 + (lane & 15); /* ldmatrix x4: rows 0-15, then chunk + 1 */
+        const int sw = KPT <= 2 ? (row & 7) : ((row >> 1) & 3);
+#pragma unroll
+        for (int j = 0; j < KS; j++) {
+            uint32_t a[4];
+            m3t_ldsm4(a, stage + row * SB + (((2 * j + (lane >> 4)) ^ sw) << 4));
+            m3t_mma(cacc[mt], a, qf[SL * KS + j][0], qf[SL * KS + j][1]);
+        }
+    }
+}
+
+/* idx_unit_tc for a slice sl known only at run time (one warp-uniform
+ * branch per slice) */
+template <int KPT>
+static __device__ __forceinline__ void idx_unit_tc_sl(const char *stage,
+                                                      const uint32_t (&qf)[8][2], int sl,
+                                                      float (&cacc)[2 * KPT][4])
+{
+    if constexpr (KPT == 1) {
+        idx_unit_tc<1, 0>(stage, qf, cacc);
+    } else if constexpr (KPT == 2) {
+        if (sl == 0)
+            idx_unit_tc<2, 0>(stage, qf, cacc);
+        else
+            idx_unit_tc<2, 1>(stage, qf, cacc);
+    } else {
+        static_assert(KPT == 4, "1, 2 or 4 keys per lane");
+        if (sl == 0)
+            idx_unit_tc<4, 0>(stage, qf, cacc);
+        else if (sl == 1)
+            idx_unit_tc<4, 1>(stage, qf, cacc);
+        else if (sl == 2)
+            idx_unit_tc<4, 2>(stage, qf, cacc);
+        else
+            idx_unit_tc<4, 3>(stage, qf, cacc);
+    }
+}
+
+/* B fragments of q [NG][128] (fp32 holding bf16 values) for the 8 k-steps
+ * of 16 dims: column n = lane / 4 (a head; zero for n >= NG), rows 2 (lane %
+ * 4) (+ 1) and + 8 (+ 9); bf16 bits, the lower dim in the low half. */
+template <int NG>
+static __device__ __forceinline__ void idx_q_frags(const float *qs, uint32_t (&qf)[8][2])
+{
+    const int lane = threadIdx.x & 31, n = lane >> 2, k = 2 * (lane & 3);
+#pragma unroll
+    for (int ks = 0; ks < 8; ks++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int e = ks * 16 + k + 8 * h;
+            qf[ks][h] = n < NG ? (__float_as_uint(qs[n * IDX_D + e]) >> 16) |
+                                     (__float_as_uint(qs[n * IDX_D + e + 1]) & 0xffff0000u)
+                               : 0u;
+        }
+}
+
+/* Tile maxima of the tensor-core accumulators: tile k of the warp tile (keys
+ * 32 k .. 32 k + 31, m-tiles 2 k and 2 k + 1), its first nv keys, NaN never
+ * winning; the max per head in every lane of the head's quad column. */
+template <int KPT>
+static __device__ __forceinline__ void idx_tile_max_tc(const float (&cacc)[2 * KPT][4], int k,
+                                                       int nv, float &m0, float &m1)
+{
+    const int r = (threadIdx.x & 31) >> 2;
+    m0 = -INFINITY, m1 = -INFINITY;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int key = 16 * h + 8 * e + r;
+            const float a = cacc[2 * k + h][2 * e], b = cacc[2 * k + h][2 * e + 1];
+            if (key < nv && a == a)
+                m0 = mix_omax(m0, a);
+            if (key < nv && b == b)
+                m1 = mix_omax(m1, b);
+        }
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {
+        m0 = mix_omax(m0, m3_shfl_xor(m0, o));
+        m1 = mix_omax(m1, m3_shfl_xor(m1, o));
+    }
+}
+#endif /* M3_TC */
+
 /* The ticket: one GPU-scope acquire-release atomic add, returning the old
  * value. Release: the block's list stores, ordered before thread 0 by the
  * block barrier (cumulativity, as with the fence it replaces); acquire:
@@ -1651,7 +1763,7 @@ static __device__ void idx_merge(int32_t *out, size_t ostride, const mix_u64 *li
  * IDX_F_SCORES_ONLY = block scores only (timing of the streaming part; out,
  * ctr, ws untouched), IDX_F_NO_MERGE = lists and tickets but the last block
  * does not merge (timing; out untouched). */
-template <int NG, int NW, int ST, int KPT, int FMA>
+template <int NG, int NW, int ST, int KPT, int SC>
 __global__ void IDX_BOUNDS(NW * 32)
     k_idx(int32_t *out, float *bs, const float *iq, const char *ikc, const int32_t *page_table,
           int B, int64_t pos0, int T, int nbmax, int topk, int local_blocks, int init_blocks,
@@ -1752,13 +1864,13 @@ MSA_UNROLL
      * the visible blocks */
     const int proven = (flags & IDX_F_PROVEN) && ikr != NULL;
     unsigned rlo = M3G_IKR_NONE, rhi = 255u; /* the cache's range words */
-    if (FMA && proven)
+    if (SC && proven)
         rlo = ikr[0], rhi = ikr[1];
     unsigned qbad = 0;
     for (int e = tid; e < NG * IDX_D; e += NT) {
         const float v = iq[(size_t)t * NG * IDX_D + e];
         qs[e] = v;
-        if (FMA)
+        if (SC)
             qbad |= !proven || !idx_fma_exact(v, rlo, rhi);
     }
     if (qbad)
@@ -1768,7 +1880,14 @@ MSA_UNROLL
         for (int g = 0; g < NG; g++)
             bsrow[(size_t)g * nbmax + b] = -INFINITY;
     __syncthreads();
-    const int use_fma = FMA && proven && misc[1] == 0;
+    const int use_fma = SC == 1 && proven && misc[1] == 0;
+#if M3_TC
+    const int use_tc = SC == 2 && proven && misc[1] == 0; /* every product exact */
+    uint32_t qf[8][2];
+    float cacc[2 * KPT][4];
+    if (SC == 2)
+        idx_q_frags<NG>(qs, qf);
+#endif
 
     const int nf = msa_forced_list(NULL, nb, qb, topk, local_blocks, init_blocks); /* every head */
     const int need = topk - nf;
@@ -1792,19 +1911,26 @@ MSA_UNROLL
             idx_syncwarp();        /* ... and every lane's */
             const int sl = u % KPT;
             const char *st = stage + (size_t)(u % ST) * IDX_TILEB;
-            if (sl == 0)
+#if M3_TC
+            if (use_tc) { /* warp-uniform */
+                if (sl == 0)
 MSA_UNROLL
-                for (int k = 0; k < KPT; k++)
+                    for (int m = 0; m < 2 * KPT; m++)
+                        cacc[m][0] = cacc[m][1] = cacc[m][2] = cacc[m][3] = 0.0f;
+                idx_unit_tc_sl<KPT>(st, qf, sl, cacc);
+            } else
+#endif
+            {
+                if (sl == 0)
 MSA_UNROLL
-                    for (int g = 0; g < NG; g++)
-                        acc[k][g] = 0.0f;
-            if constexpr (FMA) {
-                if (use_fma)
+                    for (int k = 0; k < KPT; k++)
+MSA_UNROLL
+                        for (int g = 0; g < NG; g++)
+                            acc[k][g] = 0.0f;
+                if (SC == 1 && use_fma)
                     idx_unit<NG, KPT, 1>(st, qs, sl, acc);
                 else
                     idx_unit<NG, KPT, 0>(st, qs, sl, acc);
-            } else {
-                idx_unit<NG, KPT, 0>(st, qs, sl, acc);
             }
             idx_syncwarp(); /* stage u % ST free for unit u + ST */
             if (sl == KPT - 1) { /* warp tile done: tile maxima (keys ascending) */
@@ -1815,6 +1941,18 @@ MSA_UNROLL
                     if (tl >= tend) /* warp-uniform */
                         break;
                     const int nv = nkeys - tl * 32 < 32 ? nkeys - tl * 32 : 32;
+#if M3_TC
+                    if (use_tc) {
+                        float m0, m1;
+                        idx_tile_max_tc<KPT>(cacc, k, nv, m0, m1);
+                        const int g0 = 2 * lane;
+                        if (lane < 4 && g0 < NG)
+                            tmx[g0 * IDX_RT + (tl - r0)] = m0;
+                        if (lane < 4 && g0 + 1 < NG)
+                            tmx[(g0 + 1) * IDX_RT + (tl - r0)] = m1;
+                        continue;
+                    }
+#endif
 MSA_UNROLL
                     for (int g = 0; g < NG; g++) {
                         const float a = acc[k][g];
@@ -1891,7 +2029,7 @@ static int idx_grid_p(int T, int nbmax)
     return P > IDX_PMAX ? IDX_PMAX : P;
 }
 
-template <int NG, int NW, int ST, int KPT, int FMA>
+template <int NG, int NW, int ST, int KPT, int SC>
 static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const void *ikc,
                              const int32_t *page_table, int B, int64_t pos0, int T, int nbmax,
                              int topk, int local_blocks, int init_blocks, unsigned *ctr, void *ws,
@@ -1902,11 +2040,11 @@ static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const voi
     const char *ik = (const char *)ikc;
     mix_u64 *w = (mix_u64 *)ws;
 #if MIX_CPASYNC
-    if (cudaFuncSetAttribute(k_idx<NG, NW, ST, KPT, FMA>,
+    if (cudaFuncSetAttribute(k_idx<NG, NW, ST, KPT, SC>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) != cudaSuccess)
         return hipErrorInvalidValue;
 #endif
-    return m3d_launch(k_idx<NG, NW, ST, KPT, FMA>, dim3(P, T), dim3(NW * 32), shm, pdl, st, out,
+    return m3d_launch(k_idx<NG, NW, ST, KPT, SC>, dim3(P, T), dim3(NW * 32), shm, pdl, st, out,
                       bs, iq, ik, page_table, B, pos0, T, nbmax, topk, local_blocks, init_blocks,
                       ctr, w, ikr, flags);
 }
@@ -1918,13 +2056,27 @@ static hipError_t idx_launch(int32_t *out, float *bs, const float *iq, const voi
  * blocks (short contexts: 128K on 132 SMs is 8), else IDX_KPT_DEFAULT */
 #define IDX_KPT4_MAXB 16
 
-/* 4 keys per lane when every block has at most IDX_KPT4_MAXB MSA blocks
- * (G = 4), else IDX_KPT_DEFAULT. fma: instantiate the kernel that may use
- * fmaf (its flags decide per launch). Other shapes of the same 192 KB ring
- * measured slower (H200, bench-gpu, with this merge): 8 warps x 3 stages
- * 22.54 / 97.01 us at 128K / 1M, 6 warps x 4 stages 25.51 / 123.06 us
- * (default 22.32 / 86.35 us in the same run). */
-static hipError_t idx_dispatch(int G, int fma, int32_t *out, float *bs, const float *iq,
+/* sc: the scores the kernel may use (its flags and the per-launch check
+ * decide): 0 multiply then add, 1 also fmaf, 2 also tensor cores (NVIDIA).
+ * Scalar scores (sc 0, 1): 12 warps x 2 stages, 4 keys per lane when every
+ * block has at most IDX_KPT4_MAXB MSA blocks (G = 4), else
+ * IDX_KPT_DEFAULT; other shapes of the same 192 KB ring measured slower
+ * (H200, bench-gpu, with this merge): 8 warps x 3 stages 22.54 / 97.01 us
+ * at 128K / 1M, 6 warps x 4 stages 25.51 / 123.06 us (default 22.32 /
+ * 86.35 us in the same run). Tensor-core scores (sc 2): 8 warps x 3
+ * stages, 1 key per lane (whole 256-byte rows per unit, every warp busy
+ * at 128K), the fastest of 1 / 2 / 4 keys per lane x 12 x 2 / 8 x 3 / 6 x
+ * 4 in one run (docs/designs-tried.md). */
+#if M3_TC
+#define IDX_SC(NG, KPT)                                                                        \
+    (sc == 2   ? idx_launch<NG, 8, 3, 1, 2>(IDX_ARGS)                                          \
+     : sc == 1 ? idx_launch<NG, 12, 2, KPT, 1>(IDX_ARGS)                                       \
+               : idx_launch<NG, 12, 2, KPT, 0>(IDX_ARGS))
+#else
+#define IDX_SC(NG, KPT)                                                                        \
+    (sc ? idx_launch<NG, 12, 2, KPT, 1>(IDX_ARGS) : idx_launch<NG, 12, 2, KPT, 0>(IDX_ARGS))
+#endif
+static hipError_t idx_dispatch(int G, int sc, int32_t *out, float *bs, const float *iq,
                                const void *ikc, const int32_t *page_table, int B, int64_t pos0,
                                int T, int nbmax, int topk, int local_blocks, int init_blocks,
                                unsigned *ctr, void *ws, const unsigned *ikr, int flags, int pdl,
@@ -1933,21 +2085,16 @@ static hipError_t idx_dispatch(int G, int fma, int32_t *out, float *bs, const fl
 #define IDX_ARGS out, bs, iq, ikc, page_table, B, pos0, T, nbmax, topk, local_blocks, init_blocks, \
                  ctr, ws, ikr, flags, pdl, st
     const int P = idx_grid_p(T, nbmax), bmax = (nbmax + P - 1) / P;
-    if (G == 4) {
-        if (bmax <= IDX_KPT4_MAXB)
-            return fma ? idx_launch<4, 12, 2, 4, 1>(IDX_ARGS) : idx_launch<4, 12, 2, 4, 0>(IDX_ARGS);
-        return fma ? idx_launch<4, 12, 2, 2, 1>(IDX_ARGS) : idx_launch<4, 12, 2, 2, 0>(IDX_ARGS);
-    }
+    if (G == 4)
+        return bmax <= IDX_KPT4_MAXB ? IDX_SC(4, 4) : IDX_SC(4, 2);
     if (G == 3)
-        return fma ? idx_launch<3, 12, 2, IDX_KPT_DEFAULT, 1>(IDX_ARGS)
-                   : idx_launch<3, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
+        return IDX_SC(3, IDX_KPT_DEFAULT);
     if (G == 2)
-        return fma ? idx_launch<2, 12, 2, IDX_KPT_DEFAULT, 1>(IDX_ARGS)
-                   : idx_launch<2, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
-    return fma ? idx_launch<1, 12, 2, IDX_KPT_DEFAULT, 1>(IDX_ARGS)
-               : idx_launch<1, 12, 2, IDX_KPT_DEFAULT, 0>(IDX_ARGS);
+        return IDX_SC(2, IDX_KPT_DEFAULT);
+    return IDX_SC(1, IDX_KPT_DEFAULT);
 #undef IDX_ARGS
 }
+#undef IDX_SC
 
 /* Bandwidth ceiling (benchmark only, M3G_IDX_CEILING): a trivial kernel that
  * streams the same n bytes with the indexer's grid style (nsm * mult blocks
@@ -1986,14 +2133,19 @@ static hipError_t idx_ceil_launch(const void *p, int64_t nbytes, float *sink, in
     return m3d_launch(k_idx_ceil, grid, dim3(384), 0, pdl, st, (const uint4 *)p, n16, sink);
 }
 
-/* 1 iff the streaming kernel takes these arguments (host only). */
+/* 1 iff the streaming kernel takes these shapes (host only). */
+static int idx_takes_shape(int ik_dtype, int B, int G, int d, int nbmax, int topk)
+{
+    return ik_dtype == M3G_BF16 && d == IDX_D && G >= 1 && G <= 4 && B >= 32 && B % 32 == 0 &&
+           B <= 32 * IDX_RT && topk <= IDX_LCAP && (int64_t)nbmax * B < ((int64_t)1 << 31);
+}
+
+/* ... and these buffers (host only). */
 static int idx_takes(const void *ikc, int ik_dtype, int B, int G, int d, int nbmax, int topk,
                      const unsigned *ctr, const void *ws)
 {
-    return ctr != NULL && ws != NULL && ik_dtype == M3G_BF16 && d == IDX_D && G >= 1 && G <= 4 &&
-           B >= 32 && B % 32 == 0 && B <= 32 * IDX_RT && topk <= IDX_LCAP &&
-           ((uintptr_t)ikc & 15) == 0 && ((uintptr_t)ws & 15) == 0 &&
-           (int64_t)nbmax * B < ((int64_t)1 << 31);
+    return ctr != NULL && ws != NULL && ((uintptr_t)ikc & 15) == 0 && ((uintptr_t)ws & 15) == 0 &&
+           idx_takes_shape(ik_dtype, B, G, d, nbmax, topk);
 }
 
 #endif /* IDX_ON */
@@ -2027,8 +2179,8 @@ hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const vo
         return hipSuccess;
     if (G <= 0 || d <= 0 || B <= 0 || topk <= 0 || topk > 32 ||
         (ik_dtype != M3G_F32 && ik_dtype != M3G_BF16) ||
-        (probe & ~(M3G_IDX_FUSED | M3G_IDX_SCORES_ONLY | M3G_IDX_NO_PDL | M3G_IDX_NO_MERGE |
-                   M3G_IDX_CEILING | (3 << 12))) != 0)
+        (probe & ~(M3G_IDX_EXACT | M3G_IDX_FUSED | M3G_IDX_SCORES_ONLY | M3G_IDX_NO_PDL |
+                   M3G_IDX_NO_MERGE | M3G_IDX_CEILING | (3 << 12))) != 0)
         return hipErrorInvalidValue;
     const int need_ws_ok = ws_bytes >= m3g_msa_indexer_ws(T, G, nbmax);
 #if IDX_ON
@@ -2038,7 +2190,8 @@ hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const vo
     if (!(probe & M3G_IDX_FUSED) && need_ws_ok && T <= 65535 &&
         idx_takes(ikc, ik_dtype, B, G, d, nbmax, topk, ctr, ws)) {
         const int proven = ik_range != NULL;
-        return idx_dispatch(G, proven, out, bs, iq, ikc, page_table, B, pos0, T, nbmax, topk,
+        const int sc = !proven ? 0 : (M3_TC && !(probe & M3G_IDX_EXACT)) ? 2 : 1;
+        return idx_dispatch(G, sc, out, bs, iq, ikc, page_table, B, pos0, T, nbmax, topk,
                             local_blocks, init_blocks, ctr, ws, ik_range,
                             (proven ? IDX_F_PROVEN : 0) |
                                 ((probe & M3G_IDX_SCORES_ONLY) ? IDX_F_SCORES_ONLY : 0) |
@@ -2064,6 +2217,19 @@ hipError_t m3g_msa_indexer_ex(int32_t *out, float *bs, const float *iq, const vo
                                  local_blocks, init_blocks, ctr, ws, st);
     return mix_dispatch_g<0>(G, out, bs, iq, ikc, page_table, B, pos0, T, d, nbmax, topk,
                              local_blocks, init_blocks, ctr, ws, st);
+}
+
+int m3g_msa_indexer_tc(int ik_dtype, int B, int G, int d, int nbmax, int topk, int ranged,
+                       int probe)
+{
+#if IDX_ON && M3_TC
+    return ranged && !(probe & (M3G_IDX_EXACT | M3G_IDX_FUSED | M3G_IDX_CEILING)) &&
+           idx_takes_shape(ik_dtype, B, G, d, nbmax, topk);
+#else
+    (void)ik_dtype, (void)B, (void)G, (void)d, (void)nbmax, (void)topk, (void)ranged,
+        (void)probe;
+    return 0;
+#endif
 }
 
 hipError_t m3g_msa_indexer(int32_t *out, float *bs, const float *iq, const void *ikc, int ik_dtype,

@@ -870,7 +870,7 @@ __device__ __forceinline__ void msa_wg_qk(float s[64], uint32_t qd, uint32_t kd)
 #pragma unroll
     for (int i = 1; i < 8; i++)
         m3w_mma_ss(s, m3w_desc(qd + (i >> 2) * (MSA_WG_QT / 32) + (i & 3) * 2, 1024),
-                   m3w_desc(kd + (i >> 2) * (MSA_WG_TILE / 32) + (i & 3) * 2, 1024), 1);
+                   m3w_desc(kd + (i >> 2) * (MSA_WG_TILE / 32) + (i & 3) * 2, 1024));
     m3w_commit();
 }
 

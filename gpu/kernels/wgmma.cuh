@@ -186,22 +186,21 @@ __device__ __forceinline__ void m3w_tma2d_l2(const CUtensorMap *tm, int x, int y
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "      \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-/* d (64 x 128, fp32) = (acc ? d : 0) + A (64 x 16, K-major descriptor da)
- * x B (16 x 128, K-major descriptor db). Asynchronous: commit and wait. */
-__device__ __forceinline__ void m3w_mma_ss(float d[64], uint64_t da, uint64_t db, int acc)
+/* d (64 x 128, fp32) += A (64 x 16, K-major descriptor da) x B (16 x 128,
+ * K-major descriptor db). Asynchronous: commit and wait. */
+__device__ __forceinline__ void m3w_mma_ss(float d[64], uint64_t da, uint64_t db)
 {
 #if M3_WG_CODE
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " M3W_R64
-                 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+    asm volatile("{\n wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " M3W_R64
+                 ", %64, %65, 1, 1, 1, 0, 0;\n}\n"
                  : M3W_D64
-                 : "l"(da), "l"(db), "r"(acc));
+                 : "l"(da), "l"(db));
 #else
-    (void)d, (void)da, (void)db, (void)acc;
+    (void)d, (void)da, (void)db;
 #endif
 }
 
-/* d (64 x 128, fp32) = A x B as m3w_mma_ss with acc 0; d is only written,
+/* d (64 x 128, fp32) = A x B (m3w_mma_ss without the old d); d is only written,
  * so its registers need not be live before. */
 __device__ __forceinline__ void m3w_mma_ss0(float d[64], uint64_t da, uint64_t db)
 {
@@ -220,11 +219,10 @@ __device__ __forceinline__ void m3w_mma_ss0(float d[64], uint64_t da, uint64_t d
 __device__ __forceinline__ void m3w_mma_rs(float d[64], const uint32_t a[4], uint64_t db)
 {
 #if M3_WG_CODE
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " M3W_R64
-                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+    asm volatile("{\n wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " M3W_R64
+                 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n}\n"
                  : M3W_D64
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 #else
     (void)d, (void)a, (void)db;
 #endif

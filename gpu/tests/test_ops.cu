@@ -132,11 +132,20 @@ static void *dalloc(tctx *c, size_t n)
     return p;
 }
 
+__attribute__((format(printf, 2, 3))) static void failf(tctx *c, const char *fmt, ...);
+
+/* A failed runtime call (a copy, a memset) fails the case, naming it. */
+static void hip_ok(tctx *c, const char *what, hipError_t e)
+{
+    if (e != hipSuccess)
+        failf(c, "%s failed: %s", what, hipGetErrorString(e));
+}
+
 /* A device copy of host data (an input). */
 static void *din(tctx *c, const void *h, size_t n)
 {
     void *d = dalloc(c, n);
-    hipMemcpy(d, h, n, hipMemcpyHostToDevice);
+    hip_ok(c, "input upload", hipMemcpy(d, h, n, hipMemcpyHostToDevice));
     return d;
 }
 
@@ -158,7 +167,7 @@ static void *dout(tctx *c, const char *name, size_t n, const void *init)
     else
         memset(h + GUARD, POISON, n);
     unsigned char *d = (unsigned char *)dalloc(c, n + 2 * GUARD);
-    hipMemcpy(d, h, n + 2 * GUARD, hipMemcpyHostToDevice);
+    hip_ok(c, "output upload", hipMemcpy(d, h, n + 2 * GUARD, hipMemcpyHostToDevice));
     free(h);
     c->out[c->nout].base = d;
     c->out[c->nout].n = n;
@@ -187,7 +196,7 @@ static void check_guards(tctx *c)
         unsigned char *h = (unsigned char *)malloc(b->n + 2 * GUARD);
         if (!h)
             exit(2);
-        hipMemcpy(h, b->base, b->n + 2 * GUARD, hipMemcpyDeviceToHost);
+        hip_ok(c, "guard download", hipMemcpy(h, b->base, b->n + 2 * GUARD, hipMemcpyDeviceToHost));
         for (size_t j = 0; j < GUARD; j++)
             if (h[j] != GUARD_BYTE || h[GUARD + b->n + j] != GUARD_BYTE) {
                 if (h[j] != GUARD_BYTE)
@@ -204,7 +213,7 @@ static void check_guards(tctx *c)
 static void *fetch(tctx *c, const void *d, size_t n)
 {
     void *h = halloc(c, n);
-    hipMemcpy(h, d, n, hipMemcpyDeviceToHost);
+    hip_ok(c, "output download", hipMemcpy(h, d, n, hipMemcpyDeviceToHost));
     return h;
 }
 
@@ -791,8 +800,43 @@ static void t_select(tctx *c, const op_case *k)
           (int64_t)G * T * topk);
 }
 
+/* Tensor-core block scores: the exact products of bf16 values summed in
+ * another order, each fp32 addition off by at most 2^-23 of its running sum
+ * (round to nearest or toward zero), so a score is within (d - 1) 2^-23
+ * sum|q_e k_e| of the exact dot product and ref's within (d - 1) 2^-24 of
+ * it; a block's max within the largest of its keys' bounds. Checks every
+ * word of got against want within d 2^-22 max_key sum|q_e k_e| (-inf
+ * exactly). */
+static void cmp_bs_tc(tctx *c, const float *got, const float *want, const float *iq,
+                      const float *ik, int64_t pos0, int T, int G, int d, int B, int nbmax)
+{
+    for (int t = 0; t < T; t++)
+        for (int g = 0; g < G; g++)
+            for (int b = 0; b < nbmax; b++) {
+                const size_t i = ((size_t)t * G + g) * nbmax + b;
+                double S = 0;
+                for (int64_t p = (int64_t)b * B; p < (int64_t)(b + 1) * B && p <= pos0 + t; p++) {
+                    double a = 0;
+                    for (int e = 0; e < d; e++)
+                        a += fabs((double)iq[((size_t)t * G + g) * d + e] * ik[p * d + e]);
+                    S = a > S ? a : S;
+                }
+                const double tolv = d * ldexp(S, -22);
+                const int ok = isinf(want[i]) ? got[i] == want[i]
+                                              : fabs((double)got[i] - want[i]) <= tolv;
+                if (!ok) {
+                    failf(c, "bs: [t %d, head %d, block %d] got %.9g want %.9g, beyond the "
+                          "tensor-core bound %.3g", t, g, b, (double)got[i], (double)want[i], tolv);
+                    return;
+                }
+            }
+}
+
 /* p: T, pos0, G, d, B, topk, bf16 cache, range words (m3g_msa_indexer_ex),
- * probe bits (m3g_msa_indexer_ex) */
+ * probe bits (m3g_msa_indexer_ex). Where the launcher may sum on tensor
+ * cores (m3g_msa_indexer_tc) the scores are judged by cmp_bs_tc and the
+ * selection must be exactly the golden order of the scores it returned;
+ * elsewhere both are bitwise as ref. */
 static void t_indexer(tctx *c, const op_case *k)
 {
     const int T = k->p[0], G = k->p[2], d = k->p[3], B = k->p[4], topk = k->p[5], bf = k->p[6];
@@ -801,10 +845,17 @@ static void t_indexer(tctx *c, const op_case *k)
     snprintf(c->shape, sizeof c->shape,
              "T %d at %lld, %d heads of %d, block %d, top %d, %s cache%s", T, (long long)pos0, G,
              d, B, topk, bf ? "bf16" : "fp32", ranged ? ", range words" : "");
+    const int nbmax = (int)((pos0 + T - 1) / B + 1);
+    const int idt = bf ? M3G_BF16 : M3G_F32;
+    const int tc = m3g_msa_indexer_tc(idt, B, G, d, nbmax, topk, ranged, probe);
     if (probe & M3G_IDX_FUSED)
         snprintf(c->shape + strlen(c->shape), sizeof c->shape - strlen(c->shape),
                  ", the fused kernel");
-    const int nbmax = (int)((pos0 + T - 1) / B + 1);
+    if (probe & M3G_IDX_EXACT)
+        snprintf(c->shape + strlen(c->shape), sizeof c->shape - strlen(c->shape), ", exact");
+    if (tc)
+        snprintf(c->shape + strlen(c->shape), sizeof c->shape - strlen(c->shape),
+                 ", tensor-core sums");
     ikcache ik = ik_make(c, pos0 + T, d, B, bf);
     float *iq = hrand(c, (size_t)T * G * d, 1.0f, 1);
     float *bw = bs_want(c, iq, ik.h, pos0, T, G, d, B, nbmax);
@@ -812,7 +863,7 @@ static void t_indexer(tctx *c, const op_case *k)
     float *dbs = (float *)dout(c, "bs", (size_t)T * G * nbmax * 4, NULL);
     int32_t *dsel = (int32_t *)dout(c, "out", (size_t)G * T * topk * 4, NULL);
     unsigned *ctr = (unsigned *)dout(c, "tickets", (size_t)T * 4, NULL);
-    hipMemset(ctr, 0, (size_t)T * 4);
+    hip_ok(c, "ticket reset", hipMemset(ctr, 0, (size_t)T * 4));
     const size_t wsb = m3g_msa_indexer_ws(T, G, nbmax);
     void *ws = dalloc(c, wsb);
     unsigned *rng = NULL;
@@ -824,7 +875,6 @@ static void t_indexer(tctx *c, const op_case *k)
                                     c->st));
     }
     const float *diq = (const float *)din(c, iq, (size_t)T * G * d * 4);
-    const int idt = bf ? M3G_BF16 : M3G_F32;
     for (int rep = 0; rep < 2; rep++) /* twice: the tickets must be left zero */
         launch_ok(c, ranged || probe ? "m3g_msa_indexer_ex" : "m3g_msa_indexer",
                   ranged || probe
@@ -834,8 +884,13 @@ static void t_indexer(tctx *c, const op_case *k)
                          : m3g_msa_indexer(dsel, dbs, diq, ik.d, idt, ik.dpt, B, pos0, T, G, d,
                                            nbmax, topk, local, init, ctr, ws, wsb, c->st));
     check_guards(c);
-    cmp_f(c, "bs", (const float *)fetch(c, dbs, (size_t)T * G * nbmax * 4), bw,
-          (int64_t)T * G * nbmax, &TOL_BIT);
+    const float *gbs = (const float *)fetch(c, dbs, (size_t)T * G * nbmax * 4);
+    if (tc) {
+        cmp_bs_tc(c, gbs, bw, iq, ik.h, pos0, T, G, d, B, nbmax);
+        sw = sel_want(c, gbs, pos0, T, G, nbmax, B, topk, local, init);
+    } else {
+        cmp_f(c, "bs", gbs, bw, (int64_t)T * G * nbmax, &TOL_BIT);
+    }
     cmp_i(c, "out", (const int32_t *)fetch(c, dsel, (size_t)G * T * topk * 4), sw,
           (int64_t)G * T * topk);
     const unsigned *tk = (const unsigned *)fetch(c, ctr, (size_t)T * 4);
@@ -1343,6 +1398,14 @@ static const op_case CASES[] = {
     {"m3g_msa_indexer", t_indexer, {1, 90, 1, 24, 8, 4, 1, 0}},
     {"m3g_msa_indexer_ex", t_indexer, {1, 1000, 4, 128, 32, 8, 1, 1}},
     {"m3g_msa_indexer_ex", t_indexer, {2, 2100, 4, 128, 128, 16, 1, 1}},
+    {"m3g_msa_indexer_ex", t_indexer, {1, 1000, 4, 128, 32, 8, 1, 1, M3G_IDX_EXACT}},
+    {"m3g_msa_indexer_ex", t_indexer, {2, 2100, 4, 128, 128, 16, 1, 1, M3G_IDX_EXACT}},
+    /* released shapes: 128K context (4 keys per lane), 300K (2 keys per lane), G 3 / 1 */
+    {"m3g_msa_indexer_ex", t_indexer, {1, 131071, 4, 128, 128, 16, 1, 1}},
+    {"m3g_msa_indexer_ex", t_indexer, {1, 131071, 4, 128, 128, 16, 1, 1, M3G_IDX_EXACT}},
+    {"m3g_msa_indexer_ex", t_indexer, {1, 300000, 4, 128, 128, 16, 1, 1}},
+    {"m3g_msa_indexer_ex", t_indexer, {3, 5000, 3, 128, 64, 16, 1, 1}},
+    {"m3g_msa_indexer_ex", t_indexer, {2, 3000, 1, 128, 32, 8, 1, 1}},
     {"m3g_msa_indexer_ex", t_indexer, {2, 1500, 4, 128, 32, 16, 1, 0, M3G_IDX_FUSED}},
     /* moe.cu */
     {"m3g_router", t_router, {1, 256, 64, 4, 1}},
@@ -1395,7 +1458,8 @@ static const op_case CASES[] = {
 static void free_case(tctx *c)
 {
     for (int i = 0; i < c->ndev; i++)
-        hipFree(c->dev[i]);
+        if (hipFree(c->dev[i]) != hipSuccess)
+            fprintf(stderr, "test-ops: hipFree failed\n");
     for (int i = 0; i < c->nhost; i++)
         free(c->host[i]);
     c->ndev = c->nout = c->nhost = 0;
@@ -1447,7 +1511,8 @@ int main(int argc, char **argv)
         free_case(&c);
     }
     m3g_blas_free(c.blas);
-    hipStreamDestroy(c.st);
+    if (hipStreamDestroy(c.st) != hipSuccess)
+        fprintf(stderr, "test-ops: hipStreamDestroy failed\n");
     printf("test-ops: %d passed, %d failed, %d skipped\n", pass, fail, skip);
     return fail ? 1 : 0;
 }
