@@ -38,7 +38,8 @@ extern "C" {
 }
 
 /* A batch context (see the layout above); every field set by gpu_sess_init
- * except vis and the Eagle3 taps, which the caller sets per call. */
+ * except vis and the Eagle3 taps, which the caller sets per call, and exact
+ * (0 after gpu_sess_init), which the caller sets once. */
 typedef struct gpu_sess {
     const m3_model *m;
     dev_model *dm;
@@ -49,6 +50,8 @@ typedef struct gpu_sess {
     hipEvent_t ev_fork, ev_join; /* side waits for st at ev_fork; st for side at ev_join */
     int mode, tmax, cap, npages, nbmax; /* npages: per region */
     int nseq;                           /* cache regions (sequences of a batch) */
+    int exact; /* bf16: the exact-p MSA prefill and the indexer's bitwise scores
+                  (m3g_msa_attention_prefill, M3G_IDX_EXACT) instead of the defaults */
     float *h, *xn, *q, *kraw, *att, *tmp, *iq, *ikraw, *bs, *g, *u, *ye, *sh, *logits, *cos_t,
         *sin_t;
     int32_t *blk, *ridx, *pages;

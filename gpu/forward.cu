@@ -169,7 +169,8 @@ static int seq_attention(gpu_sess *b, const dev_layer *d, int l, int T, int pos0
                                    b->ik16[l] ? (const void *)b->ik16[l] : (const void *)b->ikc[l],
                                    b->ik16[l] ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, G, ihd,
                                    nbmax, K, c->index_local_blocks, c->index_init_blocks, b->ictr,
-                                   b->iws, b->iws_n, b->ik16[l] ? b->ikr + 2 * l : NULL, 0, st),
+                                   b->iws, b->iws_n, b->ik16[l] ? b->ikr + 2 * l : NULL,
+                                   b->exact ? M3G_IDX_EXACT : 0, st),
                 fail);
             blocks = b->blk;
             if (dump) {
@@ -180,8 +181,8 @@ static int seq_attention(gpu_sess *b, const dev_layer *d, int l, int T, int pos0
         }
         if (sparse && mode == 1 && T >= 16 && hd <= 128) /* sparse prefill, bf16: msa_attention.cu
                                                 (one-pass p on tensor cores on NVIDIA, else
-                                                exact p, scalar) */
-            M3G_TRY(e, m3g_msa_attention_prefill_onepass(
+                                                exact p, scalar; b->exact: exact p) */
+            M3G_TRY(e, (b->exact ? m3g_msa_attention_prefill : m3g_msa_attention_prefill_onepass)(
                 b->att, b->q, b->kc16 ? (const void *)b->kc16[l] : (const void *)b->kc[l],
                 b->kc16 ? (const void *)b->vc16[l] : (const void *)b->vc[l],
                 b->kc16 ? M3G_BF16 : M3G_F32, b->pages, B, pos0, T, nh, nkv, hd, blocks, K, mode,

@@ -23,7 +23,8 @@
  * and differ from single rows by a bf16 step; sparse prefill (>= 16 rows)
  * rounds p in one pass (m3g_msa_attention_prefill_onepass, M3-TOL-8); on
  * NVIDIA the indexer sums its exact products on tensor cores (another fp32
- * order, M3-TOL-3; m3g_msa_indexer_ex). fp32 mode takes the exact kernels.
+ * order, M3-TOL-3; m3g_msa_indexer_ex). gpu_sess.exact (--exact-kernels)
+ * and fp32 mode take the exact kernels instead.
  * Errors: -1 and a message in *e; nothing is printed.
  */
 #ifndef M3_GPU_FORWARD_H

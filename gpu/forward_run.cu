@@ -242,6 +242,7 @@ int forward_run(const char *dir, const char *const *toks, int n, int mode, int l
         goto fail;
     have_sess = 1;
     sess.vis = vis.n > 0 ? &vis : NULL; /* placed into sequence 0's embeddings */
+    sess.exact = x->exact;
     {
         const double t0 = m3_monotonic_s();
         if (!chunk) {

@@ -38,6 +38,7 @@ typedef struct fwd_opts {
     const char *chunks; /* --chunks N1,N2,...: one prompt prefilled in these pieces */
     int stream;         /* --stream-weights: layers streamed (gpu/weight_stream.h) */
     int max_new;        /* --max-new-tokens N: greedy continuation, dumped as greedy_tokens */
+    int exact;          /* --exact-kernels: gpu_sess.exact */
 } fwd_opts;
 
 /* The forward command: n --tokens lists toks as one batch (dumps when dumpp; tf_path:

@@ -389,6 +389,7 @@ int generate_run(const gen_opts *go)
             goto fail;
         have_sess = 1;
         sess.vis = vis.n > 0 ? &vis : NULL; /* placed into the prompt's embeddings */
+        sess.exact = go->exact;
         if (go->draft) { /* Eagle3 speculative decoding of the one prompt */
             rc = spec_generate(go, &m, &dm, &sess, ids[0], T[0], cap[0], &sp[0], &g, tokzr,
                                &ds[0], st);

@@ -47,6 +47,7 @@ typedef struct gen_opts {
     const char *draft;              /* --draft DIR (Eagle3 speculative decoding), or NULL */
     long long spec_k;               /* --spec-tokens K (default 3) */
     int stream;                     /* --stream-weights (gpu/weight_stream.h) */
+    int exact;                      /* --exact-kernels: gpu_sess.exact */
 } gen_opts;
 
 /* The generate command for go (see gen_opts); prints as bin/m3-ref

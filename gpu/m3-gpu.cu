@@ -44,6 +44,7 @@ static const char *HELP_FORWARD =
     "                      [--vision-joint] [--quiet] [--lenient-config]   (as bin/m3-ref "
     "forward)\n"
     "                      [--chunks N1,N2,...] [--max-new-tokens N] [--stream-weights]\n"
+    "                      [--exact-kernels]\n"
     "forward: run the T token ids through the model on the GPU in one pass (positions\n"
     "0..T-1); print T and the top-5 of the last row; --dump writes the activations under the\n"
     "names of bin/m3-ref forward (spec/dump.md), to be judged by bin/m3-conform.\n"
@@ -65,7 +66,12 @@ static const char *HELP_FORWARD =
     "--stream-weights (forward and generate): only two layers' weights are on the device at\n"
     "a time, each uploaded from the mapped checkpoint while the one before it computes (for\n"
     "models larger than device memory; bitwise equal to resident weights); forward then\n"
-    "prints the prefill rate, the bytes streamed and the host-to-device bandwidth.\n";
+    "prints the prefill rate, the bytes streamed and the host-to-device bandwidth.\n"
+    "--exact-kernels (forward and generate, bf16): the MSA prefill with p rounded as the\n"
+    "reference does (two passes) and the indexer's scores bitwise as the reference's,\n"
+    "instead of the defaults (one-pass p and tensor-core score sums, both within the bf16\n"
+    "profile); for free-running comparisons with bin/m3-ref that a near tie cannot\n"
+    "unsettle. fp32 mode always runs the exact kernels.\n";
 
 static const char *HELP_VISION_CASE =
     "usage: m3-gpu vision-case --case DIR --dump OUT.safetensors   (vision component vectors)\n"
@@ -77,7 +83,7 @@ static const char *HELP_GENERATE =
     "                       [--max-new-tokens N]\n"
     "                       [--greedy | --temperature T --top-p P --top-k K --seed S]\n"
     "                       [--image FILE]... [--video F1,F2,... --fps R] [--pixels FILE]\n"
-    "                       [--vision-joint] [--stream-weights]\n"
+    "                       [--vision-joint] [--stream-weights] [--exact-kernels]\n"
     "                       [--chat [--system TEXT] [--thinking adaptive|enabled|disabled]]\n"
     "                       [--print-ids] [--dtype fp32|bf16] [--quiet] [--lenient-config]\n"
     "                       [--draft DIR [--spec-tokens K]]\n"
@@ -89,7 +95,8 @@ static const char *HELP_GENERATE =
     "prints only the generated ids, comma-separated. --chat renders every --prompt as the\n"
     "user turn of a conversation (--system, --thinking); --conversation FILE renders the\n"
     "conversation in FILE as the one prompt. Each option means what it means in\n"
-    "'bin/m3-ref generate --help'.\n"
+    "'bin/m3-ref generate --help'; --stream-weights and --exact-kernels as in\n"
+    "'bin/m3-gpu forward --help'.\n"
     "A batch: several --tokens and/or --prompt run together (linear layers, norms and MoE over\n"
     "the rows of all prompts, attention per prompt over its own cache region), decoding one\n"
     "token per unfinished prompt per step; one line per prompt, in order, when all are done.\n"
@@ -137,7 +144,8 @@ static int cmd_forward(int argc, char **argv)
     m3_err e = {{0}};
     if (m3_cli_parse(argc - 2, argv + 2,
                      M3_CLI_TOKENS | M3_CLI_BATCH | M3_CLI_TEACHER | M3_CLI_DUMP | M3_CLI_DTYPE |
-                         M3_CLI_VISION | M3_CLI_CHUNKS | M3_CLI_STREAM | M3_CLI_CONTINUE,
+                         M3_CLI_VISION | M3_CLI_CHUNKS | M3_CLI_STREAM | M3_CLI_CONTINUE |
+                         M3_CLI_EXACT,
                      &o, &e) != 0)
         return usage_err("forward", e.msg);
     if (o.help) {
@@ -158,7 +166,8 @@ static int cmd_forward(int argc, char **argv)
         return usage_err("forward", "--chunks and --max-new-tokens take one --tokens, without "
                                     "--teacher-forced or vision input");
     const m3g_vision_request vreq = vision_request(&o);
-    const fwd_opts x = {o.chunks, o.stream_weights, o.have_max_new ? (int)o.max_new : 0};
+    const fwd_opts x = {o.chunks, o.stream_weights, o.have_max_new ? (int)o.max_new : 0,
+                        o.exact_kernels};
     return forward_run(o.model, o.src, o.n_src, m3_cli_bf16(&o), o.lenient, o.dump, o.teacher,
                        vis ? &vreq : NULL, o.quiet, &x);
 }
@@ -169,7 +178,7 @@ static int cmd_generate(int argc, char **argv)
     m3_err e = {{0}};
     if (m3_cli_parse(argc - 2, argv + 2,
                      M3_CLI_TOKENS | M3_CLI_PROMPT | M3_CLI_BATCH | M3_CLI_DTYPE | M3_CLI_GEN |
-                         M3_CLI_VISION | M3_CLI_STREAM | M3_CLI_CONVERSATION,
+                         M3_CLI_VISION | M3_CLI_STREAM | M3_CLI_CONVERSATION | M3_CLI_EXACT,
                      &o, &e) != 0)
         return usage_err("generate", e.msg);
     if (o.help) {
@@ -200,6 +209,7 @@ static int cmd_generate(int argc, char **argv)
     memset(&go, 0, sizeof go);
     go.dir = o.model;
     go.stream = o.stream_weights;
+    go.exact = o.exact_kernels;
     const char *conv_src[1] = {NULL}; /* the conversation: one text prompt, rendered from FILE */
     const int conv_text[1] = {1};
     go.srcs = o.conversation ? conv_src : o.src;

@@ -131,6 +131,8 @@ int m3_cli_parse(int argc, char *const *argv, unsigned allow, m3_cli_opts *o, m3
             o->chunks = val;
         } else if (!strcmp(a, "--stream-weights") && (allow & M3_CLI_STREAM)) {
             o->stream_weights = 1;
+        } else if (!strcmp(a, "--exact-kernels") && (allow & M3_CLI_EXACT)) {
+            o->exact_kernels = 1;
         } else if (!strcmp(a, "--greedy") && (allow & M3_CLI_GEN)) {
             o->greedy = 1;
             o->greedy_by_temp = 0;

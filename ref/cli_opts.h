@@ -43,7 +43,8 @@ enum {
     M3_CLI_TEACHER = 1024,     /* --teacher-forced GOLDEN */
     M3_CLI_CHUNKS = 2048,      /* --chunks N1,N2,... (prefill in pieces, continuing the caches) */
     M3_CLI_STREAM = 4096,      /* --stream-weights (layer weights streamed to the device) */
-    M3_CLI_CONTINUE = 8192     /* --max-new-tokens N alone: a greedy continuation in the dump */
+    M3_CLI_CONTINUE = 8192,    /* --max-new-tokens N alone: a greedy continuation in the dump */
+    M3_CLI_EXACT = 16384       /* --exact-kernels (the GPU's bitwise-as-ref kernel modes) */
 };
 
 /* The parsed options; zero / NULL means "not given" unless said. */
@@ -60,6 +61,7 @@ typedef struct m3_cli_opts {
     int have_max_new;     /* --max-new-tokens given */
     const char *chunks;   /* --chunks, as given (m3_cli_parse_chunks) */
     int stream_weights;   /* --stream-weights */
+    int exact_kernels;    /* --exact-kernels */
     int greedy;           /* --greedy, or --temperature 0 */
     int greedy_by_temp;   /* greedy came from --temperature 0 alone (a later --temperature undoes it) */
     int have_temp, have_top_p, have_top_k, have_seed;

@@ -7,7 +7,7 @@
 # dumps with bin/m3-conform on every model vector (the multimodal one with
 # --pixels, also in bf16), the vision component cases (m3-gpu vision-case), and on the ragged
 # lengths 1, 127, 128, 129, 2047, 2048, 2049, 2200 of the deployment-MSA
-# model, compare bin/m3-gpu generate with bin/m3-ref generate on models/demo
+# model (bf16 also with --exact-kernels), compare bin/m3-gpu generate with bin/m3-ref generate on models/demo
 # (greedy and seeded sampling, fp32 and bf16; also with --draft
 # models/demo-drafter, Eagle3 speculative decoding), teacher-forced dumps of the
 # model vectors, batches of prompts (forward and generate), then run the benchmarks (gpu/bench.cu and tools/bench_torch.py).
@@ -72,13 +72,13 @@ print(','.join(str(int(x)) for x in a))
 PYEOF
 }
 
-judge() { # case_dir mode label
-  c=$1 mode=$2 label=$3
+judge() { # case_dir mode label [m3-gpu flag]
+  c=$1 mode=$2 label=$3 xf=${4:-}
   ids=$(ids_of "$c/inputs.safetensors")
   s=$(date +%s.%N)
   vis=  # multimodal cases: pixel_values + image_grid_thw in the inputs (vision tower on the GPU)
   grep -qa '"pixel_values"' "$c/inputs.safetensors" && vis="--pixels $c/inputs.safetensors"
-  if ! bin/m3-gpu forward --model "$c" --tokens "$ids" --dtype "$mode" $vis --dump /tmp/gd.safetensors >/tmp/gd.out 2>&1; then
+  if ! bin/m3-gpu forward --model "$c" --tokens "$ids" --dtype "$mode" $vis $xf --dump /tmp/gd.safetensors >/tmp/gd.out 2>&1; then
     log "$label: m3-gpu FAILED: $(tail -2 /tmp/gd.out | tr '\n' ' ')"; return
   fi
   e=$(date +%s.%N)
@@ -87,7 +87,7 @@ judge() { # case_dir mode label
   rc=$?
   log "$label ($mode, gpu forward $(awk "BEGIN{printf \"%.2f\", $e - $s}") s): rc=$rc $(tail -1 /tmp/gc.out)"
   [ $rc -eq 0 ] || grep -v ' Pass ' /tmp/gc.out | head -12 >>"$out/summary.txt"
-  [ $rc -eq 3 ] && tie_rejudge "$c" "$mode" "$label" "$ids"
+  [ $rc -eq 3 ] && tie_rejudge "$c" "$mode" "$label" "$ids" $xf
 }
 
 # m3-conform check --no-settle exits 3 (TieDiverged, M3-TOL-8) when every
@@ -96,15 +96,15 @@ judge() { # case_dir mode label
 # dump (check's default), and on bin/m3-gpu's own teacher-forced dump (every
 # layer started from the golden input: the reference's dump, or the case's
 # expected file) through --tie-dump
-tie_rejudge() { # case_dir mode label ids
-  c=$1 mode=$2 label=$3 ids=$4
+tie_rejudge() { # case_dir mode label ids [m3-gpu flag]
+  c=$1 mode=$2 label=$3 ids=$4 xf=${5:-}
   g=$c/expected.safetensors
   if [ ! -f "$g" ]; then
     g=/tmp/gt_golden.safetensors
     bin/m3-ref forward --model "$c" --tokens "$ids" --dtype "$mode" --dump $g >/tmp/gt.out 2>&1 ||
       { log "$label ($mode) teacher-forced: m3-ref FAILED: $(tail -2 /tmp/gt.out | tr '\n' ' ')"; return; }
   fi
-  bin/m3-gpu forward --model "$c" --tokens "$ids" --dtype "$mode" --teacher-forced $g \
+  bin/m3-gpu forward --model "$c" --tokens "$ids" --dtype "$mode" $xf --teacher-forced $g \
       --dump /tmp/gt.safetensors >/tmp/gt.out 2>&1 ||
     { log "$label ($mode) teacher-forced: m3-gpu FAILED: $(tail -2 /tmp/gt.out | tr '\n' ' ')"; return; }
   bin/m3-conform check --case "$c" --dump /tmp/gd.safetensors --profile "$mode" \
@@ -183,6 +183,8 @@ c['files'] = files
 json.dump(c, open(os.path.join(d, 'case.json'), 'w'), indent=1)
 PYEOF
   judge $d $mode "ragged T=$L"
+  # bf16: also the exact kernels (exact-p prefill, bitwise indexer scores)
+  [ $mode = bf16 ] && judge $d $mode "ragged T=$L exact kernels" --exact-kernels
  done
 done
 

@@ -10,7 +10,9 @@
 # `m3-gpu vision-case`. Every text case also runs with --stream-weights (its
 # dump must be byte-identical to the resident one) and, when it has
 # params.chunks or params.max_new_tokens, with its chunks and its greedy
-# continuation (--chunks, --max-new-tokens), judged in full.
+# continuation (--chunks, --max-new-tokens), judged in full; bf16 text cases
+# also with --exact-kernels (byte-identical here: the emulation's kernels are
+# the exact ones).
 #
 #   sh gpu/emu/emu_test.sh EMU_BIN CONFORM_BIN PYTHON CASE_DIR...
 set -e
@@ -59,6 +61,17 @@ PYEOF
     echo "gpu-emu $c --stream-weights: dump byte-identical to resident weights"
   else
     echo "gpu-emu $c --stream-weights: FAILED (dump differs from resident weights)"; exit 1
+  fi
+  # bf16 --exact-kernels: the emulation has no tensor-core paths, so its default
+  # kernels are the exact ones and the dump must not change
+  if [ "$mode" = bf16 ]; then
+    "$emu" forward --model "$c" --tokens "$ids" --dtype "$mode" --exact-kernels --quiet \
+        --dump "$tmp/exact.safetensors" >/dev/null 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+    if cmp -s "$tmp/dump.safetensors" "$tmp/exact.safetensors"; then
+      echo "gpu-emu $c --exact-kernels: dump byte-identical to the default kernels"
+    else
+      echo "gpu-emu $c --exact-kernels: FAILED (the emulation's dump changed)"; exit 1
+    fi
   fi
   # the case's own chunks (and greedy continuation), run as a serving engine runs them
   ext=$("$py" -c 'import json,sys; p=json.load(open(sys.argv[1])).get("params",{}); print(",".join(map(str,p.get("chunks",[]))), p.get("max_new_tokens",0))' "$c/case.json")
