@@ -11,12 +11,13 @@
  *
  * Design. Decode (m3g_msa_indexer / _ex): one launch for scores and
  * selection. Default on NVIDIA and in the emulation: k_idx ("Streaming
- * indexer"), one block of 12 warps per SM over a range of MSA blocks,
- * warp-private 2-deep cp.async rings, 4 keys per lane up to 16 MSA blocks
- * per SM else 2, where the per-launch range check proves every product
- * exact ("FMA exactness") tensor-core sums on NVIDIA or fmaf (bitwise equal
- * to multiply-then-add; M3G_IDX_EXACT on NVIDIA), a local top-k per
- * block, a one-atomic ticket and a last-block merge, PDL. hipcc/AMD: the
+ * indexer"), one block per SM over a range of MSA blocks, warp-private
+ * cp.async rings; where the per-launch range check proves every product
+ * exact ("FMA exactness"), tensor-core sums on NVIDIA (8 warps, 3 stages,
+ * 1 key per lane) or fmaf, bitwise equal to multiply-then-add (M3G_IDX_EXACT
+ * on NVIDIA; 12 warps, 2 stages, 4 keys per lane up to 16 MSA blocks per SM
+ * else 2); a local top-k per block, a one-atomic ticket and a last-block
+ * merge, PDL. hipcc/AMD: the
  * fused kernel ("Fused indexer"). Other shapes:
  * the two-launch path (one block per (key block, query) for the scores,
  * one per (t, g) for the selection); prefill runs it one block per row.
@@ -25,8 +26,8 @@
  * the tensor cores' fp32 order, not d ascending: within (d - 1) 2^-23
  * sum|q k| of ref's (M3-TOL-3 covers the rare near tie it can swap), and the
  * selection is the golden order of those scores. Everything else bitwise
- * (scores) and identical (selections). Prefill is correct but not tuned. Designs tried and their
- * timings: docs/designs-tried.md.
+ * (scores) and identical (selections). Prefill is correct but not tuned.
+ * Designs tried and their timings: docs/designs-tried.md.
  */
 #include <math.h>
 #include "common.cuh"
@@ -1286,7 +1287,8 @@ static hipError_t mix_dispatch_g(int G, int32_t *out, float *bs, const float *iq
  * barrier) at 30% of DRAM throughput (ncu), plus 25-38 us of fixed cost.
  *
  * Grid (P, T), P = one block per SM split over the T rows (persistent: each
- * block owns a contiguous range of MSA blocks of its row), NW = 12 warps.
+ * block owns a contiguous range of MSA blocks of its row), NW = 12 warps
+ * (the tensor-core scores: 8 warps, 3 stages, KPT = 1; "Scores" below).
  * Work unit: a warp tile = 32 * KPT consecutive keys (KPT = 4 up to
  * IDX_KPT4_MAXB MSA blocks per block, i.e. 128K on 132 SMs, else 2; B % 32
  * == 0 so each 32-key tile lies in one MSA block / page), lane = keys lane,
@@ -1310,8 +1312,10 @@ static hipError_t mix_dispatch_g(int G, int32_t *out, float *bs, const float *iq
  * held in registers for the whole launch (8 k-steps x 8 heads, heads >= G
  * zero), mma.sync m16n8k16 with fp32 accumulators carried across the
  * slices: one ldmatrix and one mma per 16 keys x 16 dims, where the scalar
- * form issues G x 16 fp32 FMAs per key and lane. Otherwise one fp32 accumulator per (key, head)
- * over d ascending: fmaf where proven (SC 1, bitwise equal to
+ * form issues G x 16 fp32 FMAs per key and lane. This form runs 8 warps x 3
+ * stages with 1 key per lane (its rows unproven, rare and adversarial, then
+ * multiply and add in that shape). Otherwise one fp32 accumulator per (key,
+ * head) over d ascending: fmaf where proven (SC 1, bitwise equal to
  * multiply-then-add), else multiply then add (as ref). Tile maxima per
  * head by the order-aware butterfly (mix_seg_max), block maxima from the B/32 tile
  * maxima in key order after one block barrier per round (a round = up to
