@@ -20,6 +20,16 @@ emu=$1 conform=$2 py=$3
 shift 3
 tmp=$(mktemp -d /tmp/m3_gpu_emu.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+# same_dump OPT WHAT: case $c's forward with OPT must dump the bytes of $tmp/dump.safetensors
+same_dump() {
+  "$emu" forward --model "$c" --tokens "$ids" --dtype "$mode" $1 --quiet \
+      --dump "$tmp/opt.safetensors" >/dev/null 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+  if cmp -s "$tmp/dump.safetensors" "$tmp/opt.safetensors"; then
+    echo "gpu-emu $c $1: dump byte-identical to $2"
+  else
+    echo "gpu-emu $c $1: FAILED (dump differs from $2)"; exit 1
+  fi
+}
 for c in "$@"; do
   mode=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["mode"])' "$c/case.json")
   case $c in
@@ -55,24 +65,10 @@ PYEOF
   fi
   [ -n "$vis" ] && continue
   # streamed weights: the same bytes as resident ones
-  "$emu" forward --model "$c" --tokens "$ids" --dtype "$mode" --stream-weights --quiet \
-      --dump "$tmp/streamed.safetensors" >/dev/null 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
-  if cmp -s "$tmp/dump.safetensors" "$tmp/streamed.safetensors"; then
-    echo "gpu-emu $c --stream-weights: dump byte-identical to resident weights"
-  else
-    echo "gpu-emu $c --stream-weights: FAILED (dump differs from resident weights)"; exit 1
-  fi
+  same_dump --stream-weights "resident weights"
   # bf16 --exact-kernels: the emulation has no tensor-core paths, so its default
   # kernels are the exact ones and the dump must not change
-  if [ "$mode" = bf16 ]; then
-    "$emu" forward --model "$c" --tokens "$ids" --dtype "$mode" --exact-kernels --quiet \
-        --dump "$tmp/exact.safetensors" >/dev/null 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
-    if cmp -s "$tmp/dump.safetensors" "$tmp/exact.safetensors"; then
-      echo "gpu-emu $c --exact-kernels: dump byte-identical to the default kernels"
-    else
-      echo "gpu-emu $c --exact-kernels: FAILED (the emulation's dump changed)"; exit 1
-    fi
-  fi
+  [ "$mode" = bf16 ] && same_dump --exact-kernels "the default kernels"
   # the case's own chunks (and greedy continuation), run as a serving engine runs them
   ext=$("$py" -c 'import json,sys; p=json.load(open(sys.argv[1])).get("params",{}); print(",".join(map(str,p.get("chunks",[]))), p.get("max_new_tokens",0))' "$c/case.json")
   chunks=${ext% *} nnew=${ext#* }
