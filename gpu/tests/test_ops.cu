@@ -833,31 +833,36 @@ static void cmp_bs_tc(tctx *c, const float *got, const float *want, const float 
 }
 
 /* p: T, pos0, G, d, B, topk, bf16 cache, range words (m3g_msa_indexer_ex),
- * probe bits (m3g_msa_indexer_ex). Where the launcher may sum on tensor
- * cores (m3g_msa_indexer_tc) the scores are judged by cmp_bs_tc and the
- * selection must be exactly the golden order of the scores it returned;
- * elsewhere both are bitwise as ref. */
+ * probe bits (m3g_msa_indexer_ex), q not bf16-valued (no product proven
+ * exact: every row multiplies then adds, bitwise, in whatever kernel form).
+ * Where the launcher may sum on tensor cores (m3g_msa_indexer_tc) and q is
+ * bf16, the scores are judged by cmp_bs_tc and the selection must be exactly
+ * the golden order of the scores it returned; elsewhere both are bitwise as
+ * ref. */
 static void t_indexer(tctx *c, const op_case *k)
 {
     const int T = k->p[0], G = k->p[2], d = k->p[3], B = k->p[4], topk = k->p[5], bf = k->p[6];
-    const int ranged = k->p[7], probe = k->p[8], local = 2, init = 1;
+    const int ranged = k->p[7], probe = k->p[8], qf32 = k->p[9], local = 2, init = 1;
     const int64_t pos0 = k->p[1];
     snprintf(c->shape, sizeof c->shape,
              "T %d at %lld, %d heads of %d, block %d, top %d, %s cache%s", T, (long long)pos0, G,
              d, B, topk, bf ? "bf16" : "fp32", ranged ? ", range words" : "");
     const int nbmax = (int)((pos0 + T - 1) / B + 1);
     const int idt = bf ? M3G_BF16 : M3G_F32;
-    const int tc = m3g_msa_indexer_tc(idt, B, G, d, nbmax, topk, ranged, probe);
+    const int tc = !qf32 && m3g_msa_indexer_tc(idt, B, G, d, nbmax, topk, ranged, probe);
     if (probe & M3G_IDX_FUSED)
         snprintf(c->shape + strlen(c->shape), sizeof c->shape - strlen(c->shape),
                  ", the fused kernel");
     if (probe & M3G_IDX_EXACT)
         snprintf(c->shape + strlen(c->shape), sizeof c->shape - strlen(c->shape), ", exact");
+    if (qf32)
+        snprintf(c->shape + strlen(c->shape), sizeof c->shape - strlen(c->shape),
+                 ", fp32 q (multiply then add)");
     if (tc)
         snprintf(c->shape + strlen(c->shape), sizeof c->shape - strlen(c->shape),
                  ", tensor-core sums");
     ikcache ik = ik_make(c, pos0 + T, d, B, bf);
-    float *iq = hrand(c, (size_t)T * G * d, 1.0f, 1);
+    float *iq = hrand(c, (size_t)T * G * d, 1.0f, !qf32);
     float *bw = bs_want(c, iq, ik.h, pos0, T, G, d, B, nbmax);
     int32_t *sw = sel_want(c, bw, pos0, T, G, nbmax, B, topk, local, init);
     float *dbs = (float *)dout(c, "bs", (size_t)T * G * nbmax * 4, NULL);
@@ -1400,12 +1405,17 @@ static const op_case CASES[] = {
     {"m3g_msa_indexer_ex", t_indexer, {2, 2100, 4, 128, 128, 16, 1, 1}},
     {"m3g_msa_indexer_ex", t_indexer, {1, 1000, 4, 128, 32, 8, 1, 1, M3G_IDX_EXACT}},
     {"m3g_msa_indexer_ex", t_indexer, {2, 2100, 4, 128, 128, 16, 1, 1, M3G_IDX_EXACT}},
-    /* released shapes: 128K context (4 keys per lane), 300K (2 keys per lane), G 3 / 1 */
+    /* released shapes: 128K and 300K keys (the exact form: 4 and 2 keys per
+     * lane; the tensor-core form: 1), G 3 / 1; fp32 q: the tensor-core form's
+     * multiply-then-add rows */
     {"m3g_msa_indexer_ex", t_indexer, {1, 131071, 4, 128, 128, 16, 1, 1}},
     {"m3g_msa_indexer_ex", t_indexer, {1, 131071, 4, 128, 128, 16, 1, 1, M3G_IDX_EXACT}},
     {"m3g_msa_indexer_ex", t_indexer, {1, 300000, 4, 128, 128, 16, 1, 1}},
+    {"m3g_msa_indexer_ex", t_indexer, {1, 300000, 4, 128, 128, 16, 1, 1, M3G_IDX_EXACT}},
     {"m3g_msa_indexer_ex", t_indexer, {3, 5000, 3, 128, 64, 16, 1, 1}},
+    {"m3g_msa_indexer_ex", t_indexer, {3, 5000, 3, 128, 64, 16, 1, 1, M3G_IDX_EXACT}},
     {"m3g_msa_indexer_ex", t_indexer, {2, 3000, 1, 128, 32, 8, 1, 1}},
+    {"m3g_msa_indexer_ex", t_indexer, {2, 3000, 4, 128, 128, 16, 1, 1, 0, 1}},
     {"m3g_msa_indexer_ex", t_indexer, {2, 1500, 4, 128, 32, 16, 1, 0, M3G_IDX_FUSED}},
     /* moe.cu */
     {"m3g_router", t_router, {1, 256, 64, 4, 1}},
