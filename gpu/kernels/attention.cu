@@ -1081,26 +1081,33 @@ static hipError_t ak_cluster_run(float *out, const float *q, const void *kc, con
  * (<= 16) query heads of the group, which are the M = 16 rows of the
  * mma.sync m16n8k16 tiles (heads >= nh / nkv: zero rows, never written).
  * 8 warps, 256 threads:
- *   the block's K and V rows -> shared memory by cp.async, all issued at
- *   once before any math (rows past the visible keys zero-filled); q of the
- *   group -> bf16 in shared memory (exact: bf16 mode's q is rounded);
- *   S = Q K^T on the tensor cores, warp w keys 16w .. 16w + 15 (bf16 x bf16
- *   products exact, fp32 sums), s = acc * scale; per-warp max / sum of exp,
- *   then per block (warps in order); each block pushes its 16 (m, l) pairs
- *   into every block of the cluster (DSMEM stores); cluster barrier; every
+ *   q of the group -> registers, loaded first so that its latency overlaps
+ *   the list -> page table -> K/V chain; the block's K and V rows -> shared
+ *   memory by cp.async, all issued at once before any math, each thread a
+ *   fixed 16-byte column of every RPI-th row (rows past the visible keys
+ *   zero-filled); q -> bf16 in shared memory (exact: bf16 mode's q is
+ *   rounded); S = Q K^T on the tensor cores, warp w keys 16w .. 16w + 15
+ *   (bf16 x bf16 products exact, fp32 sums), s = acc * scale; per-warp max /
+ *   sum of exp, then per block (warps in order); each block pushes its 16
+ *   (m, l) pairs into every block of the cluster (st.async, counted by the
+ *   receiver's mbarrier); once its mbarrier has all AK_CS x 16 pairs, every
  *   block forms the same global M, L per head (ranks in a fixed order);
  *   p = bf16(exp(s - M) / L) (the reference's rounding point, fp32 exp and
  *   division) -> shared; O = P V on the tensor cores, warp w dims
  *   16w .. 16w + 15 over the block's keys; the partial of head h goes into
- *   block h's shared memory (DSMEM stores); cluster barrier; block h sums its
- *   head's AK_CS partials in rank order, rounds and stores.
- * Two cluster barriers (plus an early arrive that proves every block runs
- * before the first remote store), no workspace, no atomics, deterministic.
+ *   block h's shared memory (st.async on block h's second mbarrier); block h
+ *   waits for its AK_CS partials, sums them in rank order, rounds and
+ *   stores.
+ * One cluster barrier (relaxed arrive at the start, waited before the first
+ * remote store: every block runs and has initialised its mbarriers); the
+ * exchanges complete on mbarrier byte counts, with no fence or cluster
+ * barrier behind them, and a block leaves once nothing more can land in
+ * its shared memory. No workspace, no atomics, deterministic.
  * PDL (programmatic dependent launch, default): the kernel may start while
  * the previous kernel of the stream runs and waits for it
  * (griddepcontrol.wait) before its first global read; it releases the next
- * kernel just before its last cluster barrier (releasing it at the start
- * was slower, 10.4 vs 8.6 us; not profiled, presumably the next launch's
+ * kernel after its partials are sent (releasing it at the start was slower,
+ * 10.4 vs 8.6 us with the cluster-barrier form; presumably the next launch's
  * waiting blocks then hold SM slots for the whole kernel). The next kernel
  * must itself wait (griddepcontrol.wait, or be launched without PDL) before
  * reading out.
@@ -1109,12 +1116,9 @@ static hipError_t ak_cluster_run(float *out, const float *q, const void *kc, con
  * warp, per block, then ranks) and of P.V (tensor-core k-steps, then
  * blocks in list order). A block id listed twice counts once (the list is a
  * set, as in the reference).
- * Checked on the H200 (bench-gpu): M3 shape vs the host golden max|diff|
- * 1.22e-4 at max|ref| 0.046 (the same as every other path), repeat runs and
- * the PDL / no-PDL launches bitwise equal; ten edge shapes (hd 16-128, 2-16
- * heads per group, B 4-128, topk 2-16, T 1-3, -1 entries, repeated ids,
- * blocks past the own block, partial own block) nmse <= 4.7e-8. Needs
- * 16-byte aligned q and caches. */
+ * Checked by gpu/tests/test_ops.cu (m3g_attention_sk cases at hd 16-128,
+ * 1-16 heads per group, top 4-16, T 1-3, -1 entries, partial own blocks,
+ * NaN in every slot no row may see). Needs 16-byte aligned q and caches. */
 #define AT_NW 8   /* warps per block */
 #define AT_KT 128 /* keys per block (B <= 128) */
 
@@ -1122,21 +1126,59 @@ __device__ __forceinline__ void at_cl_arrive_relaxed(void)
 {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void at_cl_arrive(void)
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
 __device__ __forceinline__ void at_cl_wait(void)
 {
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
+/* mbarrier *b of this block: one expected arrival */
+__device__ __forceinline__ void at_bar_init(uint64_t *b)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(m3t_smem(b)) : "memory");
+}
+/* the one arrival, announcing `bytes` of st.async stores into this block */
+__device__ __forceinline__ void at_bar_expect(uint64_t *b, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(m3t_smem(b)),
+                 "r"(bytes)
+                 : "memory");
+}
+/* until phase 0 of *b completes: every announced byte has landed, visible */
+__device__ __forceinline__ void at_bar_wait(uint64_t *b)
+{
+    uint32_t ok = 0;
+    do {
+        asm volatile("{\n .reg .pred p;\n"
+                     " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(ok)
+                     : "r"(m3t_smem(b))
+                     : "memory");
+    } while (!ok);
+}
+/* the shared::cluster address of *p in the block of rank r */
+__device__ __forceinline__ uint32_t at_mapa(const void *p, int r)
+{
+    uint32_t a;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(a) : "r"(m3t_smem(p)), "r"(r));
+    return a;
+}
+/* (x, y) -> the cluster address a; its 8 bytes complete on the mbarrier at
+ * cluster address bar (both in the same block) */
+__device__ __forceinline__ void at_st_async(uint32_t a, float x, float y, uint32_t bar)
+{
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, "
+                 "[%3];\n" ::"r"(a),
+                 "f"(x), "f"(y), "r"(bar)
+                 : "memory");
+}
 
 /* shared bytes: K, V [AT_KT][hd + 8] bf16, Q, P [16][.. + 8] bf16, per-warp
- * stats [AT_NW][16][2], cluster stats [AK_CS][16][2], partials [AK_CS][hd] */
+ * stats [AT_NW][16][2], cluster stats [AK_CS][16][2], partials [AK_CS][hd],
+ * two mbarriers */
 static size_t at_tc_shm(int hd)
 {
     return 2 * (2 * (size_t)AT_KT * (hd + 8) + 16 * (size_t)(hd + 8) + 16 * (size_t)(AT_KT + 8)) +
-           4 * ((size_t)AT_NW * 32 + (size_t)AK_CS * 32 + (size_t)AK_CS * hd);
+           4 * ((size_t)AT_NW * 32 + (size_t)AK_CS * 32 + (size_t)AK_CS * hd) + 2 * 8;
 }
 
 /* grid (AK_CS, nkv, T), cluster (AK_CS, 1, 1), AT_NW * 32 threads. */
@@ -1151,7 +1193,9 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
                   "thread roles below assume 256 threads, 16 ranks, 16 keys per warp");
     namespace cg = cooperative_groups;
     cg::cluster_group cl = cg::this_cluster();
-    constexpr int LD = HD + 8, PLD = AT_KT + 8, CH = HD / 8;
+    constexpr int LD = HD + 8, PLD = AT_KT + 8, CH = HD / 8, NT = AT_NW * 32;
+    constexpr int RPI = NT / CH;                   /* K (V) rows per copy step */
+    constexpr int QV = 4 * HD, QPT = (QV + NT - 1) / NT; /* q float4s: all, per thread */
     extern __shared__ __align__(16) unsigned char at_sm[];
     uint16_t *Ks = (uint16_t *)at_sm;      /* [AT_KT][LD] */
     uint16_t *Vs = Ks + AT_KT * LD;        /* [AT_KT][LD] */
@@ -1160,15 +1204,31 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
     float *wst = (float *)(Ps + 16 * PLD); /* [AT_NW][16] (m, l) */
     float *cst = wst + AT_NW * 32;         /* [AK_CS][16] (m, l), written by rank r */
     float *rcv = cst + AK_CS * 32;         /* [AK_CS][HD] partial O of head c from rank r */
+    uint64_t *bar = (uint64_t *)(rcv + AK_CS * HD); /* [0]: cst complete, [1]: rcv complete */
 
-    at_cl_arrive_relaxed(); /* phase 0: this block runs */
     const int c = (int)cl.block_rank(), tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int g = blockIdx.y, t = blockIdx.z, hpg = nh / nkv;
     const int mi = lane >> 3, r8 = lane & 7, qr = lane >> 2, qc = lane & 3;
+    if (tid == 0) { /* before the phase-0 arrive, so every block sees them initialised */
+        at_bar_init(&bar[0]);
+        at_bar_init(&bar[1]);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        at_bar_expect(&bar[0], AK_CS * 16 * 8);
+        at_bar_expect(&bar[1], c < hpg ? AK_CS * HD * 4 : 0);
+    }
+    at_cl_arrive_relaxed(); /* phase 0: this block runs, its mbarriers are ready */
     const int64_t pos = pos0 + t;
     const size_t kvw = (size_t)nkv * HD;
     m3t_pdl_wait(); /* q, the block list and the caches: earlier kernels' outputs */
 
+    float4 qv[QPT]; /* q of the group: its loads overlap the list -> page -> K/V chain */
+#pragma unroll
+    for (int k = 0; k < QPT; k++) {
+        const int i = tid + NT * k, h = i / (HD / 4);
+        qv[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < QV && h < hpg)
+            qv[k] = ((const float4 *)(q + ((size_t)t * nh + (size_t)g * hpg + h) * HD))[i % (HD / 4)];
+    }
     /* list entry c; a repeated id counts once (at its first entry) */
     const int32_t *list = blocks + ((size_t)g * T + t) * topk;
     const int lb = lane < topk ? list[lane] : -1;
@@ -1177,36 +1237,40 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
         b = -1;
     int nk = 0;
     int64_t row0 = 0;
-    if (b >= 0 && (int64_t)b <= pos / B) {
+    if (b >= 0 && (int64_t)b * B <= pos) {
         const int64_t kend = pos + 1 - (int64_t)b * B;
         nk = kend < B ? (int)kend : B;
         row0 = (int64_t)page_table[b] * B;
     }
-    { /* every K, then every V row in flight before any math */
-        const uint16_t *kg = kc + (size_t)row0 * kvw + (size_t)g * HD;
-        const uint16_t *vg = vc + (size_t)row0 * kvw + (size_t)g * HD;
-        for (int i = tid; i < AT_KT * CH; i += AT_NW * 32) {
-            const int j = i / CH, cc = i - j * CH, ok = j < nk;
-            m3t_cp16(Ks + j * LD + 8 * cc, kg + (size_t)(ok ? j : 0) * kvw + 8 * cc, ok ? 16 : 0);
+    { /* every K, then every V row in flight before any math; this thread
+         copies chunk cc of rows j0, j0 + RPI, ... (rows >= nk zero-filled) */
+        const int j0 = tid / CH, cc = tid % CH;
+        const size_t src0 = (size_t)row0 * kvw + (size_t)g * HD + 8 * cc;
+        const uint16_t *kg = kc + src0, *vg = vc + src0;
+#pragma unroll
+        for (int k = 0; k < AT_KT / RPI; k++) {
+            const int ok = j0 + RPI * k < nk;
+            m3t_cp16(Ks + (j0 + RPI * k) * LD + 8 * cc, kg + (ok ? (j0 + (size_t)RPI * k) * kvw : 0),
+                     ok ? 16 : 0);
         }
         m3t_cp_commit();
-        for (int i = tid; i < AT_KT * CH; i += AT_NW * 32) {
-            const int j = i / CH, cc = i - j * CH, ok = j < nk;
-            m3t_cp16(Vs + j * LD + 8 * cc, vg + (size_t)(ok ? j : 0) * kvw + 8 * cc, ok ? 16 : 0);
+#pragma unroll
+        for (int k = 0; k < AT_KT / RPI; k++) {
+            const int ok = j0 + RPI * k < nk;
+            m3t_cp16(Vs + (j0 + RPI * k) * LD + 8 * cc, vg + (ok ? (j0 + (size_t)RPI * k) * kvw : 0),
+                     ok ? 16 : 0);
         }
         m3t_cp_commit();
     }
-    for (int i = tid; i < 16 * HD / 4; i += AT_NW * 32) { /* q rows of the group, bf16 */
-        const int h = i / (HD / 4), d4 = i - h * (HD / 4);
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (h < hpg)
-            v = ((const float4 *)(q + ((size_t)t * nh + (size_t)g * hpg + h) * HD))[d4];
-        *(uint2 *)(Qs + h * LD + 4 * d4) =
-            make_uint2(m3t_pack_bf16(v.x, v.y), m3t_pack_bf16(v.z, v.w));
+#pragma unroll
+    for (int k = 0; k < QPT; k++) { /* q rows of the group, bf16 (exact: bf16 mode's q is rounded) */
+        const int i = tid + NT * k, h = i / (HD / 4), d4 = i % (HD / 4);
+        if (i < QV)
+            *(uint2 *)(Qs + h * LD + 4 * d4) =
+                make_uint2(m3t_pack_bf16(qv[k].x, qv[k].y), m3t_pack_bf16(qv[k].z, qv[k].w));
     }
     m3t_cp_wait<1>(); /* this thread's K copies landed */
     __syncthreads();
-
     /* S (16 heads x keys 16w .. 16w + 15): s[n][e] is head qr + 8 (e >> 1),
      * key 16w + 8n + 2qc + (e & 1) */
     float s[2][4];
@@ -1264,11 +1328,11 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
             if (x.y > 0.0f)
                 l += x.y * expf(x.x - m);
         }
+        const uint32_t ra = at_mapa(cst + 2 * (c * 16 + h), dst), rb = at_mapa(&bar[0], dst);
         at_cl_wait(); /* phase 0 complete: every block of the cluster runs */
-        ((float2 *)cl.map_shared_rank(cst, dst))[c * 16 + h] = make_float2(m, l);
+        at_st_async(ra, m, l, rb);
     }
-    at_cl_arrive();
-    at_cl_wait(); /* phase 1: every block's stats are in every block */
+    at_bar_wait(&bar[0]); /* every block's stats are in this block */
     float M0 = -INFINITY, M1 = -INFINITY, L0 = 0.0f, L1 = 0.0f;
     { /* global M, L of heads qr, qr + 8: lane qc takes ranks 4qc .. 4qc + 3,
          the quad combines them (the same order in every block) */
@@ -1325,16 +1389,16 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
         for (int hh = 0; hh < 2; hh++) { /* head h's partial -> rank h's rcv[c] */
             const int h = qr + 8 * hh;
             if (h < hpg) {
-                float *r = cl.map_shared_rank(rcv, h) + c * HD + 16 * w + 2 * qc;
-                *(float2 *)r = make_float2(o[0][2 * hh], o[0][2 * hh + 1]);
-                *(float2 *)(r + 8) = make_float2(o[1][2 * hh], o[1][2 * hh + 1]);
+                const uint32_t ra = at_mapa(rcv + c * HD + 16 * w + 2 * qc, h);
+                const uint32_t rb = at_mapa(&bar[1], h);
+                at_st_async(ra, o[0][2 * hh], o[0][2 * hh + 1], rb);
+                at_st_async(ra + 8 * 4, o[1][2 * hh], o[1][2 * hh + 1], rb);
             }
         }
     }
     m3t_pdl_trigger(); /* the next kernel may launch (it waits before reading) */
-    at_cl_arrive();
-    at_cl_wait(); /* phase 2: every partial is in place; nothing remote after this */
-    if (c < hpg)
+    if (c < hpg) { /* nothing else lands in a block of rank >= hpg: it may leave */
+        at_bar_wait(&bar[1]); /* every rank's partial of head c is here */
         for (int d = tid; d < HD; d += AT_NW * 32) {
             float a = 0.0f;
 #pragma unroll
@@ -1342,6 +1406,7 @@ k_at_tc(float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
                 a += rcv[r * HD + d];
             out[((size_t)t * nh + (size_t)g * hpg + c) * HD + d] = m3d_round_bf16(a);
         }
+    }
 }
 
 /* 1 iff the tensor-core cluster kernel takes these shapes (given the
@@ -2146,7 +2211,7 @@ hipError_t m3g_attention_sk_tuned(float *out, const float *q, const void *kc, co
     if (!(probe & M3G_SK_TWO_LAUNCH) &&
         m3g_attention_sk_cluster(B, nh, nkv, hd, blocks, topk, kv_dtype, mode)) {
         if (at_tc_ok(nh, nkv, hd)) { /* tensor cores (default): PDL launch, the next
-                                      * kernel released before the last cluster barrier */
+                                      * kernel released once the partials are sent */
             const hipError_t e =
                 at_tc_run(out, q, kc, vc, page_table, B, pos0, T, nh, nkv, hd, blocks, topk, st);
             if (e != hipErrorInvalidValue)

@@ -1375,6 +1375,14 @@ static const op_case CASES[] = {
     {"m3g_attention_sk", t_attention, {AT_SK, 2, 100, 4, 2, 40, 3, 16, 0, 0}},
     {"m3g_attention_sk", t_attention, {AT_SK, 3, 90, 8, 2, 64, 4, 16, 1, 1}},
     {"m3g_attention_sk", t_attention, {AT_SK, 2, 100, 8, 2, 48, 4, 16, 1, 1}},
+    /* the tensor-core cluster kernel (H200) at each head dim, NaN in every
+     * slot no row may see: the released shape (64:4 heads of 128, top 16 of
+     * blocks of 128), 6 heads per group (ranks >= 6 get no partial), top 16
+     * over more list entries than visible blocks */
+    {"m3g_attention_sk", t_attention, {AT_SK, 1, 2500, 64, 4, 128, 16, 128, 1, 1, 1}},
+    {"m3g_attention_sk", t_attention, {AT_SK, 2, 700, 24, 4, 128, 8, 128, 1, 1, 1}},
+    {"m3g_attention_sk", t_attention, {AT_SK, 3, 200, 4, 2, 32, 5, 32, 1, 1, 1}},
+    {"m3g_attention_sk", t_attention, {AT_SK, 3, 40, 16, 1, 16, 16, 4, 1, 1, 1}},
     /* msa_attention.cu: sparse prefill, exact p and one pass */
     {"m3g_msa_attention_prefill", t_attention, {AT_MSA, 33, 100, 16, 1, 64, 4, 16, 1, 1}},
     {"m3g_msa_attention_prefill", t_attention, {AT_MSA, 13, 300, 16, 2, 128, 3, 64, 1, 0}},
